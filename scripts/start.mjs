@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// `npm start`: applies the local D1 migrations, runs `wrangler dev`, prints the URL and the
+// API token, and fires the cron trigger on its schedule, which `wrangler dev` does not do by
+// itself: without it the reconciliation sweep would never run locally.
+import { spawn, spawnSync } from "node:child_process";
+
+const port = Number(process.env.PORT ?? 8787);
+const token = process.env.API_TOKEN ?? "dev-token";
+const persistTo = process.env.PERSIST_DIR; // default: wrangler's own .wrangler/state
+const sweepEveryMs = Number(process.env.SWEEP_INTERVAL_MS ?? 60_000); // the cron trigger is "* * * * *"
+const base = `http://127.0.0.1:${port}`;
+const wrangler = new URL("../node_modules/wrangler/bin/wrangler.js", import.meta.url).pathname;
+const persist = persistTo ? ["--persist-to", persistTo] : [];
+
+const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "apply", "edgecron", "--local", ...persist], {
+  stdio: ["ignore", "inherit", "inherit"],
+  env: { ...process.env, CI: "true" }, // never prompt
+});
+if (migrate.status !== 0) process.exit(migrate.status ?? 1);
+
+const vars = { API_TOKEN: token };
+for (const name of ["CLAIM_TIMEOUT_MS", "SHARD_COUNT"]) if (process.env[name]) vars[name] = process.env[name];
+const dev = spawn(
+  process.execPath,
+  [
+    wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--show-interactive-dev-session=false",
+    ...persist, ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
+  ],
+  { stdio: ["ignore", "inherit", "inherit"] },
+);
+
+let sweeper;
+const stop = (code) => {
+  clearInterval(sweeper);
+  dev.kill("SIGTERM");
+  process.exit(code);
+};
+process.on("SIGINT", () => stop(0));
+process.on("SIGTERM", () => stop(0));
+dev.on("exit", (code) => {
+  clearInterval(sweeper);
+  process.exit(code ?? 1);
+});
+
+async function sweep() {
+  try {
+    await fetch(`${base}/cdn-cgi/local/scheduled?cron=${encodeURIComponent("* * * * *")}`);
+  } catch (err) {
+    console.error(`[edgecron] sweep could not reach wrangler dev: ${err.message}`);
+  }
+}
+
+for (let i = 0; ; i++) {
+  try {
+    if ((await fetch(`${base}/healthz`)).ok) break;
+  } catch {}
+  if (i > 600) stop(1);
+  await new Promise((r) => setTimeout(r, 200));
+}
+console.log(`\n[edgecron] ready on ${base}\n[edgecron] API token: ${token}\n[edgecron]   curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs\n`);
+await sweep(); // picks up anything a crash left between D1 and a shard before this start
+sweeper = setInterval(sweep, sweepEveryMs);

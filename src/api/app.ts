@@ -1,0 +1,29 @@
+import { OpenAPIHono } from "@hono/zod-openapi";
+import type { Env } from "../env";
+import { requireJsonBody, requireToken } from "./auth";
+import { ApiError, errorResponse } from "./errors";
+import { jobs } from "./jobs";
+import { runs } from "./runs";
+
+export const app = new OpenAPIHono<{ Bindings: Env }>();
+
+app.onError(errorResponse);
+app.notFound(() => {
+  throw new ApiError(404, "not_found", "no such route");
+});
+
+app.get("/healthz", (c) => c.json({ ok: true }));
+
+app.use("/v1/*", requireToken, requireJsonBody);
+app.route("/v1", jobs);
+app.route("/v1", runs);
+
+app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
+app.doc31("/openapi.json", {
+  openapi: "3.1.0",
+  info: {
+    title: "edgecron",
+    version: "1",
+    description: "A distributed job scheduler on Cloudflare Workers. Every /v1 route needs Authorization: Bearer <API token>.",
+  },
+});

@@ -1,0 +1,225 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import { getJob, insertJob, listJobs, toDefinition, updateJob, type CatalogJob } from "../catalog/jobs";
+import { shardStub, type Env } from "../env";
+import { ErrorSchema, PageQuery, pageOf } from "../model/common";
+import { newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
+import { CreateJobSchema, JobSchema } from "../model/job";
+import { RunSchema } from "../model/run";
+import { firstFire } from "../schedule/next-fire";
+import { ApiError, notFound } from "./errors";
+import { presentJob, presentRun } from "./present";
+import { validationHook } from "./validation";
+
+export const jobs = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+
+const errors = (...codes: Array<400 | 404 | 503>) =>
+  Object.fromEntries(codes.map((code) => [code, { content: { "application/json": { schema: ErrorSchema } }, description: "error" }]));
+const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { "application/json": { schema } }, description });
+const IdParam = z.object({ id: z.string().openapi({ param: { name: "id", in: "path" }, example: "job_0mihx2k3f8a1b2c3d4e5" }) });
+const security = [{ bearer: [] }];
+
+// ---- create ----
+
+jobs.openapi(
+  createRoute({
+    method: "post",
+    path: "/jobs",
+    summary: "Create a job",
+    security,
+    request: { body: { content: { "application/json": { schema: CreateJobSchema } }, required: true } },
+    responses: { 201: json(JobSchema, "the job, with its first fire"), ...errors(400) },
+  }),
+  async (c) => {
+    const input = c.req.valid("json");
+    const now = Date.now();
+    const id = newJobId(now);
+    const schedule = input.schedule.at !== undefined ? { at: new Date(input.schedule.at).toISOString() } : input.schedule;
+    const job: CatalogJob = {
+      id,
+      name: input.name ?? null,
+      shard: shardFor(id, Number(c.env.SHARD_COUNT)),
+      version: 1,
+      spec: { schedule, target: input.target, retry: input.retry, timeoutMs: input.timeoutMs },
+      paused: false,
+      createdAt: now,
+      updatedAt: now,
+      deletedAt: null,
+    };
+    await insertJob(c.env.DB, job);
+    let nextRunAt: number | null;
+    try {
+      const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
+      nextRunAt = runtime?.nextRunAt ?? null;
+    } catch (err) {
+      // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
+      // the same pure function the shard uses, so the answer stays true.
+      console.error(`job ${id}: shard ${job.shard} unreachable, left to the sweep`, err);
+      nextRunAt = firstFire(job.spec.schedule, now);
+    }
+    return c.json(presentJob(job, nextRunAt), 201);
+  },
+);
+
+// ---- read ----
+
+jobs.openapi(
+  createRoute({
+    method: "get",
+    path: "/jobs",
+    summary: "List jobs, newest first",
+    security,
+    request: { query: PageQuery },
+    responses: { 200: json(pageOf(JobSchema), "a page of jobs"), ...errors(400) },
+  }),
+  async (c) => {
+    const { limit, cursor } = c.req.valid("query");
+    if (cursor !== undefined && !JOB_ID.test(cursor)) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
+    const rows = await listJobs(c.env.DB, limit + 1, cursor);
+    const page = rows.slice(0, limit);
+    const runtimes = await nextRuns(c.env, page);
+    return c.json({
+      items: page.map((job) => presentJob(job, runtimes.get(job.id) ?? null)),
+      nextCursor: rows.length > limit ? page[page.length - 1]!.id : null,
+    }, 200);
+  },
+);
+
+/** Next fires for a page of jobs: one call per shard, not one per job. */
+async function nextRuns(env: Env, page: CatalogJob[]): Promise<Map<string, number | null>> {
+  const byShard = Map.groupBy(page, (job) => job.shard);
+  const answers = await Promise.all([...byShard].map(([shard, list]) => shardStub(env, shard).jobRuntimes(list.map((j) => j.id))));
+  return new Map(answers.flat().map((r) => [r.id, r.nextRunAt]));
+}
+
+jobs.openapi(
+  createRoute({
+    method: "get",
+    path: "/jobs/{id}",
+    summary: "Get a job",
+    security,
+    request: { params: IdParam },
+    responses: { 200: json(JobSchema, "the job"), ...errors(404) },
+  }),
+  async (c) => {
+    const job = await loadJob(c, c.req.valid("param").id);
+    const runtimes = await nextRuns(c.env, [job]);
+    return c.json(presentJob(job, runtimes.get(job.id) ?? null), 200);
+  },
+);
+
+// ---- change: pause, resume, delete ----
+
+/**
+ * Applies a change in D1, then has the shard confirm it. The 2xx is sent only after the shard
+ * applied it, so once a pause or delete is answered no run of the job starts. If the shard
+ * cannot be reached the client gets 503 and may repeat the call: repeating is harmless.
+ */
+async function changeJob(c: Context<{ Bindings: Env }>, id: string, change: { paused?: boolean; deleted?: boolean }) {
+  const current = await getJob(c.env.DB, id, { includeDeleted: change.deleted === true });
+  if (!current) throw notFound("job", id);
+  const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
+  const job = alreadyThere ? current : await updateJob(c.env.DB, id, change, Date.now());
+  if (!job) throw notFound("job", id);
+  try {
+    const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
+    return { job, nextRunAt: runtime?.nextRunAt ?? null };
+  } catch (err) {
+    console.error(`job ${id}: shard ${job.shard} did not confirm the change`, err);
+    throw new ApiError(503, "shard_unavailable", "the change is saved but its shard has not confirmed it yet; repeat the request", {
+      "Retry-After": "1",
+    });
+  }
+}
+
+for (const action of ["pause", "resume"] as const) {
+  jobs.openapi(
+    createRoute({
+      method: "post",
+      path: `/jobs/{id}/${action}`,
+      summary: action === "pause" ? "Pause a job: no run starts after the answer" : "Resume a paused job from now on",
+      security,
+      request: { params: IdParam },
+      responses: { 200: json(JobSchema, "the job"), ...errors(404, 503) },
+    }),
+    async (c) => {
+      const { job, nextRunAt } = await changeJob(c, c.req.valid("param").id, { paused: action === "pause" });
+      return c.json(presentJob(job, nextRunAt), 200);
+    },
+  );
+}
+
+jobs.openapi(
+  createRoute({
+    method: "delete",
+    path: "/jobs/{id}",
+    summary: "Delete a job: no run starts after the answer; its runs stay readable",
+    security,
+    request: { params: IdParam },
+    responses: { 200: json(z.object({ id: z.string(), deleted: z.literal(true) }), "deleted"), ...errors(404, 503) },
+  }),
+  async (c) => {
+    const { job } = await changeJob(c, c.req.valid("param").id, { deleted: true });
+    return c.json({ id: job.id, deleted: true as const }, 200);
+  },
+);
+
+// ---- trigger ----
+
+jobs.openapi(
+  createRoute({
+    method: "post",
+    path: "/jobs/{id}/trigger",
+    summary: "Run a job once now, besides its schedule",
+    description: "Send an Idempotency-Key header to make retries of this call yield the same run.",
+    security,
+    request: { params: IdParam, headers: z.object({ "idempotency-key": z.string().regex(TRIGGER_KEY, "1 to 64 letters, digits or dashes").optional() }) },
+    responses: { 202: json(RunSchema, "the run, queued"), ...errors(400, 404) },
+  }),
+  async (c) => {
+    const job = await loadJob(c, c.req.valid("param").id);
+    const key = c.req.valid("header")["idempotency-key"] ?? newTriggerKey();
+    const run = await shardStub(c.env, job.shard).trigger(job.shard, job.id, key);
+    if (!run) throw notFound("job", job.id);
+    return c.json(presentRun(run), 202);
+  },
+);
+
+// ---- runs of a job ----
+
+/** Runs are paged by (scheduledAt, id), newest first; the cursor carries both. */
+const RUN_CURSOR = /^([0-9a-z]{1,12})\.(run_[0-9A-Za-z_-]{1,120})$/;
+
+jobs.openapi(
+  createRoute({
+    method: "get",
+    path: "/jobs/{id}/runs",
+    summary: "List a job's runs, newest first",
+    security,
+    request: { params: IdParam, query: PageQuery },
+    responses: { 200: json(pageOf(RunSchema), "a page of runs"), ...errors(400, 404) },
+  }),
+  async (c) => {
+    const job = await loadJob(c, c.req.valid("param").id, { includeDeleted: true });
+    const { limit, cursor } = c.req.valid("query");
+    let before: { scheduledAt: number; id: string } | undefined;
+    if (cursor !== undefined) {
+      const match = RUN_CURSOR.exec(cursor);
+      if (!match) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
+      before = { scheduledAt: parseInt(match[1]!, 36), id: match[2]! };
+    }
+    const runs = await shardStub(c.env, job.shard).listRuns(job.id, limit + 1, before);
+    const page = runs.slice(0, limit);
+    const last = page[page.length - 1];
+    return c.json({
+      items: page.map(presentRun),
+      nextCursor: runs.length > limit && last ? `${last.scheduledAt.toString(36)}.${last.id}` : null,
+    }, 200);
+  },
+);
+
+export async function loadJob(c: Context<{ Bindings: Env }>, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob> {
+  const job = JOB_ID.test(id) ? await getJob(c.env.DB, id, opts) : null;
+  if (!job) throw notFound("job", id);
+  return job;
+}

@@ -1,0 +1,48 @@
+import type { CatalogJob } from "../catalog/jobs";
+import type { Job } from "../model/job";
+import type { Run } from "../model/run";
+import type { RunView } from "../shard/shard";
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
+
+export function presentJob(job: CatalogJob, nextRunAt: number | null): Job {
+  return {
+    id: job.id,
+    name: job.name,
+    ...job.spec,
+    paused: job.paused,
+    version: job.version,
+    shard: job.shard,
+    createdAt: iso(job.createdAt),
+    updatedAt: iso(job.updatedAt),
+    nextRunAt: job.paused ? null : isoOrNull(nextRunAt),
+  };
+}
+
+export function presentRun(run: RunView): Run {
+  return {
+    id: run.id,
+    jobId: run.jobId,
+    jobVersion: run.jobVersion,
+    trigger: run.trigger,
+    scheduledAt: iso(run.scheduledAt),
+    state: run.state,
+    attempts: run.attempts,
+    startedAt: isoOrNull(run.startedAt),
+    finishedAt: isoOrNull(run.finishedAt),
+    status: run.status,
+    error: run.error,
+    ...(run.attemptLog && {
+      attemptLog: run.attemptLog.map((a) => ({
+        attempt: a.attempt,
+        startedAt: iso(a.startedAt),
+        finishedAt: isoOrNull(a.finishedAt),
+        outcome: a.outcome,
+        status: a.status,
+        error: a.error,
+        durationMs: a.finishedAt === null ? null : a.finishedAt - a.startedAt,
+      })),
+    }),
+  };
+}

@@ -1,0 +1,119 @@
+import type { JobSpec } from "../model/job";
+import type { JobDefinition } from "../shard/shard";
+
+/** The catalog in D1: job definitions as accepted. Nothing here is on the fire → record path. */
+
+export interface CatalogJob {
+  id: string;
+  name: string | null;
+  shard: string;
+  version: number;
+  spec: JobSpec;
+  paused: boolean;
+  createdAt: number;
+  updatedAt: number;
+  deletedAt: number | null;
+}
+
+type Row = Record<string, unknown>;
+
+const toJob = (r: Row): CatalogJob => ({
+  id: r.id as string,
+  name: (r.name as string | null) ?? null,
+  shard: r.shard as string,
+  version: r.version as number,
+  spec: JSON.parse(r.spec as string) as JobSpec,
+  paused: r.paused === 1,
+  createdAt: r.created_at as number,
+  updatedAt: r.updated_at as number,
+  deletedAt: (r.deleted_at as number | null) ?? null,
+});
+
+/** The shard's view of a catalog row. */
+export function toDefinition(job: CatalogJob): JobDefinition {
+  return {
+    id: job.id,
+    version: job.version,
+    spec: job.spec,
+    paused: job.paused,
+    deleted: job.deletedAt !== null,
+    createdAt: job.createdAt,
+  };
+}
+
+export async function insertJob(db: D1Database, job: CatalogJob): Promise<void> {
+  await db
+    .prepare(
+      `INSERT INTO jobs (id, name, shard, version, spec, paused, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+    )
+    .bind(job.id, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt)
+    .run();
+}
+
+/** A job by id; deleted jobs only when asked (their runs stay readable). */
+export async function getJob(db: D1Database, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob | null> {
+  const row = await db.prepare("SELECT * FROM jobs WHERE id = ?").bind(id).first<Row>();
+  if (!row) return null;
+  const job = toJob(row);
+  return job.deletedAt !== null && !opts.includeDeleted ? null : job;
+}
+
+/** Newest first; the cursor is the last id of the previous page. */
+export async function listJobs(db: D1Database, limit: number, before?: string): Promise<CatalogJob[]> {
+  const stmt = before
+    ? db.prepare("SELECT * FROM jobs WHERE deleted_at IS NULL AND id < ? ORDER BY id DESC LIMIT ?").bind(before, limit)
+    : db.prepare("SELECT * FROM jobs WHERE deleted_at IS NULL ORDER BY id DESC LIMIT ?").bind(limit);
+  const { results } = await stmt.all<Row>();
+  return results.map(toJob);
+}
+
+/**
+ * Changes a live job and bumps its version in one statement, so concurrent changes each get
+ * their own version and a shard applies them in order. Null if the job is unknown or deleted.
+ */
+export async function updateJob(
+  db: D1Database,
+  id: string,
+  change: { paused?: boolean; deleted?: boolean },
+  now: number,
+): Promise<CatalogJob | null> {
+  const row = await db
+    .prepare(
+      `UPDATE jobs SET version = version + 1, updated_at = ?,
+         paused = COALESCE(?, paused), deleted_at = CASE WHEN ? THEN ? ELSE deleted_at END
+       WHERE id = ? AND deleted_at IS NULL RETURNING *`,
+    )
+    .bind(now, change.paused === undefined ? null : change.paused ? 1 : 0, change.deleted ? 1 : 0, now, id)
+    .first<Row>();
+  return row ? toJob(row) : null;
+}
+
+/** Every shard name the catalog has recorded, deleted jobs included. */
+export async function shardsInUse(db: D1Database): Promise<string[]> {
+  const { results } = await db.prepare("SELECT DISTINCT shard FROM jobs").all<{ shard: string }>();
+  return results.map((r) => r.shard);
+}
+
+/** One page of a shard's catalog entries, by id, for the sweep to compare with the shard. */
+export async function shardEntries(
+  db: D1Database,
+  shard: string,
+  afterId: string,
+  limit: number,
+): Promise<Array<{ id: string; version: number; deleted: boolean }>> {
+  const { results } = await db
+    .prepare("SELECT id, version, deleted_at FROM jobs WHERE shard = ? AND id > ? ORDER BY id LIMIT ?")
+    .bind(shard, afterId, limit)
+    .all<Row>();
+  return results.map((r) => ({ id: r.id as string, version: r.version as number, deleted: r.deleted_at !== null }));
+}
+
+export async function getJobsByIds(db: D1Database, ids: string[]): Promise<CatalogJob[]> {
+  if (ids.length === 0) return [];
+  const { results } = await db
+    .prepare(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`)
+    .bind(...ids)
+    .all<Row>();
+  return results.map(toJob);
+}

@@ -1,0 +1,57 @@
+/**
+ * Identifiers. Job ids sort by creation time (the list endpoint pages on them); run ids are
+ * derived, never random, so that re-running an alarm, a sweep or a trigger can never make a
+ * second run for the same fire (invariant 2).
+ */
+const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
+
+function randomChars(count: number): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(count));
+  return Array.from(bytes, (b) => ALPHABET[b % ALPHABET.length]).join("");
+}
+
+/** job_<creation ms in base 36, fixed width><10 random chars>. */
+export function newJobId(nowMs: number): string {
+  return `job_${nowMs.toString(36).padStart(9, "0")}${randomChars(10)}`;
+}
+
+export const JOB_ID = /^job_[0-9a-z]{19}$/;
+
+const jobPart = (jobId: string) => jobId.slice("job_".length);
+
+/** The run of a scheduled fire: one per (job, instant), whoever creates it and however often. */
+export function scheduledRunId(jobId: string, scheduledAtMs: number): string {
+  return `run_${jobPart(jobId)}_${scheduledAtMs.toString(36)}`;
+}
+
+/** The run of a manual trigger: one per (job, trigger key); the key is the client's or random. */
+export function triggeredRunId(jobId: string, triggerKey: string): string {
+  return `run_${jobPart(jobId)}_m${triggerKey}`;
+}
+
+export function newTriggerKey(): string {
+  return randomChars(16);
+}
+
+/** A client-chosen trigger key (from its Idempotency-Key header) made safe for a run id. */
+export const TRIGGER_KEY = /^[0-9A-Za-z-]{1,64}$/;
+
+/** The job a run id belongs to, or null if the string is not a run id. */
+export function jobIdOfRun(runId: string): string | null {
+  const match = /^run_([0-9a-z]{19})_[0-9A-Za-z-]+$/.exec(runId);
+  return match ? `job_${match[1]}` : null;
+}
+
+/**
+ * The shard of a job: FNV-1a of its id over the shard count. Written out because it must never
+ * change between releases (a job's shard is recorded at creation and read back), which a
+ * library's unspecified hash would not promise.
+ */
+export function shardFor(jobId: string, shardCount: number): string {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < jobId.length; i++) {
+    hash ^= jobId.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return `shard-${hash % shardCount}`;
+}

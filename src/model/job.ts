@@ -1,0 +1,121 @@
+import { z } from "@hono/zod-openapi";
+import { cronError, isTimeZone } from "../schedule/cron";
+import { parseDuration } from "../schedule/duration";
+
+/** The zod schemas are the single source of request/response types and of the OpenAPI document. */
+
+export const Instant = z.iso
+  .datetime({ offset: true, error: "must be an ISO-8601 instant with a zone, e.g. 2026-12-01T09:00:00Z" })
+  .openapi({ example: "2026-12-01T09:00:00Z" });
+
+const MIN_EVERY_MS = 1_000;
+
+export const ScheduleSchema = z
+  .strictObject({
+    cron: z.string().max(200).optional().openapi({ example: "*/5 * * * *" }),
+    timezone: z.string().max(64).optional().openapi({ example: "Europe/Berlin" }),
+    at: Instant.optional(),
+    every: z.string().max(20).optional().openapi({ example: "30s" }),
+  })
+  .superRefine((s, ctx) => {
+    const kinds = (["cron", "at", "every"] as const).filter((k) => s[k] !== undefined);
+    if (kinds.length !== 1) {
+      ctx.addIssue({ code: "custom", message: "give exactly one of cron, at or every", path: [] });
+      return;
+    }
+    if (s.timezone !== undefined && s.cron === undefined) {
+      ctx.addIssue({ code: "custom", message: "timezone applies only to cron schedules", path: ["timezone"] });
+    }
+    if (s.timezone !== undefined && !isTimeZone(s.timezone)) {
+      ctx.addIssue({ code: "custom", message: `unknown IANA time zone: ${s.timezone}`, path: ["timezone"] });
+    }
+    if (s.cron !== undefined) {
+      const error = cronError(s.cron, s.timezone !== undefined && isTimeZone(s.timezone) ? s.timezone : "UTC");
+      if (error) ctx.addIssue({ code: "custom", message: error, path: ["cron"] });
+    }
+    if (s.every !== undefined) {
+      const ms = parseDuration(s.every);
+      if (ms === null) {
+        ctx.addIssue({ code: "custom", message: 'must be a whole number and a unit s, m, h or d, e.g. "30s"', path: ["every"] });
+      } else if (ms < MIN_EVERY_MS) {
+        ctx.addIssue({ code: "custom", message: "must be at least 1s", path: ["every"] });
+      }
+    }
+  })
+  .openapi("Schedule", {
+    description: 'Exactly one of `{ "cron", "timezone"? }`, `{ "at" }` or `{ "every" }`.',
+  });
+
+export const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const;
+
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Set by edgecron on every request; a job may not override them. */
+export const RESERVED_HEADERS = ["idempotency-key", "x-edgecron-run-id", "x-edgecron-attempt", "x-edgecron-scheduled-at", "x-edgecron-job-id"];
+
+export const TargetSchema = z
+  .strictObject({
+    url: z
+      .url({ protocol: /^https?$/, error: "must be an absolute http or https URL" })
+      .max(2048)
+      .openapi({ example: "https://example.com/hooks/report" }),
+    method: z.enum(HTTP_METHODS).default("POST"),
+    headers: z
+      .record(z.string().regex(HEADER_NAME, "not a valid HTTP header name"), z.string().max(8192))
+      .superRefine((headers, ctx) => {
+        if (Object.keys(headers).length > 50) ctx.addIssue({ code: "custom", message: "at most 50 headers" });
+        for (const name of Object.keys(headers)) {
+          if (RESERVED_HEADERS.includes(name.toLowerCase())) {
+            ctx.addIssue({ code: "custom", message: `${name} is set by edgecron on every request`, path: [name] });
+          }
+        }
+      })
+      .optional(),
+    body: z
+      .union([z.string(), z.record(z.string(), z.unknown()), z.array(z.unknown())])
+      .optional()
+      .openapi({ description: "A string is sent as is; JSON is sent as application/json." }),
+  })
+  .superRefine((t, ctx) => {
+    if (t.body !== undefined && t.method === "GET") {
+      ctx.addIssue({ code: "custom", message: "a GET request has no body", path: ["body"] });
+    }
+  })
+  .openapi("Target");
+
+export const RetrySchema = z
+  .strictObject({
+    maxAttempts: z.int().min(1).max(20).default(3).openapi({ description: "Attempts in all, the first included." }),
+  })
+  .openapi("Retry");
+
+export const CreateJobSchema = z
+  .strictObject({
+    name: z.string().min(1).max(200).optional(),
+    schedule: ScheduleSchema,
+    target: TargetSchema,
+    retry: RetrySchema.default({ maxAttempts: 3 }),
+    timeoutMs: z.int().min(1_000).max(900_000).default(30_000),
+  })
+  .openapi("CreateJob");
+
+export type CreateJob = z.infer<typeof CreateJobSchema>;
+/** What the shard needs to run a job: the accepted definition minus presentation. */
+export type JobSpec = Pick<CreateJob, "schedule" | "target" | "retry" | "timeoutMs">;
+
+export const JobSchema = z
+  .object({
+    id: z.string().openapi({ example: "job_0mihx2k3f8a1b2c3d4e5" }),
+    name: z.string().nullable(),
+    schedule: ScheduleSchema,
+    target: TargetSchema,
+    retry: RetrySchema,
+    timeoutMs: z.int(),
+    paused: z.boolean(),
+    version: z.int().openapi({ description: "Bumped on every change." }),
+    shard: z.string(),
+    createdAt: Instant,
+    updatedAt: Instant,
+    nextRunAt: Instant.nullable().openapi({ description: "The next scheduled fire; null when none is left or the job is paused." }),
+  })
+  .openapi("Job");
+export type Job = z.infer<typeof JobSchema>;

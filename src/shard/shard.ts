@@ -1,0 +1,367 @@
+import { DurableObject } from "cloudflare:workers";
+import type { DispatchMessage, Env } from "../env";
+import type { JobSpec } from "../model/job";
+import { scheduledRunId, triggeredRunId } from "../model/ids";
+import { retryDelay } from "../schedule/backoff";
+import { firstFire, nextFireAfter } from "../schedule/next-fire";
+import { afterFailure, classifyStatus } from "./run-states";
+import { ShardStore, type AttemptRow, type Dispatch, type RunRow, type ShardJob } from "./store";
+
+/** What the API (or the sweep) hands a shard: a job definition at a version. */
+export interface JobDefinition {
+  id: string;
+  version: number;
+  spec: JobSpec;
+  paused: boolean;
+  deleted: boolean;
+  createdAt: number;
+}
+
+export interface JobRuntime {
+  id: string;
+  version: number;
+  nextRunAt: number | null;
+}
+
+export type ClaimResult =
+  | { result: "stale"; runId: string; fence: number }
+  | {
+      result: "claimed";
+      runId: string;
+      fence: number;
+      jobId: string;
+      attempt: number;
+      scheduledAt: number;
+      target: JobSpec["target"];
+      timeoutMs: number;
+    };
+
+export interface Outcome {
+  runId: string;
+  fence: number;
+  ok: boolean;
+  /** The target's HTTP status; null when it never answered (network error, timeout). */
+  status: number | null;
+  error: string | null;
+  /** From the target's Retry-After header, when it sent one. */
+  retryAfterMs?: number;
+}
+
+export interface RunView extends RunRow {
+  attempts: number;
+  attemptLog?: AttemptRow[];
+}
+
+/** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
+export const LEASE_GRACE_MS = 5_000;
+const DEFAULT_CLAIM_TIMEOUT_MS = 60_000;
+/** How long unsent dispatches wait after the Queue refused a send. */
+const SEND_RETRY_MS = 2_000;
+/** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
+const TICK_BATCH = 2_000;
+const QUEUE_BATCH = 100;
+
+/**
+ * One shard: the single writer of its jobs' runtime state. Each method is a thin shell over
+ * one `transactionSync` on the store; all timing goes through the one alarm.
+ */
+export class Shard extends DurableObject<Env> {
+  private readonly store: ShardStore;
+  private flushing: Promise<boolean> | null = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.store = new ShardStore(ctx.storage.sql);
+  }
+
+  // ---- the alarm: fire what is due, move runs whose time has come, send, re-arm ----
+
+  override async alarm(): Promise<void> {
+    await this.tick();
+  }
+
+  private async tick(): Promise<void> {
+    const now = Date.now();
+    this.ctx.storage.transactionSync(() => {
+      this.fireDueJobs(now);
+      this.advanceDueRuns(now);
+    });
+    const sent = await this.flushOutbox();
+    await this.armAlarm(sent);
+  }
+
+  /** Every due fire becomes a run and a dispatch, and the job moves to its next fire. */
+  private fireDueJobs(now: number): void {
+    for (const job of this.store.dueJobs(now, TICK_BATCH)) {
+      const at = job.nextFireAt as number;
+      this.store.createRun(
+        { id: scheduledRunId(job.id, at), jobId: job.id, jobVersion: job.version, trigger: "schedule", scheduledAt: at },
+        now,
+        now + this.claimTimeoutMs(),
+      );
+      // Fires missed while the shard could not run collapse into the one just made.
+      this.store.setNextFire(job.id, nextFireAfter(job.spec.schedule, job.createdAt, Math.max(at, now)));
+    }
+  }
+
+  /** Runs whose due time passed: lost dispatches go out again, retries start, expired leases fail. */
+  private advanceDueRuns(now: number): void {
+    for (const run of this.store.dueRuns(now, TICK_BATCH)) {
+      if (run.state === "queued") {
+        const next = this.store.moveRun(run, "redispatch", { fence: run.fence + 1, dueAt: now + this.claimTimeoutMs() });
+        this.store.addOutbox(next.id, next.fence);
+      } else if (run.state === "retry_wait") {
+        const next = this.store.moveRun(run, "requeue", {
+          attempt: run.attempt + 1,
+          fence: run.fence + 1,
+          dueAt: now + this.claimTimeoutMs(),
+        });
+        this.store.addOutbox(next.id, next.fence);
+      } else if (run.state === "running") {
+        const error = "timed out: no outcome before the lease expired";
+        this.store.finishAttempt(run.id, run.fence, "timed_out", now, null, error);
+        this.failRun(run, null, error, now);
+      }
+    }
+  }
+
+  /** Retry later, or end the run as dead (retries exhausted) or failed (the target refused). */
+  private failRun(run: RunRow, status: number | null, error: string | null, now: number, retryAfterMs = 0): void {
+    const maxAttempts = this.store.getJob(run.jobId)?.spec.retry.maxAttempts ?? 1;
+    const decision = afterFailure(classifyStatus(status), run.attempt, maxAttempts);
+    if (decision === "retry") {
+      const delay = Math.max(retryDelay(run.attempt + 1), retryAfterMs);
+      this.store.moveRun(run, "retry", { dueAt: now + delay, status, error });
+    } else {
+      this.store.moveRun(run, decision, { dueAt: null, finishedAt: now, status, error });
+    }
+  }
+
+  // ---- the outbox ----
+
+  /**
+   * Sends every unsent dispatch, deleting each only after its send succeeded (invariant 3).
+   * One flush at a time: the alarm and a trigger may both ask, and requests interleave at
+   * every await. Returns false when the Queue refused a send; the rows stay for the next alarm.
+   */
+  private async flushOutbox(): Promise<boolean> {
+    while (this.flushing) await this.flushing;
+    this.flushing = this.sendOutbox();
+    try {
+      return await this.flushing;
+    } finally {
+      this.flushing = null;
+    }
+  }
+
+  private async sendOutbox(): Promise<boolean> {
+    const shard = this.shardName();
+    for (;;) {
+      const pending = this.store.outbox(TICK_BATCH);
+      if (pending.length === 0) return true;
+      const chunks: Dispatch[][] = [];
+      for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
+      const sent = await Promise.allSettled(
+        chunks.map((chunk) =>
+          this.env.RUNS.sendBatch(
+            chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
+              body: { shard, runId: d.runId, fence: d.fence },
+              contentType: "json",
+            })),
+          ),
+        ),
+      );
+      const ok = chunks.filter((_, i) => sent[i]?.status === "fulfilled");
+      this.store.removeOutbox(ok.flat());
+      if (ok.length < chunks.length) {
+        const reason = sent.find((s) => s.status === "rejected") as PromiseRejectedResult;
+        console.error(`shard ${shard}: queue send failed, ${pending.length} dispatches kept`, reason.reason);
+        return false;
+      }
+    }
+  }
+
+  /**
+   * Points the one alarm at the earliest thing the shard must do. Called after every change,
+   * and last in the alarm handler: re-arming before a throw would lose the runtime's retry.
+   */
+  private async armAlarm(lastSendOk = true): Promise<void> {
+    const now = Date.now();
+    const at = this.store.earliestWork(lastSendOk ? now : now + SEND_RETRY_MS);
+    const current = await this.ctx.storage.getAlarm();
+    if (at === null) {
+      if (current !== null) await this.ctx.storage.deleteAlarm();
+    } else if (current !== at) {
+      await this.ctx.storage.setAlarm(at);
+    }
+  }
+
+  // ---- RPC: jobs ----
+
+  /** Applies definitions newer than what the shard holds; older or equal versions change nothing. */
+  async applyJobs(shard: string, definitions: JobDefinition[]): Promise<JobRuntime[]> {
+    this.rememberName(shard);
+    const now = Date.now();
+    this.ctx.storage.transactionSync(() => {
+      for (const def of definitions) {
+        const held = this.store.getJob(def.id);
+        if (held && held.version >= def.version) continue;
+        this.store.putJob({ ...def, nextFireAt: nextFireOnChange(held, def, now) });
+        if (def.paused || def.deleted) this.cancelPending(def.id, def.deleted ? "job deleted" : "job paused", now);
+      }
+    });
+    await this.armAlarm();
+    return this.jobRuntimes(definitions.map((d) => d.id));
+  }
+
+  async jobRuntimes(ids: string[]): Promise<JobRuntime[]> {
+    return this.store.getJobs(ids).map((j) => ({ id: j.id, version: j.version, nextRunAt: j.paused ? null : j.nextFireAt }));
+  }
+
+  private cancelPending(jobId: string, reason: string, now: number): void {
+    for (const run of this.store.pendingRuns(jobId)) {
+      this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason });
+      this.store.removeOutboxOfRun(run.id);
+    }
+  }
+
+  /** One extra run now. The same trigger key always names the same run. Null if the job is unknown. */
+  async trigger(shard: string, jobId: string, triggerKey: string): Promise<RunView | null> {
+    this.rememberName(shard);
+    const job = this.store.getJob(jobId);
+    if (!job || job.deleted) return null;
+    const now = Date.now();
+    const runId = triggeredRunId(jobId, triggerKey);
+    this.ctx.storage.transactionSync(() => {
+      this.store.createRun({ id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now }, now, now + this.claimTimeoutMs());
+    });
+    const sent = await this.flushOutbox();
+    await this.armAlarm(sent);
+    return this.getRun(runId);
+  }
+
+  // ---- RPC: the consumer's side ----
+
+  /** Claims dispatched runs for execution. Only the current fence of a queued run wins (invariant 4). */
+  async claim(dispatches: Dispatch[]): Promise<ClaimResult[]> {
+    const now = Date.now();
+    const results = this.ctx.storage.transactionSync(() =>
+      dispatches.map((d): ClaimResult => {
+        const run = this.store.getRun(d.runId);
+        const job = run && this.store.getJob(run.jobId);
+        if (!run || !job || job.deleted || run.fence !== d.fence || run.state !== "queued") {
+          return { result: "stale", runId: d.runId, fence: d.fence };
+        }
+        const leaseUntil = now + job.spec.timeoutMs + LEASE_GRACE_MS;
+        this.store.moveRun(run, "claim", { dueAt: leaseUntil, startedAt: run.startedAt ?? now });
+        this.store.startAttempt(run.id, run.attempt, run.fence, now);
+        return {
+          result: "claimed",
+          runId: run.id,
+          fence: run.fence,
+          jobId: run.jobId,
+          attempt: run.attempt,
+          scheduledAt: run.scheduledAt,
+          target: job.spec.target,
+          timeoutMs: job.spec.timeoutMs,
+        };
+      }),
+    );
+    await this.armAlarm();
+    return results;
+  }
+
+  /** Records outcomes. Each run's outcome is recorded once; a stale fence changes nothing. */
+  async report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">> {
+    const now = Date.now();
+    const results = this.ctx.storage.transactionSync(() =>
+      outcomes.map((o) => {
+        const run = this.store.getRun(o.runId);
+        if (!run || run.fence !== o.fence || run.state !== "running") return "stale" as const;
+        this.store.finishAttempt(run.id, run.fence, o.ok ? "succeeded" : "failed", now, o.status, o.error);
+        if (o.ok) {
+          this.store.moveRun(run, "succeed", { dueAt: null, finishedAt: now, status: o.status, error: null });
+        } else {
+          this.failRun(run, o.status, o.error, now, o.retryAfterMs);
+        }
+        return "recorded" as const;
+      }),
+    );
+    await this.armAlarm();
+    return results;
+  }
+
+  // ---- RPC: reading runs ----
+
+  async getRun(runId: string): Promise<RunView | null> {
+    const run = this.store.getRun(runId);
+    if (!run) return null;
+    const attemptLog = this.store.attempts(runId);
+    return { ...run, attempts: attemptLog.length, attemptLog };
+  }
+
+  async listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]> {
+    const runs = this.store.listRuns(jobId, limit, before);
+    const counts = this.store.attemptCounts(runs.map((r) => r.id));
+    return runs.map((r) => ({ ...r, attempts: counts.get(r.id) ?? 0 }));
+  }
+
+  // ---- RPC: the sweep ----
+
+  /** Of the catalog's entries, the ids this shard lacks or holds at an older version. */
+  async staleJobs(shard: string, entries: Array<{ id: string; version: number; deleted: boolean }>): Promise<string[]> {
+    this.rememberName(shard);
+    const held = this.store.jobVersions(entries.map((e) => e.id));
+    return entries
+      .filter((e) => {
+        const version = held.get(e.id);
+        return version === undefined ? !e.deleted : version < e.version;
+      })
+      .map((e) => e.id);
+  }
+
+  /**
+   * Alarms can be lost or late (a workerd bug can leave a SQLite object's alarm late), so the
+   * sweep calls this: work already due runs now, otherwise the alarm is set again.
+   */
+  async assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }> {
+    const now = Date.now();
+    const due = this.store.earliestWork(now);
+    const ranDueWork = due !== null && due <= now;
+    if (ranDueWork) await this.tick();
+    else await this.armAlarm();
+    return { ranDueWork, alarmAt: await this.ctx.storage.getAlarm() };
+  }
+
+  // ---- identity and settings ----
+
+  /** The shard's own name, for the dispatches it sends; learned from the first call that names it. */
+  private rememberName(shard: string): void {
+    if (this.store.getMeta("name") !== shard) this.store.setMeta("name", shard);
+  }
+
+  private shardName(): string {
+    const name = this.store.getMeta("name");
+    if (name === null) throw new Error("shard has no name yet: it has never been handed a job");
+    return name;
+  }
+
+  private claimTimeoutMs(): number {
+    return Number(this.env.CLAIM_TIMEOUT_MS ?? DEFAULT_CLAIM_TIMEOUT_MS);
+  }
+}
+
+/**
+ * Next fire of a job whose definition changes. New jobs start from their creation (a job the
+ * sweep delivers late still gets the fire it missed, once); a resumed job skips what it missed
+ * while paused; a changed schedule starts afresh; anything else keeps its place.
+ */
+export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now: number): number | null {
+  if (def.deleted) return null;
+  if (!held) return firstFire(def.spec.schedule, def.createdAt);
+  if (JSON.stringify(held.spec.schedule) !== JSON.stringify(def.spec.schedule)) return firstFire(def.spec.schedule, now);
+  if (held.paused && !def.paused && def.spec.schedule.at === undefined) {
+    return nextFireAfter(def.spec.schedule, def.createdAt, now);
+  }
+  return held.nextFireAt;
+}

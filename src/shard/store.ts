@@ -1,0 +1,322 @@
+import type { JobSpec } from "../model/job";
+import { RUN_STATE_SQL_LIST, transition, type RunEvent, type RunState } from "./run-states";
+
+/**
+ * The shard's SQLite storage: one named operation per statement group. Every method is
+ * synchronous (SQLite in a Durable Object is), so a caller that wraps several of them in
+ * `transactionSync` gets one atomic change with no interleaving.
+ */
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  version INTEGER NOT NULL,
+  spec TEXT NOT NULL,
+  paused INTEGER NOT NULL,
+  deleted INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  next_fire_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_next_fire ON jobs (next_fire_at) WHERE next_fire_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  job_version INTEGER NOT NULL,
+  trigger TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual')),
+  scheduled_at INTEGER NOT NULL,
+  state TEXT NOT NULL CHECK (state IN (${RUN_STATE_SQL_LIST})),
+  attempt INTEGER NOT NULL,          -- the attempt being dispatched or run (1-based)
+  fence INTEGER NOT NULL,            -- bumped on every dispatch; only the current one may claim or report
+  due_at INTEGER,                    -- when the alarm must look at this run again; null once final
+  created_at INTEGER NOT NULL,
+  started_at INTEGER,
+  finished_at INTEGER,
+  status INTEGER,
+  error TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS attempts (
+  run_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  fence INTEGER NOT NULL,
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  outcome TEXT NOT NULL,
+  status INTEGER,
+  error TEXT,
+  PRIMARY KEY (run_id, fence)
+);
+CREATE TABLE IF NOT EXISTS outbox (
+  run_id TEXT NOT NULL,
+  fence INTEGER NOT NULL,
+  PRIMARY KEY (run_id, fence)
+);
+`;
+
+export interface ShardJob {
+  id: string;
+  version: number;
+  spec: JobSpec;
+  paused: boolean;
+  deleted: boolean;
+  createdAt: number;
+  nextFireAt: number | null;
+}
+
+export interface RunRow {
+  id: string;
+  jobId: string;
+  jobVersion: number;
+  trigger: "schedule" | "manual";
+  scheduledAt: number;
+  state: RunState;
+  attempt: number;
+  fence: number;
+  dueAt: number | null;
+  createdAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+  status: number | null;
+  error: string | null;
+}
+
+export interface AttemptRow {
+  attempt: number;
+  fence: number;
+  startedAt: number;
+  finishedAt: number | null;
+  outcome: "running" | "succeeded" | "failed" | "timed_out" | "cancelled";
+  status: number | null;
+  error: string | null;
+}
+
+export interface Dispatch {
+  runId: string;
+  fence: number;
+}
+
+type Row = Record<string, SqlStorageValue>;
+
+const toJob = (r: Row): ShardJob => ({
+  id: r.id as string,
+  version: r.version as number,
+  spec: JSON.parse(r.spec as string) as JobSpec,
+  paused: r.paused === 1,
+  deleted: r.deleted === 1,
+  createdAt: r.created_at as number,
+  nextFireAt: r.next_fire_at as number | null,
+});
+
+const toRun = (r: Row): RunRow => ({
+  id: r.id as string,
+  jobId: r.job_id as string,
+  jobVersion: r.job_version as number,
+  trigger: r.trigger as RunRow["trigger"],
+  scheduledAt: r.scheduled_at as number,
+  state: r.state as RunState,
+  attempt: r.attempt as number,
+  fence: r.fence as number,
+  dueAt: r.due_at as number | null,
+  createdAt: r.created_at as number,
+  startedAt: r.started_at as number | null,
+  finishedAt: r.finished_at as number | null,
+  status: r.status as number | null,
+  error: r.error as string | null,
+});
+
+export class ShardStore {
+  constructor(private readonly sql: SqlStorage) {
+    sql.exec(SCHEMA);
+  }
+
+  // ---- meta ----
+
+  getMeta(key: string): string | null {
+    const rows = this.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray();
+    return (rows[0]?.value as string | undefined) ?? null;
+  }
+
+  setMeta(key: string, value: string): void {
+    this.sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", key, value);
+  }
+
+  // ---- jobs ----
+
+  getJob(id: string): ShardJob | null {
+    const row = this.sql.exec("SELECT * FROM jobs WHERE id = ?", id).toArray()[0];
+    return row ? toJob(row) : null;
+  }
+
+  getJobs(ids: string[]): ShardJob[] {
+    if (ids.length === 0) return [];
+    return this.sql
+      .exec(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`, ...ids)
+      .toArray()
+      .map(toJob);
+  }
+
+  jobVersions(ids: string[]): Map<string, number> {
+    return new Map(this.getJobs(ids).map((j) => [j.id, j.version]));
+  }
+
+  putJob(job: ShardJob): void {
+    this.sql.exec(
+      `INSERT INTO jobs (id, version, spec, paused, deleted, created_at, next_fire_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
+         deleted = excluded.deleted, next_fire_at = excluded.next_fire_at`,
+      job.id, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.deleted ? 1 : 0, job.createdAt, job.nextFireAt,
+    );
+  }
+
+  /** Jobs whose next fire is due, earliest first. Paused and deleted jobs never fire. */
+  dueJobs(now: number, limit: number): ShardJob[] {
+    return this.sql
+      .exec("SELECT * FROM jobs WHERE next_fire_at <= ? AND paused = 0 AND deleted = 0 ORDER BY next_fire_at LIMIT ?", now, limit)
+      .toArray()
+      .map(toJob);
+  }
+
+  setNextFire(jobId: string, nextFireAt: number | null): void {
+    this.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", nextFireAt, jobId);
+  }
+
+  // ---- runs ----
+
+  getRun(id: string): RunRow | null {
+    const row = this.sql.exec("SELECT * FROM runs WHERE id = ?", id).toArray()[0];
+    return row ? toRun(row) : null;
+  }
+
+  /** Inserts a queued run with its outbox row; false (and nothing written) if the run exists. */
+  createRun(run: Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt">, now: number, claimDeadline: number): boolean {
+    const inserted = this.sql.exec(
+      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at)
+       VALUES (?, ?, ?, ?, ?, 'queued', 1, 1, ?, ?) ON CONFLICT (id) DO NOTHING`,
+      run.id, run.jobId, run.jobVersion, run.trigger, run.scheduledAt, claimDeadline, now,
+    ).rowsWritten;
+    if (inserted === 0) return false;
+    this.addOutbox(run.id, 1);
+    return true;
+  }
+
+  /** Runs whose due time has come (claim deadline, lease expiry or retry time). */
+  dueRuns(now: number, limit: number): RunRow[] {
+    return this.sql.exec("SELECT * FROM runs WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit).toArray().map(toRun);
+  }
+
+  /** Runs of a job that have not started an attempt yet or wait for their next one. */
+  pendingRuns(jobId: string): RunRow[] {
+    return this.sql
+      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('queued', 'retry_wait')", jobId)
+      .toArray()
+      .map(toRun);
+  }
+
+  listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunRow[] {
+    const rows = before
+      ? this.sql.exec(
+          `SELECT * FROM runs WHERE job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
+           ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
+          jobId, before.scheduledAt, before.scheduledAt, before.id, limit,
+        )
+      : this.sql.exec("SELECT * FROM runs WHERE job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?", jobId, limit);
+    return rows.toArray().map(toRun);
+  }
+
+  /**
+   * Moves a run along `event`, refusing any transition the state table lacks. `changes` are
+   * the other columns the step sets; the state column is only ever written here.
+   */
+  moveRun(run: RunRow, event: RunEvent, changes: Partial<Pick<RunRow, "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error">>): RunRow {
+    const to = transition(run.state, event);
+    if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
+    const next: RunRow = { ...run, ...changes, state: to };
+    this.sql.exec(
+      `UPDATE runs SET state = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?, error = ?
+       WHERE id = ?`,
+      next.state, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error, run.id,
+    );
+    return next;
+  }
+
+  // ---- attempts ----
+
+  startAttempt(runId: string, attempt: number, fence: number, now: number): void {
+    this.sql.exec(
+      "INSERT INTO attempts (run_id, attempt, fence, started_at, outcome) VALUES (?, ?, ?, ?, 'running')",
+      runId, attempt, fence, now,
+    );
+  }
+
+  finishAttempt(runId: string, fence: number, outcome: AttemptRow["outcome"], now: number, status: number | null, error: string | null): void {
+    this.sql.exec(
+      "UPDATE attempts SET outcome = ?, finished_at = ?, status = ?, error = ? WHERE run_id = ? AND fence = ? AND outcome = 'running'",
+      outcome, now, status, error, runId, fence,
+    );
+  }
+
+  attempts(runId: string): AttemptRow[] {
+    return this.sql
+      .exec("SELECT attempt, fence, started_at, finished_at, outcome, status, error FROM attempts WHERE run_id = ? ORDER BY fence", runId)
+      .toArray()
+      .map((r) => ({
+        attempt: r.attempt as number,
+        fence: r.fence as number,
+        startedAt: r.started_at as number,
+        finishedAt: r.finished_at as number | null,
+        outcome: r.outcome as AttemptRow["outcome"],
+        status: r.status as number | null,
+        error: r.error as string | null,
+      }));
+  }
+
+  attemptCounts(runIds: string[]): Map<string, number> {
+    if (runIds.length === 0) return new Map();
+    const rows = this.sql
+      .exec(`SELECT run_id, COUNT(*) AS n FROM attempts WHERE run_id IN (${runIds.map(() => "?").join(",")}) GROUP BY run_id`, ...runIds)
+      .toArray();
+    return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
+  }
+
+  // ---- outbox ----
+
+  addOutbox(runId: string, fence: number): void {
+    this.sql.exec("INSERT INTO outbox (run_id, fence) VALUES (?, ?) ON CONFLICT DO NOTHING", runId, fence);
+  }
+
+  outbox(limit: number): Dispatch[] {
+    return this.sql
+      .exec("SELECT run_id, fence FROM outbox LIMIT ?", limit)
+      .toArray()
+      .map((r) => ({ runId: r.run_id as string, fence: r.fence as number }));
+  }
+
+  removeOutbox(dispatches: Dispatch[]): void {
+    for (const d of dispatches) this.sql.exec("DELETE FROM outbox WHERE run_id = ? AND fence = ?", d.runId, d.fence);
+  }
+
+  removeOutboxOfRun(runId: string): void {
+    this.sql.exec("DELETE FROM outbox WHERE run_id = ?", runId);
+  }
+
+  outboxSize(): number {
+    return this.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n as number;
+  }
+
+  // ---- the alarm ----
+
+  /** The earliest instant the shard must act: a fire, a run's due time, or now for unsent dispatches. */
+  earliestWork(now: number): number | null {
+    if (this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0) return now;
+    const row = this.sql
+      .exec(
+        `SELECT MIN(t) AS t FROM (
+           SELECT MIN(next_fire_at) AS t FROM jobs WHERE paused = 0 AND deleted = 0
+           UNION ALL SELECT MIN(due_at) FROM runs)`,
+      )
+      .one();
+    return (row.t as number | null) ?? null;
+  }
+}
