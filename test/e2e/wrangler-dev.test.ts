@@ -1,0 +1,303 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startReceiver, type Hit } from "../support/receiver";
+
+/**
+ * End to end: the real stack as `npm start` runs it (scripts/start.mjs: local D1 migrations,
+ * `wrangler dev` with the Worker, the Shard Durable Objects and their alarms, the local Queue
+ * and its consumer, and the periodic sweep), driven only through the public HTTP API, with a
+ * real loopback HTTP receiver as the jobs' target.
+ */
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const TOKEN = "e2e-token-7f3c";
+const READY_TIMEOUT_MS = 90_000;
+/** A sanity bound for lateness on a shared, noisy machine; not a speed assertion. */
+const LATE_BOUND_MS = 5_000;
+const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+let stack: ChildProcess | undefined;
+let stackExited = false;
+let persistDir: string | undefined;
+let base = "";
+let receiver: { url: string; server: Server; hits: Map<string, Hit[]> } | undefined;
+const output: string[] = [];
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** The stack's own output, for a failure message; only its tail is kept. */
+function tail(): string {
+  return output.join("").split("\n").slice(-60).join("\n");
+}
+
+function groupAlive(pid: number): boolean {
+  try {
+    process.kill(-pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function killGroup(pid: number): Promise<void> {
+  try {
+    process.kill(-pid, "SIGTERM");
+  } catch {
+    return; // already gone
+  }
+  for (let waited = 0; waited < 10_000 && groupAlive(pid); waited += 100) await sleep(100);
+  if (groupAlive(pid)) {
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {}
+    for (let waited = 0; waited < 5_000 && groupAlive(pid); waited += 100) await sleep(100);
+  }
+}
+
+async function api(method: string, path: string, body?: unknown, auth = true): Promise<{ status: number; json: any; headers: Headers }> {
+  const headers: Record<string, string> = {};
+  if (auth) headers.authorization = `Bearer ${TOKEN}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(`${base}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = { unparsable: text };
+  }
+  return { status: res.status, json, headers: res.headers };
+}
+
+/** Polls `check` until it returns a value other than undefined, or fails with `what`. */
+async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined> | T | undefined): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (stackExited) throw new Error(`the stack exited while waiting for ${what}\n${tail()}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${tail()}`);
+    await sleep(100);
+  }
+}
+
+const hitsOf = (name: string): Hit[] => [...(receiver?.hits.get(name) ?? [])];
+const scheduledAtOf = (hit: Hit) => Date.parse(hit.headers["x-edgecron-scheduled-at"] ?? "");
+
+beforeAll(async () => {
+  receiver = await startReceiver();
+  persistDir = await mkdtemp(join(tmpdir(), "edgecron-e2e-"));
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  stack = spawn(process.execPath, ["scripts/start.mjs"], {
+    cwd: ROOT,
+    detached: true, // its own process group, so afterAll can end wrangler and workerd with it
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, PORT: String(port), PERSIST_DIR: persistDir, API_TOKEN: TOKEN, SWEEP_INTERVAL_MS: "5000" },
+  });
+  const keep = (chunk: Buffer) => {
+    output.push(chunk.toString("utf8"));
+    if (output.length > 500) output.splice(0, output.length - 500);
+  };
+  stack.stdout?.on("data", keep);
+  stack.stderr?.on("data", keep);
+  stack.on("exit", () => {
+    stackExited = true;
+  });
+  await until("GET /healthz to answer 200", READY_TIMEOUT_MS, async () => {
+    try {
+      return (await fetch(`${base}/healthz`)).status === 200 ? true : undefined;
+    } catch {
+      return undefined;
+    }
+  });
+});
+
+afterAll(async () => {
+  if (stack?.pid !== undefined) await killGroup(stack.pid);
+  if (receiver) await new Promise<void>((resolve) => receiver!.server.close(() => resolve()));
+  if (persistDir) await rm(persistDir, { recursive: true, force: true });
+  if (stack?.pid !== undefined && groupAlive(stack.pid)) {
+    throw new Error(`processes of group ${stack.pid} (wrangler/workerd) survived SIGKILL`);
+  }
+});
+
+describe("edgecron under wrangler dev, as npm start runs it", () => {
+  let everyJob: any;
+  let atJob: any;
+  let atInstant: number;
+
+  it("answers 401 JSON without a token, and serves its OpenAPI document", async () => {
+    const unauth = await api("GET", "/v1/jobs", undefined, false);
+    expect(unauth.status).toBe(401);
+    expect(unauth.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(unauth.json.error.code).toBe("unauthorized");
+    expect(unauth.headers.get("www-authenticate")).toMatch(/^Bearer/);
+
+    const wrong = await fetch(`${base}/v1/jobs`, { headers: { authorization: "Bearer not-the-token" } });
+    expect(wrong.status).toBe(401);
+
+    const doc = await api("GET", "/openapi.json", undefined, false);
+    expect(doc.status).toBe(200);
+    expect(doc.json.openapi).toEqual(expect.any(String));
+    expect(doc.json.paths["/v1/jobs"]).toBeDefined();
+  });
+
+  it("creates an every-1s job and a one-off job, each with its first fire", async () => {
+    const every = await api("POST", "/v1/jobs", {
+      schedule: { every: "1s" },
+      target: { url: `${receiver!.url}/hit/every`, headers: { "X-Custom": "yes" }, body: { hello: "world" } },
+    });
+    expect(every.status, JSON.stringify(every.json)).toBe(201);
+    everyJob = every.json;
+    expect(everyJob.id).toMatch(/^job_[0-9a-z]{19}$/);
+    expect(everyJob.target.method).toBe("POST");
+    expect(everyJob.nextRunAt).toMatch(ISO_INSTANT);
+    // The grid of an interval starts at creation: the first fire is one interval later.
+    expect(Date.parse(everyJob.nextRunAt)).toBe(Date.parse(everyJob.createdAt) + 1_000);
+
+    atInstant = Date.now() + 3_000;
+    const at = await api("POST", "/v1/jobs", {
+      schedule: { at: new Date(atInstant).toISOString() },
+      target: { url: `${receiver!.url}/hit/at`, method: "PUT" },
+    });
+    expect(at.status, JSON.stringify(at.json)).toBe(201);
+    atJob = at.json;
+    expect(atJob.id).toMatch(/^job_[0-9a-z]{19}$/);
+    expect(atJob.id).not.toBe(everyJob.id);
+    expect(atJob.nextRunAt).toBe(new Date(atInstant).toISOString());
+
+    const listed = await api("GET", "/v1/jobs");
+    expect(listed.status).toBe(200);
+    expect(listed.json.items.map((j: { id: string }) => j.id)).toEqual(expect.arrayContaining([everyJob.id, atJob.id]));
+  });
+
+  it("calls the targets on schedule with the edgecron headers, the job's headers, body and method", async () => {
+    expect(everyJob, "job creation failed").toBeDefined();
+    await until("4 hits of the every job and 1 of the at job", 20_000, () =>
+      hitsOf("every").length >= 4 && hitsOf("at").length >= 1 ? true : undefined,
+    );
+    const every = hitsOf("every");
+    const at = hitsOf("at");
+
+    for (const [hits, job, method] of [[every, everyJob, "POST"], [at, atJob, "PUT"]] as const) {
+      for (const hit of hits) {
+        const h = hit.headers;
+        expect(hit.method).toBe(method);
+        expect(h["x-edgecron-run-id"]).toMatch(/^run_/);
+        expect(h["x-edgecron-run-id"]!.startsWith(`run_${job.id.slice("job_".length)}_`)).toBe(true);
+        expect(h["idempotency-key"]).toBe(h["x-edgecron-run-id"]);
+        expect(h["x-edgecron-job-id"]).toBe(job.id);
+        expect(h["x-edgecron-attempt"]).toBe("1");
+        expect(h["x-edgecron-scheduled-at"]).toMatch(ISO_INSTANT);
+        const scheduledAt = scheduledAtOf(hit);
+        expect(new Date(scheduledAt).toISOString()).toBe(h["x-edgecron-scheduled-at"]);
+        // On time: never early, and not absurdly late.
+        const late = hit.receivedAt - scheduledAt;
+        expect(late, `hit ${h["x-edgecron-run-id"]} ${late} ms after its instant`).toBeGreaterThanOrEqual(0);
+        expect(late, `hit ${h["x-edgecron-run-id"]} ${late} ms after its instant`).toBeLessThan(LATE_BOUND_MS);
+      }
+    }
+
+    for (const hit of every) {
+      expect(hit.headers["x-custom"]).toBe("yes");
+      expect(hit.headers["content-type"]).toMatch(/^application\/json/);
+      expect(JSON.parse(hit.body)).toEqual({ hello: "world" });
+    }
+    // On the grid createdAt + k·1s (k ≥ 1), one run per instant, consecutive instants 1 s apart.
+    const createdAt = Date.parse(everyJob.createdAt);
+    const instants = every.map(scheduledAtOf).sort((a, b) => a - b);
+    for (const t of instants) {
+      expect(t - createdAt).toBeGreaterThanOrEqual(1_000);
+      expect((t - createdAt) % 1_000).toBe(0);
+    }
+    expect(instants[0]).toBe(createdAt + 1_000);
+    for (let i = 1; i < instants.length; i++) expect(instants[i]! - instants[i - 1]!).toBe(1_000);
+
+    expect(at).toHaveLength(1);
+    expect(scheduledAtOf(at[0]!)).toBe(atInstant);
+    expect(at[0]!.receivedAt).toBeGreaterThanOrEqual(atInstant);
+    expect(at[0]!.body).toBe("");
+
+    const runIds = [...every, ...at].map((hit) => hit.headers["x-edgecron-run-id"]);
+    expect(new Set(runIds).size).toBe(runIds.length);
+  });
+
+  it("records every run the targets saw as succeeded on its first attempt", async () => {
+    for (const [job, name] of [[everyJob, "every"], [atJob, "at"]] as const) {
+      const seen = hitsOf(name).map((hit) => hit.headers["x-edgecron-run-id"]!);
+      expect(seen.length).toBeGreaterThan(0);
+      // The receiver answers before the consumer reports the outcome to the shard: poll briefly.
+      const runs = await until(`the runs of ${job.id} to be recorded`, 10_000, async () => {
+        const res = await api("GET", `/v1/jobs/${job.id}/runs?limit=200`);
+        expect(res.status).toBe(200);
+        const byId = new Map<string, any>(res.json.items.map((r: any) => [r.id, r]));
+        return seen.every((id) => byId.get(id)?.state === "succeeded") ? byId : undefined;
+      }).catch(async (err) => {
+        const res = await api("GET", `/v1/jobs/${job.id}/runs?limit=200`);
+        throw new Error(`${(err as Error).message}\nruns: ${JSON.stringify(res.json)}`);
+      });
+      for (const id of seen) {
+        const run = runs.get(id);
+        expect(run.jobId).toBe(job.id);
+        expect(run.trigger).toBe("schedule");
+        expect(run.state).toBe("succeeded");
+        expect(run.status).toBe(200);
+        expect(run.attempts).toBe(1);
+        expect(run.error).toBeNull();
+        const hit = hitsOf(name).find((h) => h.headers["x-edgecron-run-id"] === id)!;
+        expect(run.scheduledAt).toBe(hit.headers["x-edgecron-scheduled-at"]);
+      }
+    }
+
+    const runId = hitsOf("every")[0]!.headers["x-edgecron-run-id"]!;
+    const one = await api("GET", `/v1/runs/${runId}`);
+    expect(one.status, JSON.stringify(one.json)).toBe(200);
+    expect(one.json.id).toBe(runId);
+    expect(one.json.jobId).toBe(everyJob.id);
+    expect(one.json.state).toBe("succeeded");
+    expect(one.json.attemptLog).toHaveLength(1);
+    expect(one.json.attemptLog[0]).toMatchObject({ attempt: 1, outcome: "succeeded", status: 200, error: null });
+    expect(one.json.attemptLog[0].durationMs).toBeGreaterThanOrEqual(0);
+
+    const missing = await api("GET", `/v1/runs/run_${everyJob.id.slice(4)}_zzzzzzzz`);
+    expect(missing.status).toBe(404);
+  });
+
+  it("starts no run of a deleted job after the delete is answered", async () => {
+    const deleted = await api("DELETE", `/v1/jobs/${everyJob.id}`);
+    const answeredAt = Date.now();
+    expect(deleted.status, JSON.stringify(deleted.json)).toBe(200);
+    expect(deleted.json).toEqual({ id: everyJob.id, deleted: true });
+
+    await sleep(2_500);
+    const late = hitsOf("every").filter((hit) => hit.receivedAt > answeredAt);
+    // A run claimed before the answer may still reach the target just after it; nothing newer may.
+    for (const hit of late) {
+      expect(scheduledAtOf(hit), `run ${hit.headers["x-edgecron-run-id"]} fired after the delete`).toBeLessThanOrEqual(answeredAt);
+    }
+    const last = hitsOf("every").at(-1)!;
+    expect(last.receivedAt <= answeredAt || scheduledAtOf(last) <= answeredAt).toBe(true);
+
+    expect((await api("GET", `/v1/jobs/${everyJob.id}`)).status).toBe(404);
+    // Its runs stay readable; the one-off job was called exactly once in all.
+    expect((await api("GET", `/v1/jobs/${everyJob.id}/runs`)).status).toBe(200);
+    expect(hitsOf("at")).toHaveLength(1);
+    const runIds = [...hitsOf("every"), ...hitsOf("at")].map((hit) => hit.headers["x-edgecron-run-id"]);
+    expect(new Set(runIds).size).toBe(runIds.length);
+  });
+});

@@ -1,0 +1,195 @@
+import { createExecutionContext, createScheduledController, env, runDurableObjectAlarm, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import worker from "../../src/index";
+import { insertJob } from "../../src/catalog/jobs";
+import { newJobId, shardFor } from "../../src/model/ids";
+import type { Job } from "../../src/model/job";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+
+async function post(path: string): Promise<Response> {
+  return api(path, { method: "POST" });
+}
+
+describe("pause and resume", () => {
+  it("a paused job does not fire, and its queued run is cancelled before anyone claims it", async () => {
+    const url = receiverPath("pause");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const stub = shardOf(job);
+    // A run is queued (dispatched) but not yet claimed when the pause arrives.
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    const paused = await post(`/v1/jobs/${job.id}/pause`);
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toMatchObject({ paused: true, nextRunAt: null, version: 2 });
+
+    // The dispatch already on the queue is answered stale: no request reaches the target.
+    expect(await stub.claim([{ runId: run!.id, fence: 1 }])).toEqual([{ result: "stale", runId: run!.id, fence: 1 }]);
+    expect(await getRun(run!.id)).toMatchObject({ state: "cancelled", error: "job paused" });
+
+    // A fire that comes due while paused does nothing.
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+      return state.storage.setAlarm(Date.now() - 1);
+    });
+    await runDurableObjectAlarm(stub);
+    expect(await listRuns(job.id)).toHaveLength(1);
+    await new Promise((r) => setTimeout(r, 1_500)); // one queue batch window
+    expect(await hitsOf(url)).toHaveLength(0);
+  });
+
+  it("resume schedules the next fire from now, skipping what was missed", async () => {
+    const job = await createJob({ schedule: { every: "1h" }, target: { url: receiverPath("resume") } });
+    expect((await post(`/v1/jobs/${job.id}/pause`)).status).toBe(200);
+    const before = Date.now();
+    const res = await post(`/v1/jobs/${job.id}/resume`);
+    expect(res.status).toBe(200);
+    const resumed = (await res.json()) as Job;
+    expect(resumed).toMatchObject({ paused: false, version: 3 });
+    expect(Date.parse(resumed.nextRunAt!)).toBeGreaterThan(before);
+  });
+
+  it("pausing twice is harmless and keeps the version", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("p2") } });
+    await post(`/v1/jobs/${job.id}/pause`);
+    const again = await post(`/v1/jobs/${job.id}/pause`);
+    expect(again.status).toBe(200);
+    expect(await again.json()).toMatchObject({ paused: true, version: 2 });
+  });
+});
+
+describe("delete", () => {
+  it("no run starts after the delete is answered; the job 404s, its runs stay readable", async () => {
+    const url = receiverPath("delete");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const stub = shardOf(job);
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+
+    const res = await api(`/v1/jobs/${job.id}`, { method: "DELETE" });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ id: job.id, deleted: true });
+
+    expect((await stub.claim([{ runId: run!.id, fence: 1 }]))[0]!.result).toBe("stale");
+    expect((await api(`/v1/jobs/${job.id}`)).status).toBe(404);
+    expect((await api(`/v1/jobs`)).ok).toBe(true);
+    const listed = (await (await api(`/v1/jobs?limit=200`)).json()) as { items: Job[] };
+    expect(listed.items.map((j) => j.id)).not.toContain(job.id);
+    expect(await getRun(run!.id)).toMatchObject({ state: "cancelled", error: "job deleted" });
+    expect((await post(`/v1/jobs/${job.id}/trigger`)).status).toBe(404);
+
+    // Even a fire time left behind does nothing.
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+      return state.storage.setAlarm(Date.now() - 1);
+    });
+    await runDurableObjectAlarm(stub);
+    expect(await listRuns(job.id)).toHaveLength(1);
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(await hitsOf(url)).toHaveLength(0);
+  });
+});
+
+describe("trigger", () => {
+  it("runs the job once now, besides its schedule", async () => {
+    const url = receiverPath("trigger");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const res = await post(`/v1/jobs/${job.id}/trigger`);
+    expect(res.status).toBe(202);
+    const run = (await res.json()) as { id: string; trigger: string; state: string };
+    expect(run).toMatchObject({ trigger: "manual", state: "queued" });
+    await waitForRun(run.id, ["succeeded"]);
+    const hits = await hitsOf(url);
+    expect(hits).toHaveLength(1);
+    expect(hits[0]!.headers["idempotency-key"]).toBe(run.id);
+    // The schedule is untouched.
+    const after = (await (await api(`/v1/jobs/${job.id}`)).json()) as Job;
+    expect(after.nextRunAt).toBe(job.nextRunAt);
+  });
+
+  it("the same Idempotency-Key yields the same run, executed once", async () => {
+    const url = receiverPath("trigger-key");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const headers = { "Idempotency-Key": "deploy-42" };
+    const first = (await (await api(`/v1/jobs/${job.id}/trigger`, { method: "POST", headers })).json()) as { id: string };
+    const second = (await (await api(`/v1/jobs/${job.id}/trigger`, { method: "POST", headers })).json()) as { id: string };
+    expect(second.id).toBe(first.id);
+    await waitForRun(first.id, ["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+    expect(await listRuns(job.id)).toHaveLength(1);
+  });
+
+  it("two different triggers make two runs", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("trigger-2") } });
+    const a = (await (await post(`/v1/jobs/${job.id}/trigger`)).json()) as { id: string };
+    const b = (await (await post(`/v1/jobs/${job.id}/trigger`)).json()) as { id: string };
+    expect(a.id).not.toBe(b.id);
+    expect(await listRuns(job.id)).toHaveLength(2);
+  });
+});
+
+describe("the reconciliation sweep", () => {
+  async function runSweep() {
+    const ctx = createExecutionContext();
+    await worker.scheduled(createScheduledController({ cron: "* * * * *" }), env, ctx);
+    await waitOnExecutionContext(ctx);
+  }
+
+  it("hands the shard a job whose shard call never happened, and it fires", async () => {
+    // The crash: the catalog row is written, the shard never hears of it.
+    const now = Date.now();
+    const id = newJobId(now);
+    const url = receiverPath("sweep");
+    const shard = shardFor(id, Number(env.SHARD_COUNT));
+    await insertJob(env.DB, {
+      id,
+      name: "orphan",
+      shard,
+      version: 1,
+      spec: { schedule: { at: new Date(now - 1_000).toISOString() }, target: { url, method: "POST" }, retry: { maxAttempts: 3 }, timeoutMs: 30_000 },
+      paused: false,
+      createdAt: now,
+      updatedAt: now,
+      deletedAt: null,
+    });
+    expect(await listRuns(id)).toHaveLength(0);
+
+    await runSweep();
+    const runs = await listRuns(id);
+    expect(runs).toHaveLength(1);
+    await waitForRun(runs[0]!.id, ["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+
+    // A second sweep changes nothing: the shard holds the job at the catalog's version.
+    await runSweep();
+    expect(await listRuns(id)).toHaveLength(1);
+  });
+
+  it("carries a delete the shard missed", async () => {
+    const job = await createJob({ schedule: { every: "1h" }, target: { url: receiverPath("sweep-del") } });
+    // The catalog records the delete, the shard call is lost.
+    await env.DB.prepare("UPDATE jobs SET deleted_at = ?, version = version + 1 WHERE id = ?").bind(Date.now(), job.id).run();
+    await runSweep();
+    const held = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT deleted, version, next_fire_at FROM jobs WHERE id = ?", job.id).one(),
+    );
+    expect(held).toEqual({ deleted: 1, version: 2, next_fire_at: null });
+  });
+
+  it("re-asserts a lost alarm: due work runs at once", async () => {
+    const url = receiverPath("sweep-alarm");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const stub = shardOf(job);
+    await runInDurableObject(stub, async (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+      await state.storage.deleteAlarm(); // the alarm is lost
+    });
+    await runSweep();
+    const runs = await listRuns(job.id);
+    expect(runs).toHaveLength(1);
+    await waitForRun(runs[0]!.id, ["succeeded"]);
+    // And the shard has an alarm again, at its next fire.
+    const alarm = await runInDurableObject(stub, (_s: Shard, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+  });
+});

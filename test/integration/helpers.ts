@@ -1,0 +1,90 @@
+import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
+import { expect, vi } from "vitest";
+import type { Job } from "../../src/model/job";
+import type { Run } from "../../src/model/run";
+import type { Hit } from "../support/receiver";
+import type { Shard } from "../../src/shard/shard";
+
+export const TOKEN = "test-token";
+
+export function api(path: string, init: RequestInit & { json?: unknown } = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (!headers.has("Authorization")) headers.set("Authorization", `Bearer ${TOKEN}`);
+  let body = init.body;
+  if (init.json !== undefined) {
+    headers.set("Content-Type", "application/json");
+    body = JSON.stringify(init.json);
+  }
+  return SELF.fetch(`https://edgecron.test${path}`, { ...init, headers, body });
+}
+
+export async function createJob(body: Record<string, unknown>): Promise<Job> {
+  const res = await api("/v1/jobs", { method: "POST", json: body });
+  expect(res.status, await res.clone().text()).toBe(201);
+  return res.json();
+}
+
+/** A receiver URL unique to the caller, so tests never read each other's hits. */
+export function receiverPath(name: string, query = ""): string {
+  return `${env.RECEIVER_URL}/hit/${name}-${crypto.randomUUID()}${query ? `?${query}` : ""}`;
+}
+
+export async function hitsOf(targetUrl: string): Promise<Hit[]> {
+  const name = new URL(targetUrl).pathname.split("/")[2];
+  const res = await fetch(`${env.RECEIVER_URL}/log/${name}`);
+  return res.json();
+}
+
+export function shardOf(job: Pick<Job, "shard">) {
+  return env.SHARD.get(env.SHARD.idFromName(job.shard));
+}
+
+/** Makes a job's next fire due now and runs its shard's alarm: no waiting on the wall clock. */
+export async function fireNow(job: Job): Promise<number> {
+  const stub = shardOf(job);
+  const due = Date.now() - 1;
+  await runInDurableObject(stub, (_shard: Shard, state) => {
+    state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", due, job.id);
+  });
+  await runInDurableObject(stub, (_shard: Shard, state) => state.storage.setAlarm(due));
+  await runDurableObjectAlarm(stub);
+  return due;
+}
+
+export async function getRun(runId: string): Promise<Run> {
+  const res = await api(`/v1/runs/${runId}`);
+  expect(res.status).toBe(200);
+  return res.json();
+}
+
+export async function listRuns(jobId: string): Promise<Run[]> {
+  const res = await api(`/v1/jobs/${jobId}/runs?limit=200`);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { items: Run[] }).items;
+}
+
+/** Waits until the run reaches one of `states` (the queue consumer works asynchronously). */
+export async function waitForRun(runId: string, states: Run["state"][], timeout = 15_000): Promise<Run> {
+  return vi.waitFor(
+    async () => {
+      const run = await getRun(runId);
+      if (!states.includes(run.state)) throw new Error(`run ${runId} is ${run.state}, waiting for ${states.join("|")}`);
+      return run;
+    },
+    { timeout, interval: 100 },
+  );
+}
+
+/** Moves a run's due time to the past and runs the alarm, e.g. to end a retry wait now. */
+export async function makeRunDue(job: Job, runId: string): Promise<void> {
+  const stub = shardOf(job);
+  const due = Date.now() - 1;
+  await runInDurableObject(stub, (_shard: Shard, state) => {
+    state.storage.sql.exec("UPDATE runs SET due_at = ? WHERE id = ?", due, runId);
+  });
+  await runInDurableObject(stub, (_shard: Shard, state) => state.storage.setAlarm(due));
+  await runDurableObjectAlarm(stub);
+}
+
+/** A cron that will not fire during a test on its own: 00:00 on January 1st. */
+export const FAR_CRON = { cron: "0 0 1 1 *" };

@@ -1,0 +1,161 @@
+import { createExecutionContext, createMessageBatch, env, getQueueResult, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import worker from "../../src/index";
+import type { DispatchMessage } from "../../src/env";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+
+describe("alarm → queue → consumer → recorded result", () => {
+  it("fires a due job, calls the target with the run's headers, and records success", async () => {
+    const url = receiverPath("flow", "status=200");
+    const job = await createJob({ schedule: FAR_CRON, target: { url, headers: { "X-Team": "data" }, body: { report: "daily" } } });
+    const due = await fireNow(job);
+
+    const [run] = await listRuns(job.id);
+    expect(run).toMatchObject({ jobId: job.id, trigger: "schedule", scheduledAt: new Date(due).toISOString() });
+    const done = await waitForRun(run!.id, ["succeeded"]);
+    expect(done).toMatchObject({ status: 200, attempts: 1, error: null });
+    expect(done.startedAt).not.toBeNull();
+    expect(done.finishedAt).not.toBeNull();
+
+    const hits = await hitsOf(url);
+    expect(hits).toHaveLength(1);
+    expect(hits[0]!.method).toBe("POST");
+    expect(hits[0]!.headers).toMatchObject({
+      "idempotency-key": run!.id,
+      "x-edgecron-run-id": run!.id,
+      "x-edgecron-job-id": job.id,
+      "x-edgecron-attempt": "1",
+      "x-edgecron-scheduled-at": new Date(due).toISOString(),
+      "x-team": "data",
+      "content-type": "application/json",
+    });
+    expect(JSON.parse(hits[0]!.body)).toEqual({ report: "daily" });
+  });
+
+  it("moves the job to its next fire after firing", async () => {
+    const job = await createJob({ schedule: { every: "1h" }, target: { url: receiverPath("next") } });
+    const due = await fireNow(job);
+    const res = await api(`/v1/jobs/${job.id}`);
+    const after = (await res.json()) as { nextRunAt: string };
+    // On the interval's grid (createdAt + k·1h), strictly after the fire.
+    const next = Date.parse(after.nextRunAt);
+    expect(next).toBeGreaterThan(due);
+    expect((next - Date.parse(job.createdAt)) % 3_600_000).toBe(0);
+  });
+
+  it("an alarm that runs again for the same instant makes no second run (deterministic run ids)", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("twice") } });
+    const stub = shardOf(job);
+    const due = Date.now() - 1;
+    // As if the alarm ran, then ran again from the same state (a retried alarm after a crash).
+    for (let i = 0; i < 2; i++) {
+      await runInDurableObject(stub, (_s: Shard, state) => {
+        state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", due, job.id);
+        return state.storage.setAlarm(due);
+      });
+      await runDurableObjectAlarm(stub);
+    }
+    const runs = await listRuns(job.id);
+    expect(runs.filter((r) => r.scheduledAt === new Date(due).toISOString())).toHaveLength(1);
+  });
+
+  it("a duplicated queue delivery is executed and recorded once", async () => {
+    const url = receiverPath("dup");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    await waitForRun(run!.id, ["succeeded"]);
+
+    // Deliver the same dispatch again, twice in one batch, as an at-least-once queue may.
+    const body: DispatchMessage = { shard: job.shard, runId: run!.id, fence: 1 };
+    const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [
+      { id: "a", timestamp: new Date(), attempts: 2, body },
+      { id: "b", timestamp: new Date(), attempts: 2, body },
+    ]);
+    const ctx = createExecutionContext();
+    await worker.queue(batch, env, ctx);
+    const result = await getQueueResult(batch, ctx);
+    expect(result.explicitAcks.sort()).toEqual(["a", "b"]);
+
+    expect(await hitsOf(url)).toHaveLength(1);
+    const after = await getRun(run!.id);
+    expect(after).toMatchObject({ state: "succeeded", attempts: 1 });
+    expect(after.attemptLog).toHaveLength(1);
+  });
+
+  it("two deliveries of a queued dispatch in one batch start one attempt", async () => {
+    const url = receiverPath("race");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    // Fire without letting the real queue deliver first: claim through a hand-made batch.
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    const body: DispatchMessage = { shard: job.shard, runId: run!.id, fence: 1 };
+    const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [
+      { id: "x", timestamp: new Date(), attempts: 1, body },
+      { id: "y", timestamp: new Date(), attempts: 1, body },
+    ]);
+    await worker.queue(batch, env, createExecutionContext());
+    await waitForRun(run!.id, ["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+    expect((await getRun(run!.id)).attemptLog).toHaveLength(1);
+  });
+});
+
+describe("failures and retries", () => {
+  it("retries a 5xx with the same Idempotency-Key, then gives up as dead", async () => {
+    const url = receiverPath("fail", "status=503");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 2 } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    const waiting = await waitForRun(run!.id, ["retry_wait"]);
+    expect(waiting).toMatchObject({ status: 503, attempts: 1 });
+
+    await makeRunDue(job, run!.id);
+    const dead = await waitForRun(run!.id, ["dead"]);
+    expect(dead).toMatchObject({ status: 503, attempts: 2 });
+    expect(dead.attemptLog!.map((a) => a.outcome)).toEqual(["failed", "failed"]);
+
+    const hits = await hitsOf(url);
+    expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2"]);
+    expect(new Set(hits.map((h) => h.headers["idempotency-key"]))).toEqual(new Set([run!.id]));
+  });
+
+  it("fails at once on a non-retryable 4xx", async () => {
+    const url = receiverPath("gone", "status=404");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 5 } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    const failed = await waitForRun(run!.id, ["failed"]);
+    expect(failed).toMatchObject({ status: 404, attempts: 1 });
+    expect(failed.error).toContain("HTTP 404");
+  });
+
+  it("an attempt whose lease expires is timed out and retried; the zombie's late outcome is stale", async () => {
+    const url = receiverPath("lease");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 3 } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    const stub = shardOf(job);
+    // A consumer claims the attempt and dies: it never reports. (The real delivery that
+    // follows carries the same fence and is answered stale.)
+    const [claim] = await stub.claim([{ runId: run!.id, fence: 1 }]);
+    expect(claim!.result).toBe("claimed");
+
+    await makeRunDue(job, run!.id); // the lease expires
+    const after = await getRun(run!.id);
+    expect(after.state).toBe("retry_wait");
+    expect(after.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out"]);
+
+    const late = await stub.report([{ runId: run!.id, fence: 1, ok: true, status: 200, error: null }]);
+    expect(late).toEqual(["stale"]);
+    expect((await getRun(run!.id)).state).toBe("retry_wait");
+
+    // The retry goes out under fence 2 and succeeds; the dead consumer's request never happened.
+    await makeRunDue(job, run!.id);
+    const done = await waitForRun(run!.id, ["succeeded"]);
+    expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
+    const hits = await hitsOf(url);
+    expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["2"]);
+  });
+});

@@ -1,0 +1,50 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+
+/**
+ * A real HTTP target on 127.0.0.1 for tests and benchmarks. Any request to /hit/<name>
+ * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0);
+ * GET /log/<name> returns what <name> received, in order of arrival.
+ */
+export interface Hit {
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+  receivedAt: number;
+}
+
+export async function startReceiver(): Promise<{ url: string; server: Server; hits: Map<string, Hit[]> }> {
+  const hits = new Map<string, Hit[]>();
+  const server = createServer((req, res) => {
+    const url = new URL(req.url ?? "/", "http://receiver");
+    const [, kind, name = ""] = url.pathname.split("/");
+    if (kind === "log" && req.method === "GET") {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify(hits.get(name) ?? []));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const receivedAt = Date.now();
+      const list = hits.get(name) ?? [];
+      list.push({
+        method: req.method ?? "",
+        path: url.pathname,
+        headers: Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)])),
+        body: Buffer.concat(chunks).toString("utf8"),
+        receivedAt,
+      });
+      hits.set(name, list);
+      const delay = Number(url.searchParams.get("delayMs") ?? 0);
+      setTimeout(() => {
+        res.statusCode = Number(url.searchParams.get("status") ?? 200);
+        res.end("ok");
+      }, delay);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, server, hits };
+}
