@@ -60,11 +60,12 @@ export const TargetSchema = z
       .openapi({ example: "https://example.com/hooks/report" }),
     method: z.enum(HTTP_METHODS).default("POST"),
     headers: z
-      .record(z.string().regex(HEADER_NAME, "not a valid HTTP header name"), z.string().max(8192))
+      .record(z.string(), z.string().max(8192))
       .superRefine((headers, ctx) => {
         if (Object.keys(headers).length > 50) ctx.addIssue({ code: "custom", message: "at most 50 headers" });
         for (const name of Object.keys(headers)) {
-          if (RESERVED_HEADERS.includes(name.toLowerCase())) {
+          if (!HEADER_NAME.test(name)) ctx.addIssue({ code: "custom", message: "not a valid HTTP header name", path: [name] });
+          else if (RESERVED_HEADERS.includes(name.toLowerCase())) {
             ctx.addIssue({ code: "custom", message: `${name} is set by edgecron on every request`, path: [name] });
           }
         }

@@ -1,0 +1,49 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { parseRetryAfter } from "../../src/consumer/execute";
+import { JOB_ID, jobIdOfRun, newJobId, scheduledRunId, shardFor, triggeredRunId } from "../../src/model/ids";
+
+describe("ids", () => {
+  it("job ids are well formed and sort by creation", () => {
+    const a = newJobId(1_700_000_000_000);
+    const b = newJobId(1_700_000_000_001);
+    expect(a).toMatch(JOB_ID);
+    expect(a < b).toBe(true);
+  });
+
+  it("run ids are a function of (job, instant) and lead back to the job", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 2 ** 45 }), fc.integer({ min: 0, max: 2 ** 45 }), (created, at) => {
+        const job = newJobId(created);
+        expect(scheduledRunId(job, at)).toBe(scheduledRunId(job, at));
+        expect(jobIdOfRun(scheduledRunId(job, at))).toBe(job);
+        expect(jobIdOfRun(triggeredRunId(job, "deploy-42"))).toBe(job);
+      }),
+    );
+    const job = newJobId(0);
+    expect(scheduledRunId(job, 1_000)).not.toBe(scheduledRunId(job, 1_001));
+    expect(triggeredRunId(job, "a")).not.toBe(scheduledRunId(job, 1_000));
+  });
+
+  it("the shard of a job never changes (pinned values) and spreads jobs evenly", () => {
+    expect(shardFor("job_0mx34t9ichmazsj5l8v", 16)).toBe(shardFor("job_0mx34t9ichmazsj5l8v", 16));
+    expect(shardFor("job_000000000aaaaaaaaaa", 16)).toBe("shard-5"); // FNV-1a 32, computed independently
+    expect(shardFor("job_000000000bbbbbbbbbb", 16)).toBe("shard-11");
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 16_000; i++) {
+      const s = shardFor(newJobId(1_700_000_000_000 + i), 16);
+      counts.set(s, (counts.get(s) ?? 0) + 1);
+    }
+    expect(counts.size).toBe(16);
+    for (const n of counts.values()) expect(n).toBeGreaterThan(700);
+  });
+});
+
+describe("Retry-After", () => {
+  it("reads seconds and HTTP dates", () => {
+    expect(parseRetryAfter("120", 0)).toBe(120_000);
+    expect(parseRetryAfter(new Date(5_000).toUTCString(), 1_000)).toBe(4_000);
+    expect(parseRetryAfter(null, 0)).toBeUndefined();
+    expect(parseRetryAfter("soon", 0)).toBeUndefined();
+  });
+});

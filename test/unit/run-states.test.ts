@@ -1,0 +1,75 @@
+import { describe, expect, it } from "vitest";
+import { afterFailure, classifyStatus, FINAL_STATES, RUN_STATES, transition, TRANSITIONS, type RunEvent } from "../../src/shard/run-states";
+import { retryDelay } from "../../src/schedule/backoff";
+
+const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel"];
+
+describe("the run state table", () => {
+  it("allows exactly the lifecycle's transitions", () => {
+    const allowed = RUN_STATES.flatMap((from) => EVENTS.flatMap((e) => (transition(from, e) ? [`${from} --${e}--> ${transition(from, e)}`] : [])));
+    expect(allowed.sort()).toEqual(
+      [
+        "queued --claim--> running",
+        "queued --redispatch--> queued",
+        "queued --cancel--> cancelled",
+        "running --succeed--> succeeded",
+        "running --retry--> retry_wait",
+        "running --exhaust--> dead",
+        "running --reject--> failed",
+        "running --cancel--> cancelled",
+        "retry_wait --requeue--> queued",
+        "retry_wait --cancel--> cancelled",
+      ].sort(),
+    );
+  });
+
+  it("final states have no way out", () => {
+    expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "succeeded"]);
+    for (const s of FINAL_STATES) for (const e of EVENTS) expect(transition(s, e)).toBeNull();
+  });
+
+  it("every state is reachable from queued", () => {
+    const seen = new Set(["queued"]);
+    for (let grew = true; grew; ) {
+      grew = false;
+      for (const from of [...seen]) for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) (seen.add(to!), (grew = true));
+    }
+    expect([...seen].sort()).toEqual([...RUN_STATES].sort());
+  });
+});
+
+describe("retry or give up", () => {
+  it.each([
+    [null, "retryable"],
+    [500, "retryable"],
+    [503, "retryable"],
+    [408, "retryable"],
+    [429, "retryable"],
+    [400, "permanent"],
+    [401, "permanent"],
+    [404, "permanent"],
+    [422, "permanent"],
+  ] as const)("status %s is %s", (status, kind) => expect(classifyStatus(status)).toBe(kind));
+
+  it.each([
+    ["retryable", 1, 3, "retry"],
+    ["retryable", 2, 3, "retry"],
+    ["retryable", 3, 3, "exhaust"],
+    ["retryable", 1, 1, "exhaust"],
+    ["permanent", 1, 3, "reject"],
+  ] as const)("%s failure of attempt %i of %i → %s", (kind, attempt, max, decision) => {
+    expect(afterFailure(kind, attempt, max)).toBe(decision);
+  });
+});
+
+describe("backoff", () => {
+  it("full jitter: uniform in [0, min(max, initial·factor^(n-2))]", () => {
+    const policy = { initialMs: 1_000, maxMs: 10_000, factor: 2 };
+    expect(retryDelay(2, policy, () => 0.999999)).toBe(1_000);
+    expect(retryDelay(3, policy, () => 0.999999)).toBe(2_000);
+    expect(retryDelay(4, policy, () => 0.999999)).toBe(4_000);
+    expect(retryDelay(10, policy, () => 0.999999)).toBe(10_000);
+    expect(retryDelay(5, policy, () => 0)).toBe(0);
+    expect(retryDelay(3, policy, () => 0.5)).toBe(1_000);
+  });
+});
