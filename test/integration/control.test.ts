@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
 import { newJobId, shardFor } from "../../src/model/ids";
+import type { Env } from "../../src/env";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
@@ -131,7 +132,7 @@ describe("trigger", () => {
 describe("the reconciliation sweep", () => {
   async function runSweep() {
     const ctx = createExecutionContext();
-    await worker.scheduled(createScheduledController({ cron: "* * * * *" }), env, ctx);
+    await (worker as ExportedHandler<Env>).scheduled!(createScheduledController({ cron: "* * * * *" }), env, ctx);
     await waitOnExecutionContext(ctx);
   }
 

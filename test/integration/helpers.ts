@@ -2,7 +2,7 @@ import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare
 import { expect, vi } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import type { Hit } from "../support/receiver";
+import type { Hit } from "../support/hit";
 import type { Shard } from "../../src/shard/shard";
 
 export const TOKEN = "test-token";

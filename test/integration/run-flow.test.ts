@@ -1,9 +1,12 @@
 import { createExecutionContext, createMessageBatch, env, getQueueResult, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
-import type { DispatchMessage } from "../../src/env";
+import type { DispatchMessage, Env } from "../../src/env";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+
+/** The Worker as the runtime sees it (all handler parameters). */
+const consumer = worker as ExportedHandler<Env, DispatchMessage>;
 
 describe("alarm → queue → consumer → recorded result", () => {
   it("fires a due job, calls the target with the run's headers, and records success", async () => {
@@ -74,7 +77,7 @@ describe("alarm → queue → consumer → recorded result", () => {
       { id: "b", timestamp: new Date(), attempts: 2, body },
     ]);
     const ctx = createExecutionContext();
-    await worker.queue(batch, env, ctx);
+    await consumer.queue!(batch, env, ctx);
     const result = await getQueueResult(batch, ctx);
     expect(result.explicitAcks.sort()).toEqual(["a", "b"]);
 
@@ -95,7 +98,7 @@ describe("alarm → queue → consumer → recorded result", () => {
       { id: "x", timestamp: new Date(), attempts: 1, body },
       { id: "y", timestamp: new Date(), attempts: 1, body },
     ]);
-    await worker.queue(batch, env, createExecutionContext());
+    await consumer.queue!(batch, env, createExecutionContext());
     await waitForRun(run!.id, ["succeeded"]);
     expect(await hitsOf(url)).toHaveLength(1);
     expect((await getRun(run!.id)).attemptLog).toHaveLength(1);

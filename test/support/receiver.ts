@@ -1,19 +1,14 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { Hit } from "./hit";
+
+export type { Hit };
 
 /**
  * A real HTTP target on 127.0.0.1 for tests and benchmarks. Any request to /hit/<name>
  * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0);
  * GET /log/<name> returns what <name> received, in order of arrival.
  */
-export interface Hit {
-  method: string;
-  path: string;
-  headers: Record<string, string>;
-  body: string;
-  receivedAt: number;
-}
-
 export async function startReceiver(): Promise<{ url: string; server: Server; hits: Map<string, Hit[]> }> {
   const hits = new Map<string, Hit[]>();
   const server = createServer((req, res) => {
