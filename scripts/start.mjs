@@ -57,6 +57,6 @@ for (let i = 0; ; i++) {
   if (i > 600) stop(1);
   await new Promise((r) => setTimeout(r, 200));
 }
-console.log(`\n[edgecron] ready on ${base}\n[edgecron] API token: ${token}\n[edgecron]   curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs\n`);
+console.log(`\n[edgecron] ready on http://localhost:${port}\n[edgecron] API token: ${token}\n[edgecron]   curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs\n`);
 await sweep(); // picks up anything a crash left between D1 and a shard before this start
 sweeper = setInterval(sweep, sweepEveryMs);

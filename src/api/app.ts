@@ -3,6 +3,7 @@ import type { Env } from "../env";
 import { requireJsonBody, requireToken } from "./auth";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
+import { metrics } from "./metrics";
 import { runs } from "./runs";
 
 export const app = new OpenAPIHono<{ Bindings: Env }>();
@@ -17,6 +18,7 @@ app.get("/healthz", (c) => c.json({ ok: true }));
 app.use("/v1/*", requireToken, requireJsonBody);
 app.route("/v1", jobs);
 app.route("/v1", runs);
+app.route("/v1", metrics);
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
 app.doc31("/openapi.json", {

@@ -5,7 +5,7 @@ import { scheduledRunId, triggeredRunId } from "../model/ids";
 import { retryDelay } from "../schedule/backoff";
 import { firstFire, nextFireAfter } from "../schedule/next-fire";
 import { afterFailure, classifyStatus } from "./run-states";
-import { ShardStore, type AttemptRow, type Dispatch, type RunRow, type ShardJob } from "./store";
+import { ShardStore, type AttemptRow, type Dispatch, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
 /** What the API (or the sweep) hands a shard: a job definition at a version. */
 export interface JobDefinition {
@@ -304,6 +304,13 @@ export class Shard extends DurableObject<Env> {
     const runs = this.store.listRuns(jobId, limit, before);
     const counts = this.store.attemptCounts(runs.map((r) => r.id));
     return runs.map((r) => ({ ...r, attempts: counts.get(r.id) ?? 0 }));
+  }
+
+  // ---- RPC: metrics ----
+
+  async metrics(windowMs: number): Promise<ShardMetrics> {
+    const now = Date.now();
+    return this.store.metrics(now - windowMs, now, 1_000);
   }
 
   // ---- RPC: the sweep ----

@@ -92,6 +92,15 @@ export interface AttemptRow {
   error: string | null;
 }
 
+export interface ShardMetrics {
+  runsByState: Record<string, number>;
+  attemptsByOutcome: Record<string, number>;
+  lagsMs: number[];
+  outbox: number;
+  awaitingClaim: number;
+  oldestAwaitingClaimMs: number | null;
+}
+
 export interface Dispatch {
   runId: string;
   fence: number;
@@ -303,6 +312,38 @@ export class ShardStore {
 
   outboxSize(): number {
     return this.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n as number;
+  }
+
+  // ---- metrics ----
+
+  /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
+  metrics(since: number, now: number, maxLagSamples: number): ShardMetrics {
+    const byState = Object.fromEntries(
+      this.sql.exec("SELECT state, COUNT(*) AS n FROM runs GROUP BY state").toArray().map((r) => [r.state as string, r.n as number]),
+    );
+    const attempts = Object.fromEntries(
+      this.sql
+        .exec("SELECT outcome, COUNT(*) AS n FROM attempts WHERE finished_at >= ? GROUP BY outcome", since)
+        .toArray()
+        .map((r) => [r.outcome as string, r.n as number]),
+    );
+    // Lag: first claim minus scheduled instant, both read on the shard's clock.
+    const lagsMs = this.sql
+      .exec(
+        "SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ? ORDER BY started_at DESC LIMIT ?",
+        since, maxLagSamples,
+      )
+      .toArray()
+      .map((r) => r.lag as number);
+    const oldest = this.sql.exec("SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued'").one().t as number | null;
+    return {
+      runsByState: byState,
+      attemptsByOutcome: attempts,
+      lagsMs,
+      outbox: this.outboxSize(),
+      awaitingClaim: byState.queued ?? 0,
+      oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
+    };
   }
 
   // ---- the alarm ----
