@@ -5,9 +5,8 @@
 // project's Node 22 first on PATH, and the stack is started with that same Node.
 //
 // Plain Node ESM, no dependencies. Talks only to 127.0.0.1. Always stops the stack it started.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { spawnSync } from "node:child_process";
 import { cpSync, createWriteStream, existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:http";
@@ -32,7 +31,7 @@ const OPTIONS = {
   sample: { env: "BENCH_SAMPLE", default: 50, help: "jobs whose runs are read back through the runs API" },
   "startup-timeout-ms": { env: "BENCH_STARTUP_TIMEOUT_MS", default: 180_000, help: "how long to wait for /healthz" },
   "in-place": { env: "BENCH_IN_PLACE", default: false, help: "run the stack from the working tree, not from a snapshot of it", flag: true },
-  "keep-state": { env: "BENCH_KEEP_STATE", default: false, help: "keep PERSIST_DIR (D1 + shard state) afterwards", flag: true },
+  "keep-state": { env: "BENCH_KEEP_STATE", default: false, help: "keep the temporary dir (D1 + shard state, snapshot) afterwards", flag: true },
 };
 
 function usage() {
@@ -203,10 +202,19 @@ async function startReceiver() {
  * Starts `node scripts/start.mjs` (what `npm start` runs) in its own process group, with its
  * output written, time-stamped, to `logPath` and scanned for queue batches, sweeps and errors.
  */
-function startStack({ tree, port, persistDir, token, logPath, t0 }) {
+function startStack({ tree, port, persistDir, registryDir, token, logPath, t0 }) {
   const log = createWriteStream(logPath);
-  const observed = { queueBatches: [], sweeps: [], reloads: [], errorLines: 0, errorExamples: [], apiRequests: 0 };
-  const env = { ...process.env, PORT: String(port), PERSIST_DIR: persistDir, API_TOKEN: token, WRANGLER_SEND_METRICS: "false" };
+  const observed = { queueBatches: [], sweeps: [], reloads: [], errorLines: 0, errorExamples: [], tailStreamErrors: 0, apiRequests: 0 };
+  // A private dev registry: otherwise every other `wrangler dev` starting or stopping on this
+  // machine makes this one reload its worker (and lose the queue's in-memory messages).
+  const env = {
+    ...process.env,
+    PORT: String(port),
+    PERSIST_DIR: persistDir,
+    API_TOKEN: token,
+    WRANGLER_REGISTRY_PATH: registryDir,
+    WRANGLER_SEND_METRICS: "false",
+  };
   const child = spawn(process.execPath, [join(tree, "scripts", "start.mjs")], {
     cwd: tree,
     env,
@@ -235,6 +243,8 @@ function startStack({ tree, port, persistDir, token, logPath, t0 }) {
       } catch {
         observed.sweeps.push({ at: now });
       }
+    } else if (/trace-stream.*tail session was canceled/.test(line)) {
+      observed.tailStreamErrors++; // workerd's local tail/trace plumbing, not the worker's code
     } else if (/Reloading local server/.test(line)) {
       observed.reloads.push(now);
     } else if (/^\[wrangler:info\] (GET|POST|DELETE) \/v1\//.test(line)) {
@@ -267,21 +277,24 @@ function groupAlive(pid) {
   }
 }
 
-/** SIGTERM to the whole process group, then SIGKILL to whatever is left. Never throws. */
-async function stopStack(stack) {
-  if (!stack || stack.stopped) return;
-  stack.stopped = true;
-  const pid = stack.child.pid;
-  if (pid !== undefined) {
-    try {
-      process.kill(-pid, "SIGTERM");
-    } catch {}
-    for (let i = 0; i < 50 && groupAlive(pid); i++) await sleep(100);
-    try {
-      process.kill(-pid, "SIGKILL"); // also harmless when only zombies are left
-    } catch {}
-  }
-  await new Promise((resolve) => stack.log.end(resolve));
+/** SIGTERM to the whole process group, then SIGKILL to whatever is left. Never throws; idempotent. */
+function stopStack(stack) {
+  if (!stack) return Promise.resolve();
+  stack.stopping ??= (async () => {
+    stack.stopped = true;
+    const pid = stack.child.pid;
+    if (pid !== undefined) {
+      try {
+        process.kill(-pid, "SIGTERM");
+      } catch {}
+      for (let i = 0; i < 50 && groupAlive(pid); i++) await sleep(100);
+      try {
+        process.kill(-pid, "SIGKILL"); // also harmless when only zombies are left
+      } catch {}
+    }
+    await new Promise((resolve) => stack.log.end(resolve));
+  })();
+  return stack.stopping;
 }
 
 async function waitUntilReady(base, token, stack, timeoutMs) {
@@ -334,14 +347,22 @@ async function main() {
 
   let stack = null;
   let receiver = null;
-  let persistDir = null;
-  let snapshotDir = null;
-  let interrupted = false;
+  let workDir = null; // tree/ (snapshot), state/ (PERSIST_DIR), registry/ (wrangler dev registry)
+  let interrupted = null;
   const onSignal = (signal) => {
-    if (interrupted) return;
-    interrupted = true;
+    if (interrupted) {
+      if (stack?.child.pid !== undefined) {
+        try {
+          process.kill(-stack.child.pid, "SIGKILL");
+        } catch {}
+      }
+      process.exit(130);
+    }
+    interrupted = signal;
     say(`${signal}: stopping the stack`);
-    Promise.resolve(stopStack(stack)).finally(() => process.exit(130));
+    // The main flow sees the stack gone, stops, and writes what it has. Failing that, leave anyway.
+    stopStack(stack);
+    setTimeout(() => process.exit(130), 20_000).unref();
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
@@ -358,21 +379,27 @@ async function main() {
     // ---- 1. receiver and stack
     receiver = await startReceiver();
     const port = await freePort();
-    persistDir = await mkdtemp(join(tmpdir(), "edgecron-bench-state-"));
+    workDir = await mkdtemp(join(tmpdir(), "edgecron-bench-"));
+    const persistDir = join(workDir, "state");
+    const registryDir = join(workDir, "registry");
+    mkdirSync(persistDir);
+    mkdirSync(registryDir);
     result.code = gitState();
     let tree = ROOT;
     if (!opts["in-place"]) {
-      snapshotDir = await mkdtemp(join(tmpdir(), "edgecron-bench-tree-"));
-      tree = snapshotTree(snapshotDir);
+      tree = join(workDir, "tree");
+      mkdirSync(tree);
+      snapshotTree(tree);
     }
     result.code.ranFrom = opts["in-place"] ? "working tree" : "snapshot of the working tree";
+    result.code.devRegistry = "private (WRANGLER_REGISTRY_PATH in the temporary dir)";
     const token = randomBytes(16).toString("hex");
     const base = `http://${HOST}:${port}`;
     say(`starting the stack on ${base} (log: ${relative(ROOT, logPath)}); receiver on ${receiver.url}`);
-    stack = startStack({ tree, port, persistDir, token, logPath, t0 });
+    stack = startStack({ tree, port, persistDir, registryDir, token, logPath, t0 });
     const startupStarted = Date.now();
     await waitUntilReady(base, token, stack, opts["startup-timeout-ms"]);
-    result.startup = { readyAfterMs: Date.now() - startupStarted, port, persistDir };
+    result.startup = { readyAfterMs: Date.now() - startupStarted, port, workDir };
     say(`stack ready after ${((Date.now() - startupStarted) / 1000).toFixed(1)} s`);
 
     const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
@@ -484,7 +511,7 @@ async function main() {
     }
     if (receivedExpected() === expected.size) {
       say(`all ${expected.size} runs arrived; listening ${opts["settle-ms"]} ms more for duplicates`);
-      await sleep(opts["settle-ms"]);
+      for (const until = Date.now() + opts["settle-ms"]; Date.now() < until && !stackDied(); ) await sleep(100);
     }
     const waitEnded = Date.now();
     result.waitEndedAt = iso(waitEnded);
@@ -581,6 +608,7 @@ async function main() {
       sweeps: stack.observed.sweeps.map((s) => ({ ...s, at: undefined, atMsFromT: s.at - T })),
       errorLines: stack.observed.errorLines,
       errorExamples: stack.observed.errorExamples,
+      workerdTailStreamErrors: stack.observed.tailStreamErrors,
       apiRequestsLogged: stack.observed.apiRequests,
     };
 
@@ -629,14 +657,14 @@ async function main() {
     result.delivery.lagMsByJob = lagByJob; // per burst job index; null: not created or lost
     result.harness.ok = true;
   } catch (err) {
-    result.harness.error = err instanceof Error ? err.stack ?? err.message : String(err);
-    say(`harness error: ${err instanceof Error ? err.message : err}`);
+    result.harness.error = interrupted ? `interrupted by ${interrupted}` : err instanceof Error ? err.stack ?? err.message : String(err);
+    say(`harness error: ${interrupted ? result.harness.error : err instanceof Error ? err.message : err}`);
   } finally {
     await stopStack(stack);
     receiver?.server.closeAllConnections?.();
     await new Promise((resolve) => (receiver ? receiver.server.close(resolve) : resolve()));
-    if (persistDir && !opts["keep-state"]) await rm(persistDir, { recursive: true, force: true }).catch(() => {});
-    if (snapshotDir) await rm(snapshotDir, { recursive: true, force: true }).catch(() => {}); // unlinks node_modules, never follows it
+    // rm unlinks the tree's node_modules symlink; it never follows it.
+    if (workDir && !opts["keep-state"]) await rm(workDir, { recursive: true, force: true }).catch(() => {});
     result.environment.loadavgAtEnd = loadavg().map((x) => round(x, 2));
     result.finishedAt = iso(Date.now());
   }
@@ -644,8 +672,8 @@ async function main() {
   writeFileSync(jsonPath, JSON.stringify(result, null, 2) + "\n");
   printSummary(result);
   console.log(`\nresults: ${relative(ROOT, jsonPath)}\nstack log: ${relative(ROOT, logPath)}`);
-  if (opts["keep-state"] && result.startup) console.log(`state kept in ${result.startup.persistDir}`);
-  return result.harness.ok ? 0 : 1;
+  if (opts["keep-state"] && result.startup) console.log(`state kept in ${result.startup.workDir}`);
+  return interrupted ? 130 : result.harness.ok ? 0 : 1;
 }
 
 function printSummary(r) {
@@ -688,11 +716,13 @@ function printSummary(r) {
   }
   if (r.stackLog) {
     const sweeps = r.stackLog.sweeps.map((s) => `T${s.atMsFromT >= 0 ? "+" : ""}${(s.atMsFromT / 1000).toFixed(1)}s`);
-    out.push(`  stack log       ${r.stackLog.errorLines} error lines; sweeps at ${sweeps.join(", ") || "-"}`);
+    out.push(`  stack log       ${r.stackLog.errorLines} error lines${r.stackLog.workerdTailStreamErrors ? ` (+${r.stackLog.workerdTailStreamErrors} workerd tail-stream errors)` : ""}; sweeps at ${sweeps.join(", ") || "-"}`);
     if (r.stackLog.reloadsAfterReady.length) {
       out.push(`  WARNING         wrangler reloaded the worker ${r.stackLog.reloadsAfterReady.length}× (at T${r.stackLog.reloadsAfterReady.map((x) => `${x >= 0 ? "+" : ""}${(x / 1000).toFixed(1)}s`).join(", ")}): a source file changed; this run is not representative`);
     }
   }
+  const e = r.environment;
+  out.push(`  machine         ${e.cpus} CPUs, Node ${e.node}, load average ${e.loadavgAtStart[0]} at start, ${e.loadavgAtEnd?.[0] ?? "-"} at end${e.loadavgAtEnd?.[0] > e.cpus ? " (busy machine: expect noisy figures)" : ""}`);
   if (!r.harness.ok) out.push(`  HARNESS ERROR   ${String(r.harness.error).split("\n")[0]}`);
   console.log(out.join("\n"));
 }

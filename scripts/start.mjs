@@ -11,6 +11,9 @@ const sweepEveryMs = Number(process.env.SWEEP_INTERVAL_MS ?? 60_000); // the cro
 const base = `http://127.0.0.1:${port}`;
 const wrangler = new URL("../node_modules/wrangler/bin/wrangler.js", import.meta.url).pathname;
 const persist = persistTo ? ["--persist-to", persistTo] : [];
+// A private dev registry: with the shared default, every other `wrangler dev` on the machine
+// starting or stopping reloads this one, and a reload drops the local queue's messages.
+const registry = process.env.WRANGLER_REGISTRY_PATH ?? new URL(`../.wrangler/registry-${port}`, import.meta.url).pathname;
 
 const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "apply", "edgecron", "--local", ...persist], {
   stdio: ["ignore", "inherit", "inherit"],
@@ -26,7 +29,7 @@ const dev = spawn(
     wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--show-interactive-dev-session=false",
     ...persist, ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ],
-  { stdio: ["ignore", "inherit", "inherit"] },
+  { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, WRANGLER_REGISTRY_PATH: registry } },
 );
 
 let sweeper;
