@@ -16,6 +16,8 @@ export interface Env {
   SHARD_COUNT: string;
   /** How long a dispatched run may wait for a consumer before the shard sends it again. */
   CLAIM_TIMEOUT_MS?: string;
+  /** This Worker's public base URL, when known: targets then get X-Edgecron-Complete-Url. */
+  PUBLIC_URL?: string;
 }
 
 export function shardStub(env: Env, shard: string): DurableObjectStub<Shard> {

@@ -1,16 +1,20 @@
 import { app } from "./api/app";
-import { consumeDispatches } from "./consumer/consume";
+import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
 import type { DispatchMessage, Env } from "./env";
 import { sweep } from "./reconcile/sweep";
 
 export { Shard } from "./shard/shard";
+
+/** Named in wrangler.toml as the dispatch queue's dead_letter_queue. */
+const DEAD_LETTER_QUEUE = "edgecron-runs-dlq";
 
 /** The Worker's three entry points: the API, the Queue consumer and the reconciliation sweep. */
 export default {
   fetch: app.fetch,
 
   async queue(batch, env) {
-    await consumeDispatches(batch, env);
+    if (batch.queue === DEAD_LETTER_QUEUE) await consumeDeadLetters(batch, env);
+    else await consumeDispatches(batch, env);
   },
 
   async scheduled(_controller, env) {

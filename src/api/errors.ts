@@ -2,6 +2,7 @@ import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
+import { CatalogUnavailable } from "../catalog/jobs";
 
 /** The one error type handlers throw; `onError` turns it (and anything else) into the JSON body. */
 export class ApiError extends Error {
@@ -49,6 +50,11 @@ export function errorResponse(err: Error, c: Context): Response {
   if (err instanceof ApiError) {
     for (const [name, value] of Object.entries(err.headers)) c.header(name, value);
     return c.json({ error: { code: err.code, message: err.message } }, err.status);
+  }
+  if (err instanceof CatalogUnavailable) {
+    console.error(err.message);
+    c.header("Retry-After", "5");
+    return c.json({ error: { code: "catalog_unavailable", message: "the job catalog (D1) is unavailable; scheduled runs go on; retry this request" } }, 503);
   }
   if (err instanceof HTTPException) {
     // Hono's own rejections (malformed JSON, …) get the same JSON shape as ours.

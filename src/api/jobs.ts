@@ -2,22 +2,21 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { getJob, insertJob, listJobs, toDefinition, updateJob, type CatalogJob } from "../catalog/jobs";
 import { shardStub, type Env } from "../env";
-import { ErrorSchema, PageQuery, pageOf } from "../model/common";
+import { PageQuery, pageOf } from "../model/common";
 import { newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
 import { CreateJobSchema, JobSchema } from "../model/job";
 import { RunSchema } from "../model/run";
 import { firstFire } from "../schedule/next-fire";
+import { failpoint } from "../faults";
 import { ApiError, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
+import { bearer, errors, json, pathId } from "./route-parts";
 import { validationHook } from "./validation";
 
 export const jobs = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
 
-const errors = (...codes: Array<400 | 404 | 503>) =>
-  Object.fromEntries(codes.map((code) => [code, { content: { "application/json": { schema: ErrorSchema } }, description: "error" }]));
-const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { "application/json": { schema } }, description });
-const IdParam = z.object({ id: z.string().openapi({ param: { name: "id", in: "path" }, example: "job_0mihx2k3f8a1b2c3d4e5" }) });
-const security = [{ bearer: [] }];
+const IdParam = pathId("job_0mihx2k3f8a1b2c3d4e5");
+const security = bearer;
 
 // ---- create ----
 
@@ -47,6 +46,7 @@ jobs.openapi(
       deletedAt: null,
     };
     await insertJob(c.env.DB, job);
+    failpoint("api.afterCatalogWrite");
     let nextRunAt: number | null;
     try {
       const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);

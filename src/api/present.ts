@@ -33,6 +33,7 @@ export function presentRun(run: RunView): Run {
     finishedAt: isoOrNull(run.finishedAt),
     status: run.status,
     error: run.error,
+    result: run.result,
     ...(run.attemptLog && {
       attemptLog: run.attemptLog.map((a) => ({
         attempt: a.attempt,
@@ -42,6 +43,7 @@ export function presentRun(run: RunView): Run {
         status: a.status,
         error: a.error,
         durationMs: a.finishedAt === null ? null : a.finishedAt - a.startedAt,
+        late: a.late,
       })),
     }),
   };

@@ -1,36 +1,174 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import { shardsInUse, type CatalogJob } from "../catalog/jobs";
 import { shardStub, type Env } from "../env";
-import { ErrorSchema } from "../model/common";
-import { jobIdOfRun } from "../model/ids";
+import { PageQuery, pageOf } from "../model/common";
+import { JOB_ID, jobIdOfRun, parseCompletionToken } from "../model/ids";
 import { RunSchema } from "../model/run";
-import { notFound } from "./errors";
+import type { RunView, TokenVerdict } from "../shard/shard";
+import { ApiError, notFound } from "./errors";
 import { loadJob } from "./jobs";
 import { presentRun } from "./present";
+import { bearer, errors, json, pathId } from "./route-parts";
 import { validationHook } from "./validation";
 
 export const runs = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+
+const IdParam = pathId("run_0mihx2k3f8a1b2c3d4e5_mj3k2a00");
+
+/** The job a run belongs to (deleted jobs included: their runs stay readable), or 404. */
+async function jobOfRun(c: Context<{ Bindings: Env }>, runId: string): Promise<CatalogJob> {
+  const jobId = jobIdOfRun(runId);
+  if (!jobId) throw notFound("run", runId);
+  return loadJob(c, jobId, { includeDeleted: true }).catch(() => {
+    throw notFound("run", runId);
+  });
+}
 
 runs.openapi(
   createRoute({
     method: "get",
     path: "/runs/{id}",
     summary: "Get a run with all its attempts",
-    security: [{ bearer: [] }],
-    request: { params: z.object({ id: z.string().openapi({ param: { name: "id", in: "path" } }) }) },
-    responses: {
-      200: { content: { "application/json": { schema: RunSchema } }, description: "the run" },
-      404: { content: { "application/json": { schema: ErrorSchema } }, description: "unknown run" },
-    },
+    security: bearer,
+    request: { params: IdParam },
+    responses: { 200: json(RunSchema, "the run"), ...errors(404) },
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const jobId = jobIdOfRun(id);
-    if (!jobId) throw notFound("run", id);
-    const job = await loadJob(c, jobId, { includeDeleted: true }).catch(() => {
-      throw notFound("run", id);
-    });
+    const job = await jobOfRun(c, id);
     const run = await shardStub(c.env, job.shard).getRun(id);
     if (!run) throw notFound("run", id);
     return c.json(presentRun(run), 200);
   },
 );
+
+runs.openapi(
+  createRoute({
+    method: "post",
+    path: "/runs/{id}/retry",
+    summary: "Give a dead or failed run a fresh set of attempts",
+    security: bearer,
+    request: { params: IdParam },
+    responses: { 202: json(RunSchema, "the run, queued again"), ...errors(404, 409) },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const job = await jobOfRun(c, id);
+    const run = await shardStub(c.env, job.shard).retryRun(id);
+    if (run === null) throw notFound("run", id);
+    if (run === "not_retryable") throw new ApiError(409, "not_retryable", "only a dead or failed run of a job that still exists can be retried");
+    return c.json(presentRun(run), 202);
+  },
+);
+
+// ---- long-running targets: authenticated by the completion token, not the API token ----
+
+const TokenBody = { token: z.string().max(100).openapi({ description: "The X-Edgecron-Completion-Token the attempt received." }) };
+
+const CompleteBody = z
+  .strictObject({
+    ...TokenBody,
+    ok: z.boolean(),
+    result: z.string().max(65_536).optional().openapi({ description: "Kept on the run (at most 64 KiB)." }),
+    error: z.string().max(2_000).optional(),
+    retry: z.boolean().default(true).openapi({ description: "For a failure: may another attempt help? false fails the run at once." }),
+  })
+  .openapi("Completion");
+
+const HeartbeatBody = z
+  .strictObject({
+    ...TokenBody,
+    extendMs: z.int().min(1_000).max(3_600_000).default(60_000).openapi({ description: "The lease runs this long from now." }),
+  })
+  .openapi("Heartbeat");
+
+function shardOfToken(token: string): string {
+  const parsed = parseCompletionToken(token);
+  if (!parsed) throw new ApiError(403, "invalid_token", "not a completion token edgecron issued");
+  return parsed.shard;
+}
+
+/** Completion-token verdicts as HTTP answers. */
+function tokenError(verdict: TokenVerdict, runId: string): ApiError {
+  if (verdict === "unknown_run") return notFound("run", runId);
+  if (verdict === "invalid_token") return new ApiError(403, "invalid_token", "this completion token does not belong to this run");
+  return new ApiError(409, "stale", "this attempt is no longer current (it timed out, or the run ended); nothing was changed");
+}
+
+runs.openapi(
+  createRoute({
+    method: "post",
+    path: "/runs/{id}/complete",
+    summary: "Finish a long-running attempt (a target that answered 202)",
+    description: "Authenticated by the attempt's completion token; no API token needed. A stale attempt's completion answers 409 and changes nothing.",
+    request: { params: IdParam, body: { content: { "application/json": { schema: CompleteBody } }, required: true } },
+    responses: { 200: json(RunSchema, "the run, with the outcome recorded"), ...errors(400, 403, 404, 409) },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const { token, ...completion } = c.req.valid("json");
+    const answer = await shardStub(c.env, shardOfToken(token)).complete(id, token, completion);
+    if (typeof answer === "string") throw tokenError(answer, id);
+    return c.json(presentRun(answer), 200);
+  },
+);
+
+runs.openapi(
+  createRoute({
+    method: "post",
+    path: "/runs/{id}/heartbeat",
+    summary: "Extend a long-running attempt's lease",
+    description: "Authenticated by the attempt's completion token. Without heartbeats, an accepted attempt times out after the job's timeoutMs.",
+    request: { params: IdParam, body: { content: { "application/json": { schema: HeartbeatBody } }, required: true } },
+    responses: { 200: json(z.object({ leaseUntil: z.string() }), "the new lease end"), ...errors(400, 403, 404, 409) },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const { token, extendMs } = c.req.valid("json");
+    const answer = await shardStub(c.env, shardOfToken(token)).heartbeat(id, token, extendMs);
+    if (typeof answer === "string") throw tokenError(answer, id);
+    return c.json({ leaseUntil: new Date(answer.leaseUntil).toISOString() }, 200);
+  },
+);
+
+// ---- dead letters ----
+
+/** Dead letters page by (finishedAt, id), newest first, across shards; the cursor carries both. */
+const DEAD_CURSOR = /^([0-9a-z]{1,12})\.(run_[0-9A-Za-z_-]{1,120})$/;
+
+runs.openapi(
+  createRoute({
+    method: "get",
+    path: "/dead-letters",
+    summary: "Runs that ended without success: dead (retries exhausted) or failed (refused, or lost by the queue)",
+    security: bearer,
+    request: {
+      query: PageQuery.extend({ jobId: z.string().regex(JOB_ID, "not a job id").optional().openapi({ description: "Only this job's." }) }),
+    },
+    responses: { 200: json(pageOf(RunSchema), "a page of dead letters, newest first"), ...errors(400, 404) },
+  }),
+  async (c) => {
+    const { limit, cursor, jobId } = c.req.valid("query");
+    let before: { finishedAt: number; id: string } | undefined;
+    if (cursor !== undefined) {
+      const match = DEAD_CURSOR.exec(cursor);
+      if (!match) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
+      before = { finishedAt: parseInt(match[1]!, 36), id: match[2]! };
+    }
+    const shards = jobId ? [(await loadJob(c, jobId, { includeDeleted: true })).shard] : await shardsInUse(c.env.DB);
+    // Each shard returns its newest `limit + 1`; merged, the newest `limit + 1` overall are among them.
+    const pages = await Promise.all(shards.map((s) => shardStub(c.env, s).deadLetters(jobId ?? null, limit + 1, before)));
+    const merged = pages.flat().sort(newestFailureFirst);
+    const page = merged.slice(0, limit);
+    const last = page.at(-1);
+    return c.json({
+      items: page.map(presentRun),
+      nextCursor: merged.length > limit && last ? `${last.finishedAt!.toString(36)}.${last.id}` : null,
+    }, 200);
+  },
+);
+
+function newestFailureFirst(a: RunView, b: RunView): number {
+  return b.finishedAt! - a.finishedAt! || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}

@@ -1,3 +1,4 @@
+import { failpoint } from "../faults";
 import type { JobSpec } from "../model/job";
 import type { JobDefinition } from "../shard/shard";
 
@@ -16,6 +17,18 @@ export interface CatalogJob {
 }
 
 type Row = Record<string, unknown>;
+
+/** D1 could not answer. The API turns it into 503 + Retry-After; shards never depend on D1. */
+export class CatalogUnavailable extends Error {}
+
+async function guard<T>(operation: string, call: () => Promise<T>): Promise<T> {
+  try {
+    failpoint("catalog.unavailable");
+    return await call();
+  } catch (err) {
+    throw new CatalogUnavailable(`catalog ${operation} failed: ${(err as Error).message}`, { cause: err });
+  }
+}
 
 const toJob = (r: Row): CatalogJob => ({
   id: r.id as string,
@@ -42,18 +55,18 @@ export function toDefinition(job: CatalogJob): JobDefinition {
 }
 
 export async function insertJob(db: D1Database, job: CatalogJob): Promise<void> {
-  await db
+  await guard("insert", () => db
     .prepare(
       `INSERT INTO jobs (id, name, shard, version, spec, paused, created_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
     )
     .bind(job.id, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt)
-    .run();
+    .run());
 }
 
 /** A job by id; deleted jobs only when asked (their runs stay readable). */
 export async function getJob(db: D1Database, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob | null> {
-  const row = await db.prepare("SELECT * FROM jobs WHERE id = ?").bind(id).first<Row>();
+  const row = await guard("read", () => db.prepare("SELECT * FROM jobs WHERE id = ?").bind(id).first<Row>());
   if (!row) return null;
   const job = toJob(row);
   return job.deletedAt !== null && !opts.includeDeleted ? null : job;
@@ -64,7 +77,7 @@ export async function listJobs(db: D1Database, limit: number, before?: string): 
   const stmt = before
     ? db.prepare("SELECT * FROM jobs WHERE deleted_at IS NULL AND id < ? ORDER BY id DESC LIMIT ?").bind(before, limit)
     : db.prepare("SELECT * FROM jobs WHERE deleted_at IS NULL ORDER BY id DESC LIMIT ?").bind(limit);
-  const { results } = await stmt.all<Row>();
+  const { results } = await guard("list", () => stmt.all<Row>());
   return results.map(toJob);
 }
 
@@ -78,20 +91,20 @@ export async function updateJob(
   change: { paused?: boolean; deleted?: boolean },
   now: number,
 ): Promise<CatalogJob | null> {
-  const row = await db
+  const row = await guard("update", () => db
     .prepare(
       `UPDATE jobs SET version = version + 1, updated_at = ?,
          paused = COALESCE(?, paused), deleted_at = CASE WHEN ? THEN ? ELSE deleted_at END
        WHERE id = ? AND deleted_at IS NULL RETURNING *`,
     )
     .bind(now, change.paused === undefined ? null : change.paused ? 1 : 0, change.deleted ? 1 : 0, now, id)
-    .first<Row>();
+    .first<Row>());
   return row ? toJob(row) : null;
 }
 
 /** Every shard name the catalog has recorded, deleted jobs included. */
 export async function shardsInUse(db: D1Database): Promise<string[]> {
-  const { results } = await db.prepare("SELECT DISTINCT shard FROM jobs").all<{ shard: string }>();
+  const { results } = await guard("shards", () => db.prepare("SELECT DISTINCT shard FROM jobs").all<{ shard: string }>());
   return results.map((r) => r.shard);
 }
 
@@ -102,18 +115,18 @@ export async function shardEntries(
   afterId: string,
   limit: number,
 ): Promise<Array<{ id: string; version: number; deleted: boolean }>> {
-  const { results } = await db
+  const { results } = await guard("entries", () => db
     .prepare("SELECT id, version, deleted_at FROM jobs WHERE shard = ? AND id > ? ORDER BY id LIMIT ?")
     .bind(shard, afterId, limit)
-    .all<Row>();
+    .all<Row>());
   return results.map((r) => ({ id: r.id as string, version: r.version as number, deleted: r.deleted_at !== null }));
 }
 
 export async function getJobsByIds(db: D1Database, ids: string[]): Promise<CatalogJob[]> {
   if (ids.length === 0) return [];
-  const { results } = await db
+  const { results } = await guard("read", () => db
     .prepare(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`)
     .bind(...ids)
-    .all<Row>();
+    .all<Row>());
   return results.map(toJob);
 }

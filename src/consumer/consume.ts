@@ -1,5 +1,6 @@
 import { shardStub, type DispatchMessage, type Env } from "../env";
 import type { Outcome } from "../shard/shard";
+import { failpoint } from "../faults";
 import { executeTarget } from "./execute";
 
 const REPORT_TRIES = 3;
@@ -10,19 +11,18 @@ const REPORT_TRIES = 3;
  * answered the claim; what happens after that is the shard's to track (leases).
  */
 export async function consumeDispatches(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
-  const byShard = new Map<string, Message<DispatchMessage>[]>();
-  for (const message of batch.messages) {
-    const list = byShard.get(message.body.shard) ?? [];
-    list.push(message);
-    byShard.set(message.body.shard, list);
-  }
-  await Promise.all([...byShard].map(([shard, messages]) => runShardGroup(env, shard, messages)));
+  await Promise.all([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, shard, messages)));
+}
+
+function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string, Message<DispatchMessage>[]> {
+  return Map.groupBy(messages, (m) => m.body.shard);
 }
 
 async function runShardGroup(env: Env, shard: string, messages: Message<DispatchMessage>[]): Promise<void> {
   const stub = shardStub(env, shard);
   let claims;
   try {
+    failpoint("consumer.beforeClaim");
     claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
   } catch (err) {
     // Nothing was claimed that we know of: let the Queue deliver these again.
@@ -30,9 +30,23 @@ async function runShardGroup(env: Env, shard: string, messages: Message<Dispatch
     for (const m of messages) m.retry();
     return;
   }
-  const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c)] : [])));
+  const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c, env.PUBLIC_URL)] : [])));
+  failpoint("consumer.beforeReport");
   if (outcomes.length > 0) await reportOutcomes(stub, shard, outcomes);
   for (const m of messages) m.ack();
+}
+
+/**
+ * The dead-letter queue's consumer: dispatches the Queue could not deliver after its retries.
+ * Their runs are marked failed on their shard, so no dispatch vanishes silently.
+ */
+export async function consumeDeadLetters(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
+  await Promise.all(
+    [...groupByShard(batch.messages)].map(async ([shard, messages]) => {
+      await shardStub(env, shard).abandonDispatches(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
+      for (const m of messages) m.ack();
+    }),
+  );
 }
 
 /**

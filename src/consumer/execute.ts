@@ -5,19 +5,24 @@ type Claimed = Extract<ClaimResult, { result: "claimed" }>;
 /** Longest error text kept on a run; a target's error page can be megabytes. */
 const MAX_ERROR_CHARS = 500;
 
-/** The headers every attempt carries; Idempotency-Key is the same on every attempt of a run. */
-export function edgecronHeaders(claim: Claimed): Record<string, string> {
+/**
+ * The headers every attempt carries. Idempotency-Key is the same on every attempt of a run;
+ * the completion token lets a target that answers 202 finish the attempt later.
+ */
+export function edgecronHeaders(claim: Claimed, publicUrl?: string): Record<string, string> {
   return {
     "Idempotency-Key": claim.runId,
     "X-Edgecron-Run-Id": claim.runId,
     "X-Edgecron-Job-Id": claim.jobId,
     "X-Edgecron-Attempt": String(claim.attempt),
     "X-Edgecron-Scheduled-At": new Date(claim.scheduledAt).toISOString(),
+    "X-Edgecron-Completion-Token": claim.completionToken,
+    ...(publicUrl && { "X-Edgecron-Complete-Url": `${publicUrl.replace(/\/$/, "")}/v1/runs/${claim.runId}/complete` }),
   };
 }
 
 /** Calls a run's target once, within its timeout, and describes what happened. Never throws. */
-export async function executeTarget(claim: Claimed): Promise<Outcome> {
+export async function executeTarget(claim: Claimed, publicUrl?: string): Promise<Outcome> {
   const { target } = claim;
   const headers = new Headers(target.headers);
   let body: string | undefined;
@@ -26,7 +31,7 @@ export async function executeTarget(claim: Claimed): Promise<Outcome> {
     body = JSON.stringify(target.body);
     if (!headers.has("content-type")) headers.set("content-type", "application/json");
   }
-  for (const [name, value] of Object.entries(edgecronHeaders(claim))) headers.set(name, value);
+  for (const [name, value] of Object.entries(edgecronHeaders(claim, publicUrl))) headers.set(name, value);
 
   const base = { runId: claim.runId, fence: claim.fence };
   try {
@@ -41,6 +46,7 @@ export async function executeTarget(claim: Claimed): Promise<Outcome> {
     return {
       ...base,
       ok,
+      accepted: response.status === 202,
       status: response.status,
       error: ok ? null : `HTTP ${response.status}${text ? `: ${text.slice(0, MAX_ERROR_CHARS)}` : ""}`,
       retryAfterMs: parseRetryAfter(response.headers.get("retry-after"), Date.now()),

@@ -33,6 +33,21 @@ export function newTriggerKey(): string {
   return randomChars(16);
 }
 
+/**
+ * The credential a long-running target uses to complete or extend its attempt: the shard, the
+ * attempt's fence, then ~124 random bits. The shard lets the API route the call without
+ * reading D1 (recording stays off D1); the fence tells a stale token from a forged one. Only
+ * the random part is secret, and the shard checks all of it.
+ */
+export function newCompletionToken(shard: string, fence: number): string {
+  return `${shard}.${fence}.${randomChars(24)}`;
+}
+
+export function parseCompletionToken(token: string): { shard: string; fence: number } | null {
+  const match = /^(shard-\d{1,6})\.(\d{1,9})\.[0-9a-z]{24}$/.exec(token);
+  return match ? { shard: match[1]!, fence: Number(match[2]) } : null;
+}
+
 /** A client-chosen trigger key (from its Idempotency-Key header) made safe for a run id. */
 export const TRIGGER_KEY = /^[0-9A-Za-z-]{1,64}$/;
 

@@ -1,5 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { RUN_STATES } from "../shard/run-states";
+import { ATTEMPT_OUTCOMES } from "../shard/store";
 import { Instant } from "./job";
 
 export const AttemptSchema = z
@@ -7,10 +8,14 @@ export const AttemptSchema = z
     attempt: z.int(),
     startedAt: Instant,
     finishedAt: Instant.nullable(),
-    outcome: z.enum(["running", "succeeded", "failed", "timed_out", "cancelled"]),
+    outcome: z.enum(ATTEMPT_OUTCOMES).openapi({ description: "accepted: the target answered 202 and completes through the API." }),
     status: z.int().nullable().openapi({ description: "The target's HTTP status, if it answered." }),
     error: z.string().nullable(),
     durationMs: z.int().nullable(),
+    late: z
+      .string()
+      .nullable()
+      .openapi({ description: "An outcome that arrived after this attempt was given up on (a zombie); it changed nothing." }),
   })
   .openapi("Attempt");
 
@@ -27,6 +32,7 @@ export const RunSchema = z
     finishedAt: Instant.nullable(),
     status: z.int().nullable().openapi({ description: "HTTP status of the last answer from the target." }),
     error: z.string().nullable(),
+    result: z.string().nullable().openapi({ description: "What a long-running target sent with its completion." }),
     attemptLog: z.array(AttemptSchema).optional(),
   })
   .openapi("Run");

@@ -3,28 +3,32 @@
  * table used by the shard and by the tests. A transition not in the table is refused.
  *
  *   queued ──claim──▶ running ──succeed──▶ succeeded
- *     ▲ │                │ ├──reject──▶ failed   (the target refused for good: 4xx)
- *     │ └redispatch      │ ├──exhaust─▶ dead     (retryable failures used every attempt)
- *     │                  │ └──retry───▶ retry_wait ──requeue──▶ queued
- *     └──────────────────┘  (a lease that expires counts as a retryable failure)
+ *     ▲ │ │              │ ├──reject──▶ failed   (the target refused for good: 4xx)
+ *     │ │ └redispatch    │ ├──exhaust─▶ dead     (retryable failures used every attempt)
+ *     │ │                │ └──retry───▶ retry_wait ──requeue──▶ queued
+ *     │ └──abandon──▶ failed  (the Queue dead-lettered the dispatch)
+ *     └──revive── dead / failed   (POST /v1/runs/:id/retry: a fresh set of attempts)
  *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted)
+ * A lease that expires counts as a retryable failure of the running attempt.
  */
 export const RUN_STATES = ["queued", "running", "retry_wait", "succeeded", "failed", "dead", "cancelled"] as const;
 export type RunState = (typeof RUN_STATES)[number];
 
-export type RunEvent = "claim" | "succeed" | "retry" | "exhaust" | "reject" | "requeue" | "redispatch" | "cancel";
+export type RunEvent = "claim" | "succeed" | "retry" | "exhaust" | "reject" | "requeue" | "redispatch" | "cancel" | "abandon" | "revive";
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
-  queued: { claim: "running", redispatch: "queued", cancel: "cancelled" },
+  queued: { claim: "running", redispatch: "queued", cancel: "cancelled", abandon: "failed" },
   running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
   retry_wait: { requeue: "queued", cancel: "cancelled" },
   succeeded: {},
-  failed: {},
-  dead: {},
+  failed: { revive: "queued" },
+  dead: { revive: "queued" },
   cancelled: {},
 };
 
-export const FINAL_STATES: readonly RunState[] = RUN_STATES.filter((s) => Object.keys(TRANSITIONS[s]).length === 0);
+/** States a run ends in unless a person retries it (dead and failed are the dead letters). */
+export const FINAL_STATES: readonly RunState[] = ["succeeded", "failed", "dead", "cancelled"];
+export const DEAD_LETTER_STATES: readonly RunState[] = ["dead", "failed"];
 
 /** The state `event` leads to from `from`, or null when the table has no such transition. */
 export function transition(from: RunState, event: RunEvent): RunState | null {
@@ -44,9 +48,10 @@ export function afterFailure(kind: FailureKind, attempt: number, maxAttempts: nu
 
 /**
  * Which target answers are worth another attempt: network errors and timeouts (no status),
- * 5xx, 408 Request Timeout and 429 Too Many Requests. Any other 4xx will not improve.
+ * 5xx, 408 Request Timeout, 429 Too Many Requests, and any 4xx the job lists. Any other
+ * answer will not improve by asking again.
  */
-export function classifyStatus(status: number | null): FailureKind {
-  if (status === null || status >= 500 || status === 408 || status === 429) return "retryable";
+export function classifyStatus(status: number | null, retryOn: readonly number[] = []): FailureKind {
+  if (status === null || status >= 500 || status === 408 || status === 429 || retryOn.includes(status)) return "retryable";
   return "permanent";
 }

@@ -1,10 +1,11 @@
 import { DurableObject } from "cloudflare:workers";
 import type { DispatchMessage, Env } from "../env";
-import type { JobSpec } from "../model/job";
-import { scheduledRunId, triggeredRunId } from "../model/ids";
+import { failpoint } from "../faults";
+import { DEFAULT_RETRY, type JobSpec } from "../model/job";
+import { newCompletionToken, parseCompletionToken, scheduledRunId, triggeredRunId } from "../model/ids";
 import { retryDelay } from "../schedule/backoff";
 import { firstFire, nextFireAfter } from "../schedule/next-fire";
-import { afterFailure, classifyStatus } from "./run-states";
+import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import { ShardStore, type AttemptRow, type Dispatch, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
 /** What the API (or the sweep) hands a shard: a job definition at a version. */
@@ -34,18 +35,33 @@ export type ClaimResult =
       scheduledAt: number;
       target: JobSpec["target"];
       timeoutMs: number;
+      completionToken: string;
     };
 
 export interface Outcome {
   runId: string;
   fence: number;
   ok: boolean;
+  /** The target answered 202 Accepted: it finishes the work later and completes through the API. */
+  accepted?: boolean;
   /** The target's HTTP status; null when it never answered (network error, timeout). */
   status: number | null;
   error: string | null;
   /** From the target's Retry-After header, when it sent one. */
   retryAfterMs?: number;
 }
+
+/** What a long-running target reports through POST /v1/runs/:id/complete. */
+export interface Completion {
+  ok: boolean;
+  result?: string;
+  error?: string;
+  /** For a failure: whether another attempt may help (default true). */
+  retry?: boolean;
+}
+
+/** The answer to a call that presents a completion token. */
+export type TokenVerdict = "unknown_run" | "invalid_token" | "stale";
 
 export interface RunView extends RunRow {
   attempts: number;
@@ -60,6 +76,7 @@ const SEND_RETRY_MS = 2_000;
 /** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
 const TICK_BATCH = 2_000;
 const QUEUE_BATCH = 100;
+const DEFAULT_TIMEOUT_MS = 30_000;
 
 /**
  * One shard: the single writer of its jobs' runtime state. Each method is a thin shell over
@@ -80,12 +97,18 @@ export class Shard extends DurableObject<Env> {
     await this.tick();
   }
 
+  /**
+   * Safe to run again at any point: a re-run finds the same due fires (run ids are derived, so
+   * no second run), and dispatches committed but not sent wait in the outbox.
+   */
   private async tick(): Promise<void> {
+    failpoint("shard.alarmStart");
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
       this.fireDueJobs(now);
       this.advanceDueRuns(now);
     });
+    failpoint("shard.afterCommit");
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
@@ -126,11 +149,12 @@ export class Shard extends DurableObject<Env> {
   }
 
   /** Retry later, or end the run as dead (retries exhausted) or failed (the target refused). */
-  private failRun(run: RunRow, status: number | null, error: string | null, now: number, retryAfterMs = 0): void {
-    const maxAttempts = this.store.getJob(run.jobId)?.spec.retry.maxAttempts ?? 1;
-    const decision = afterFailure(classifyStatus(status), run.attempt, maxAttempts);
+  private failRun(run: RunRow, status: number | null, error: string | null, now: number, retryAfterMs = 0, kind?: FailureKind): void {
+    // Job rows outlive deletion (tombstones), so the policy is always there.
+    const retry = this.store.getJob(run.jobId)?.spec.retry ?? DEFAULT_RETRY;
+    const decision = afterFailure(kind ?? classifyStatus(status, retry.retryOn), run.attempt, retry.maxAttempts);
     if (decision === "retry") {
-      const delay = Math.max(retryDelay(run.attempt + 1), retryAfterMs);
+      const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
       this.store.moveRun(run, "retry", { dueAt: now + delay, status, error });
     } else {
       this.store.moveRun(run, decision, { dueAt: null, finishedAt: now, status, error });
@@ -162,14 +186,15 @@ export class Shard extends DurableObject<Env> {
       const chunks: Dispatch[][] = [];
       for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
       const sent = await Promise.allSettled(
-        chunks.map((chunk) =>
-          this.env.RUNS.sendBatch(
+        chunks.map(async (chunk) => {
+          failpoint("shard.queueSend");
+          await this.env.RUNS.sendBatch(
             chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
               body: { shard, runId: d.runId, fence: d.fence },
               contentType: "json",
             })),
-          ),
-        ),
+          );
+        }),
       );
       const ok = chunks.filter((_, i) => sent[i]?.status === "fulfilled");
       this.store.removeOutbox(ok.flat());
@@ -253,8 +278,9 @@ export class Shard extends DurableObject<Env> {
           return { result: "stale", runId: d.runId, fence: d.fence };
         }
         const leaseUntil = now + job.spec.timeoutMs + LEASE_GRACE_MS;
+        const completionToken = newCompletionToken(this.shardName(), run.fence);
         this.store.moveRun(run, "claim", { dueAt: leaseUntil, startedAt: run.startedAt ?? now });
-        this.store.startAttempt(run.id, run.attempt, run.fence, now);
+        this.store.startAttempt(run.id, run.attempt, run.fence, now, completionToken);
         return {
           result: "claimed",
           runId: run.id,
@@ -264,6 +290,7 @@ export class Shard extends DurableObject<Env> {
           scheduledAt: run.scheduledAt,
           target: job.spec.target,
           timeoutMs: job.spec.timeoutMs,
+          completionToken,
         };
       }),
     );
@@ -271,20 +298,149 @@ export class Shard extends DurableObject<Env> {
     return results;
   }
 
-  /** Records outcomes. Each run's outcome is recorded once; a stale fence changes nothing. */
+  /**
+   * Records the consumer's outcomes. Each run's outcome is recorded once; an outcome for any
+   * fence but the current running one changes nothing (a zombie's is kept on its attempt).
+   */
   async report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">> {
     const now = Date.now();
     const results = this.ctx.storage.transactionSync(() =>
       outcomes.map((o) => {
         const run = this.store.getRun(o.runId);
-        if (!run || run.fence !== o.fence || run.state !== "running") return "stale" as const;
-        this.store.finishAttempt(run.id, run.fence, o.ok ? "succeeded" : "failed", now, o.status, o.error);
-        if (o.ok) {
-          this.store.moveRun(run, "succeed", { dueAt: null, finishedAt: now, status: o.status, error: null });
+        const attempt = this.store.getAttempt(o.runId, o.fence);
+        if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
+          if (attempt?.outcome === "timed_out") this.store.noteLateOutcome(o.runId, o.fence, describeOutcome(o));
+          return "stale" as const;
+        }
+        if (o.accepted) {
+          // The target took the work on: the lease restarts from its answer, and heartbeats extend it.
+          this.store.acceptAttempt(run.id, run.fence, o.status ?? 202);
+          this.store.extendLease(run.id, now + this.timeoutOf(run) + LEASE_GRACE_MS);
         } else {
-          this.failRun(run, o.status, o.error, now, o.retryAfterMs);
+          this.recordOutcome(run, o, now);
         }
         return "recorded" as const;
+      }),
+    );
+    await this.armAlarm();
+    return results;
+  }
+
+  private recordOutcome(
+    run: RunRow,
+    o: { ok: boolean; status: number | null; error: string | null; retryAfterMs?: number; result?: string | null; kind?: FailureKind },
+    now: number,
+  ): void {
+    this.store.finishAttempt(run.id, run.fence, o.ok ? "succeeded" : "failed", now, o.status, o.error);
+    if (o.ok) {
+      this.store.moveRun(run, "succeed", { dueAt: null, finishedAt: now, status: o.status, error: null, result: o.result ?? null });
+    } else {
+      this.failRun(run, o.status, o.error, now, o.retryAfterMs, o.kind);
+    }
+  }
+
+  // ---- RPC: long-running targets ----
+
+  /**
+   * Checks a completion token against the run's current attempt. A token of an earlier attempt
+   * is stale (and its outcome is noted on that attempt); anything else unknown is invalid.
+   */
+  private checkToken(runId: string, token: string, lateOutcome: string): { run: RunRow } | TokenVerdict {
+    const run = this.store.getRun(runId);
+    if (!run) return "unknown_run";
+    const fence = parseCompletionToken(token)?.fence;
+    const attempt = fence === undefined ? null : this.store.getAttempt(runId, fence);
+    if (!attempt || !sameToken(attempt.completionToken, token)) return "invalid_token";
+    const live = run.fence === fence && run.state === "running" && (attempt.outcome === "running" || attempt.outcome === "accepted");
+    if (!live) {
+      if (attempt.outcome === "timed_out") this.store.noteLateOutcome(runId, attempt.fence, lateOutcome);
+      return "stale";
+    }
+    return { run };
+  }
+
+  /** The end of a long-running attempt, reported by the target itself. */
+  async complete(runId: string, token: string, completion: Completion): Promise<RunView | TokenVerdict> {
+    const now = Date.now();
+    const late = completion.ok ? "completed: succeeded" : `completed: failed${completion.error ? `: ${completion.error}` : ""}`;
+    const verdict = this.ctx.storage.transactionSync(() => {
+      const checked = this.checkToken(runId, token, late);
+      if (typeof checked === "string") return checked;
+      this.recordOutcome(
+        checked.run,
+        {
+          ok: completion.ok,
+          status: null,
+          error: completion.ok ? null : (completion.error ?? "the target reported a failure"),
+          result: completion.result ?? null,
+          kind: completion.retry === false ? "permanent" : "retryable",
+        },
+        now,
+      );
+      return null;
+    });
+    if (verdict !== null) return verdict;
+    await this.armAlarm();
+    return (await this.getRun(runId))!;
+  }
+
+  /** Extends a long-running attempt's lease to `extendMs` from now. */
+  async heartbeat(runId: string, token: string, extendMs: number): Promise<{ leaseUntil: number } | TokenVerdict> {
+    const now = Date.now();
+    const verdict = this.ctx.storage.transactionSync(() => {
+      const checked = this.checkToken(runId, token, "heartbeat");
+      if (typeof checked === "string") return checked;
+      this.store.extendLease(runId, now + extendMs);
+      return null;
+    });
+    if (verdict !== null) return verdict;
+    await this.armAlarm();
+    return { leaseUntil: now + extendMs };
+  }
+
+  // ---- RPC: dead letters ----
+
+  async deadLetters(jobId: string | null, limit: number, before?: { finishedAt: number; id: string }): Promise<RunView[]> {
+    return this.withAttemptCounts(this.store.deadLetters(jobId, limit, before));
+  }
+
+  /** Gives a dead or failed run a fresh set of attempts. */
+  async retryRun(runId: string): Promise<RunView | "not_retryable" | null> {
+    const run = this.store.getRun(runId);
+    if (!run) return null;
+    const job = this.store.getJob(run.jobId);
+    if (!job || job.deleted || !DEAD_LETTER_STATES.includes(run.state)) return "not_retryable";
+    const now = Date.now();
+    this.ctx.storage.transactionSync(() => {
+      const next = this.store.moveRun(run, "revive", {
+        attempt: 1,
+        fence: run.fence + 1,
+        dueAt: now + this.claimTimeoutMs(),
+        finishedAt: null,
+        status: null,
+        error: null,
+      });
+      this.store.addOutbox(next.id, next.fence);
+    });
+    const sent = await this.flushOutbox();
+    await this.armAlarm(sent);
+    return this.getRun(runId);
+  }
+
+  /** Dispatches the Queue gave up on (its dead-letter queue): their runs fail instead of vanishing. */
+  async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"failed" | "stale">> {
+    const now = Date.now();
+    const results = this.ctx.storage.transactionSync(() =>
+      dispatches.map((d) => {
+        const run = this.store.getRun(d.runId);
+        if (!run || run.fence !== d.fence || run.state !== "queued") return "stale" as const;
+        this.store.moveRun(run, "abandon", {
+          dueAt: null,
+          finishedAt: now,
+          error: "the queue dead-lettered this dispatch after repeated delivery failures",
+        });
+        this.store.removeOutboxOfRun(run.id);
+        return "failed" as const;
       }),
     );
     await this.armAlarm();
@@ -301,7 +457,10 @@ export class Shard extends DurableObject<Env> {
   }
 
   async listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]> {
-    const runs = this.store.listRuns(jobId, limit, before);
+    return this.withAttemptCounts(this.store.listRuns(jobId, limit, before));
+  }
+
+  private withAttemptCounts(runs: RunRow[]): RunView[] {
     const counts = this.store.attemptCounts(runs.map((r) => r.id));
     return runs.map((r) => ({ ...r, attempts: counts.get(r.id) ?? 0 }));
   }
@@ -353,6 +512,10 @@ export class Shard extends DurableObject<Env> {
     return name;
   }
 
+  private timeoutOf(run: RunRow): number {
+    return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
   private claimTimeoutMs(): number {
     return Number(this.env.CLAIM_TIMEOUT_MS ?? DEFAULT_CLAIM_TIMEOUT_MS);
   }
@@ -371,4 +534,16 @@ export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now:
     return nextFireAfter(def.spec.schedule, def.createdAt, now);
   }
   return held.nextFireAt;
+}
+
+function describeOutcome(o: Outcome): string {
+  if (o.accepted) return `HTTP ${o.status ?? 202}: accepted`;
+  return o.ok ? `HTTP ${o.status}` : (o.error ?? `HTTP ${o.status}`);
+}
+
+/** Constant-time comparison of a presented token with the stored one (same length by format). */
+function sameToken(stored: string, presented: string): boolean {
+  const a = new TextEncoder().encode(stored);
+  const b = new TextEncoder().encode(presented);
+  return a.byteLength === b.byteLength && crypto.subtle.timingSafeEqual(a, b);
 }

@@ -33,8 +33,10 @@ CREATE TABLE IF NOT EXISTS runs (
   started_at INTEGER,
   finished_at INTEGER,
   status INTEGER,
-  error TEXT
+  error TEXT,
+  result TEXT                        -- what a long-running target sent with its completion
 );
+CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
 CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
 CREATE TABLE IF NOT EXISTS attempts (
@@ -46,6 +48,8 @@ CREATE TABLE IF NOT EXISTS attempts (
   outcome TEXT NOT NULL,
   status INTEGER,
   error TEXT,
+  completion_token TEXT NOT NULL,    -- the target's credential for /complete and /heartbeat
+  late TEXT,                         -- an outcome that arrived after the attempt was given up on
   PRIMARY KEY (run_id, fence)
 );
 CREATE TABLE IF NOT EXISTS outbox (
@@ -80,16 +84,22 @@ export interface RunRow {
   finishedAt: number | null;
   status: number | null;
   error: string | null;
+  result: string | null;
 }
+
+export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out"] as const;
 
 export interface AttemptRow {
   attempt: number;
   fence: number;
   startedAt: number;
   finishedAt: number | null;
-  outcome: "running" | "succeeded" | "failed" | "timed_out" | "cancelled";
+  /** running: the target was called; accepted: it answered 202 and will complete through the API. */
+  outcome: (typeof ATTEMPT_OUTCOMES)[number];
   status: number | null;
   error: string | null;
+  completionToken: string;
+  late: string | null;
 }
 
 export interface ShardMetrics {
@@ -133,6 +143,19 @@ const toRun = (r: Row): RunRow => ({
   finishedAt: r.finished_at as number | null,
   status: r.status as number | null,
   error: r.error as string | null,
+  result: r.result as string | null,
+});
+
+const toAttempt = (r: Row): AttemptRow => ({
+  attempt: r.attempt as number,
+  fence: r.fence as number,
+  startedAt: r.started_at as number,
+  finishedAt: r.finished_at as number | null,
+  outcome: r.outcome as AttemptRow["outcome"],
+  status: r.status as number | null,
+  error: r.error as string | null,
+  completionToken: r.completion_token as string,
+  late: r.late as string | null,
 });
 
 export class ShardStore {
@@ -238,47 +261,73 @@ export class ShardStore {
    * Moves a run along `event`, refusing any transition the state table lacks. `changes` are
    * the other columns the step sets; the state column is only ever written here.
    */
-  moveRun(run: RunRow, event: RunEvent, changes: Partial<Pick<RunRow, "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error">>): RunRow {
+  moveRun(
+    run: RunRow,
+    event: RunEvent,
+    changes: Partial<Pick<RunRow, "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result">>,
+  ): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
     this.sql.exec(
-      `UPDATE runs SET state = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?, error = ?
+      `UPDATE runs SET state = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?, error = ?, result = ?
        WHERE id = ?`,
-      next.state, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error, run.id,
+      next.state, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error, next.result, run.id,
     );
     return next;
   }
 
+  /** A running attempt's lease moves (the target accepted the work, or sent a heartbeat). */
+  extendLease(runId: string, until: number): void {
+    this.sql.exec("UPDATE runs SET due_at = ? WHERE id = ? AND state = 'running'", until, runId);
+  }
+
+  /** Dead letters (dead and failed runs), newest failure first, of one job or of all. */
+  deadLetters(jobId: string | null, limit: number, before?: { finishedAt: number; id: string }): RunRow[] {
+    const where = ["state IN ('dead', 'failed')"];
+    const args: SqlStorageValue[] = [];
+    if (jobId !== null) (where.push("job_id = ?"), args.push(jobId));
+    if (before) (where.push("(finished_at < ? OR (finished_at = ? AND id < ?))"), args.push(before.finishedAt, before.finishedAt, before.id));
+    return this.sql
+      .exec(`SELECT * FROM runs WHERE ${where.join(" AND ")} ORDER BY finished_at DESC, id DESC LIMIT ?`, ...args, limit)
+      .toArray()
+      .map(toRun);
+  }
+
   // ---- attempts ----
 
-  startAttempt(runId: string, attempt: number, fence: number, now: number): void {
+  startAttempt(runId: string, attempt: number, fence: number, now: number, completionToken: string): void {
     this.sql.exec(
-      "INSERT INTO attempts (run_id, attempt, fence, started_at, outcome) VALUES (?, ?, ?, ?, 'running')",
-      runId, attempt, fence, now,
+      "INSERT INTO attempts (run_id, attempt, fence, started_at, outcome, completion_token) VALUES (?, ?, ?, ?, 'running', ?)",
+      runId, attempt, fence, now, completionToken,
     );
+  }
+
+  /** The target answered 202: the attempt goes on outside edgecron until it completes. */
+  acceptAttempt(runId: string, fence: number, status: number): void {
+    this.sql.exec("UPDATE attempts SET outcome = 'accepted', status = ? WHERE run_id = ? AND fence = ? AND outcome = 'running'", status, runId, fence);
   }
 
   finishAttempt(runId: string, fence: number, outcome: AttemptRow["outcome"], now: number, status: number | null, error: string | null): void {
     this.sql.exec(
-      "UPDATE attempts SET outcome = ?, finished_at = ?, status = ?, error = ? WHERE run_id = ? AND fence = ? AND outcome = 'running'",
+      `UPDATE attempts SET outcome = ?, finished_at = ?, status = ?, error = ?
+       WHERE run_id = ? AND fence = ? AND outcome IN ('running', 'accepted')`,
       outcome, now, status, error, runId, fence,
     );
   }
 
+  /** Keeps a late outcome on the attempt it belongs to, so the run shows it happened. */
+  noteLateOutcome(runId: string, fence: number, description: string): void {
+    this.sql.exec("UPDATE attempts SET late = ? WHERE run_id = ? AND fence = ?", description, runId, fence);
+  }
+
+  getAttempt(runId: string, fence: number): AttemptRow | null {
+    const row = this.sql.exec("SELECT * FROM attempts WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
+    return row ? toAttempt(row) : null;
+  }
+
   attempts(runId: string): AttemptRow[] {
-    return this.sql
-      .exec("SELECT attempt, fence, started_at, finished_at, outcome, status, error FROM attempts WHERE run_id = ? ORDER BY fence", runId)
-      .toArray()
-      .map((r) => ({
-        attempt: r.attempt as number,
-        fence: r.fence as number,
-        startedAt: r.started_at as number,
-        finishedAt: r.finished_at as number | null,
-        outcome: r.outcome as AttemptRow["outcome"],
-        status: r.status as number | null,
-        error: r.error as string | null,
-      }));
+    return this.sql.exec("SELECT * FROM attempts WHERE run_id = ? ORDER BY fence", runId).toArray().map(toAttempt);
   }
 
   attemptCounts(runIds: string[]): Map<string, number> {

@@ -4,7 +4,7 @@ import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
 import { newJobId, shardFor } from "../../src/model/ids";
 import type { Env } from "../../src/env";
-import type { Job } from "../../src/model/job";
+import { DEFAULT_RETRY, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
@@ -147,7 +147,7 @@ describe("the reconciliation sweep", () => {
       name: "orphan",
       shard,
       version: 1,
-      spec: { schedule: { at: new Date(now - 1_000).toISOString() }, target: { url, method: "POST" }, retry: { maxAttempts: 3 }, timeoutMs: 30_000 },
+      spec: { schedule: { at: new Date(now - 1_000).toISOString() }, target: { url, method: "POST" }, retry: DEFAULT_RETRY, timeoutMs: 30_000 },
       paused: false,
       createdAt: now,
       updatedAt: now,

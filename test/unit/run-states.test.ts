@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { afterFailure, classifyStatus, FINAL_STATES, RUN_STATES, transition, TRANSITIONS, type RunEvent } from "../../src/shard/run-states";
+import { afterFailure, classifyStatus, DEAD_LETTER_STATES, FINAL_STATES, RUN_STATES, transition, TRANSITIONS, type RunEvent } from "../../src/shard/run-states";
 import { retryDelay } from "../../src/schedule/backoff";
 
-const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel"];
+const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel", "abandon", "revive"];
 
 describe("the run state table", () => {
   it("allows exactly the lifecycle's transitions", () => {
@@ -12,6 +12,9 @@ describe("the run state table", () => {
         "queued --claim--> running",
         "queued --redispatch--> queued",
         "queued --cancel--> cancelled",
+        "queued --abandon--> failed",
+        "dead --revive--> queued",
+        "failed --revive--> queued",
         "running --succeed--> succeeded",
         "running --retry--> retry_wait",
         "running --exhaust--> dead",
@@ -23,9 +26,9 @@ describe("the run state table", () => {
     );
   });
 
-  it("final states have no way out", () => {
+  it("final states have no way out but a person's retry of a dead letter", () => {
     expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "succeeded"]);
-    for (const s of FINAL_STATES) for (const e of EVENTS) expect(transition(s, e)).toBeNull();
+    for (const s of FINAL_STATES) for (const e of EVENTS) expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && e === "revive" ? "queued" : null);
   });
 
   it("every state is reachable from queued", () => {
@@ -51,6 +54,11 @@ describe("retry or give up", () => {
     [422, "permanent"],
   ] as const)("status %s is %s", (status, kind) => expect(classifyStatus(status)).toBe(kind));
 
+  it("a 4xx the job lists is retried", () => {
+    expect(classifyStatus(409, [409, 423])).toBe("retryable");
+    expect(classifyStatus(404, [409])).toBe("permanent");
+  });
+
   it.each([
     ["retryable", 1, 3, "retry"],
     ["retryable", 2, 3, "retry"],
@@ -65,11 +73,22 @@ describe("retry or give up", () => {
 describe("backoff", () => {
   it("full jitter: uniform in [0, min(max, initial·factor^(n-2))]", () => {
     const policy = { initialMs: 1_000, maxMs: 10_000, factor: 2 };
-    expect(retryDelay(2, policy, () => 0.999999)).toBe(1_000);
-    expect(retryDelay(3, policy, () => 0.999999)).toBe(2_000);
-    expect(retryDelay(4, policy, () => 0.999999)).toBe(4_000);
-    expect(retryDelay(10, policy, () => 0.999999)).toBe(10_000);
-    expect(retryDelay(5, policy, () => 0)).toBe(0);
-    expect(retryDelay(3, policy, () => 0.5)).toBe(1_000);
+    expect(retryDelay(2, policy, "full", () => 0.999999)).toBe(1_000);
+    expect(retryDelay(3, policy, "full", () => 0.999999)).toBe(2_000);
+    expect(retryDelay(4, policy, "full", () => 0.999999)).toBe(4_000);
+    expect(retryDelay(10, policy, "full", () => 0.999999)).toBe(10_000);
+    expect(retryDelay(5, policy, "full", () => 0)).toBe(0);
+    expect(retryDelay(3, policy, "full", () => 0.5)).toBe(1_000);
+  });
+
+  it("without jitter the delay is the cap itself", () => {
+    const policy = { initialMs: 500, maxMs: 3_000, factor: 3 };
+    expect([2, 3, 4, 5].map((n) => retryDelay(n, policy, "none", () => 0))).toEqual([500, 1_500, 3_000, 3_000]);
+  });
+
+  it("full jitter spreads a herd: delays of simultaneous failures are not all alike", () => {
+    const delays = new Set(Array.from({ length: 50 }, () => retryDelay(4)));
+    expect(delays.size).toBeGreaterThan(40);
+    for (const d of delays) expect(d).toBeGreaterThanOrEqual(0), expect(d).toBeLessThanOrEqual(4_000);
   });
 });

@@ -1,0 +1,44 @@
+/**
+ * Fault injection for the fault suite. Production code calls `failpoint(name)` at each step a
+ * crash can split in two; nothing arms a fault in production, so every call is one lookup in
+ * an empty map, and the code path is the one that runs in production. Tests in workerd share
+ * the isolate with the Worker and its Durable Objects, so they arm faults with `armFault`.
+ */
+export const FAULT_POINTS = [
+  "api.afterCatalogWrite", // POST /v1/jobs: the job is in D1, its shard has not heard of it
+  "catalog.unavailable", // every D1 call fails, as in a D1 outage
+  "shard.alarmStart", // the alarm handler throws before doing anything
+  "shard.afterCommit", // the alarm committed runs and outbox rows, then died before sending
+  "shard.queueSend", // the Queue refuses a sendBatch
+  "consumer.beforeClaim", // the consumer dies before claiming its batch
+  "consumer.beforeReport", // the consumer called the targets, then died before reporting
+] as const;
+export type FaultPoint = (typeof FAULT_POINTS)[number];
+
+export class InjectedFault extends Error {
+  constructor(readonly point: FaultPoint) {
+    super(`injected fault at ${point}`);
+  }
+}
+
+/** Remaining failures per armed point; Infinity for "until disarmed". */
+const armed = new Map<FaultPoint, number>();
+/** How many times each point has fired, for the suite's report. */
+export const faultCounts = new Map<FaultPoint, number>();
+
+export function failpoint(point: FaultPoint): void {
+  const left = armed.get(point);
+  if (left === undefined) return;
+  if (left <= 1) armed.delete(point);
+  else armed.set(point, left - 1);
+  faultCounts.set(point, (faultCounts.get(point) ?? 0) + 1);
+  throw new InjectedFault(point);
+}
+
+export function armFault(point: FaultPoint, times = 1): void {
+  armed.set(point, times);
+}
+
+export function disarmFaults(): void {
+  armed.clear();
+}
