@@ -1,0 +1,89 @@
+import { createExecutionContext, createMessageBatch, env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import worker from "../../src/index";
+import type { DispatchMessage, Env } from "../../src/env";
+import { armFault, disarmFaults } from "../../src/faults";
+import type { Run } from "../../src/model/run";
+import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+
+type Page = { items: Run[]; nextCursor: string | null };
+
+async function deadRun(name: string, query: string) {
+  const url = receiverPath(name, query);
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 1 } });
+  await fireNow(job);
+  const [run] = await listRuns(job.id);
+  return { job, url, run: await waitForRun(run!.id, ["dead", "failed"]) };
+}
+
+describe("dead letters", () => {
+  it("lists dead and failed runs, newest first, for all jobs or one, paginated", async () => {
+    const a = await deadRun("dl-a", "status=500");
+    const b = await deadRun("dl-b", "status=404");
+    const c = await deadRun("dl-c", "status=503");
+    expect([a.run.state, b.run.state, c.run.state]).toEqual(["dead", "failed", "dead"]);
+
+    const all: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = (await (await api(`/v1/dead-letters?limit=2${cursor ? `&cursor=${cursor}` : ""}`)).json()) as Page;
+      all.push(...page.items.map((r) => r.id));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(all).toEqual([c.run.id, b.run.id, a.run.id]);
+
+    const onlyB = (await (await api(`/v1/dead-letters?jobId=${b.job.id}`)).json()) as Page;
+    expect(onlyB.items.map((r) => r.id)).toEqual([b.run.id]);
+  });
+
+  it("retry gives a dead run a fresh set of attempts under the same Idempotency-Key", async () => {
+    const url = receiverPath("dl-retry", "status=500");
+    // Retries an hour apart, so only the test moves them on.
+    const retry = { maxAttempts: 2, jitter: "none", backoff: { initialMs: 3_600_000, maxMs: 3_600_000 } };
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry });
+    await fireNow(job);
+    const [run] = (await listRuns(job.id)) as [Run];
+    await waitForRun(run.id, ["retry_wait"]);
+    await makeRunDue(job, run.id);
+    expect((await waitForRun(run.id, ["dead"])).attempts).toBe(2);
+
+    const res = await api(`/v1/runs/${run.id}/retry`, { method: "POST" });
+    expect(res.status).toBe(202);
+    expect(await res.json()).toMatchObject({ state: "queued", error: null });
+    await waitForRun(run.id, ["retry_wait"]);
+    const hits = await hitsOf(url);
+    expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2", "1"]);
+    expect(new Set(hits.map((h) => h.headers["idempotency-key"]))).toEqual(new Set([run.id]));
+    expect((await getRun(run.id)).attemptLog).toHaveLength(3);
+  });
+
+  it("retrying a run that is not a dead letter → 409; an unknown run → 404", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("dl-ok") } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    await waitForRun(run!.id, ["succeeded"]);
+    expect((await api(`/v1/runs/${run!.id}/retry`, { method: "POST" })).status).toBe(409);
+    expect((await api(`/v1/runs/run_${job.id.slice(4)}_nope/retry`, { method: "POST" })).status).toBe(404);
+  });
+
+  it("a dispatch the queue dead-lettered fails its run instead of vanishing", async () => {
+    const url = receiverPath("dl-queue");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    armFault("consumer.beforeClaim", Infinity); // no consumer can claim: the queue gives up
+    try {
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      const body: DispatchMessage = { shard: job.shard, runId: run!.id, fence: 1 };
+      const batch = createMessageBatch<DispatchMessage>("edgecron-runs-dlq", [{ id: "d1", timestamp: new Date(), attempts: 6, body }]);
+      await (worker as ExportedHandler<Env, DispatchMessage>).queue!(batch, env, createExecutionContext());
+      expect(await getRun(run!.id)).toMatchObject({ state: "failed", error: expect.stringContaining("dead-lettered") });
+      const listed = (await (await api(`/v1/dead-letters?jobId=${job.id}`)).json()) as Page;
+      expect(listed.items.map((r) => r.id)).toEqual([run!.id]);
+      // A dead-lettered dispatch with a stale fence changes nothing.
+      expect(await shardOf(job).abandonDispatches([{ runId: run!.id, fence: 99 }])).toEqual(["stale"]);
+      expect(await hitsOf(url)).toHaveLength(0);
+    } finally {
+      disarmFaults();
+    }
+  });
+});

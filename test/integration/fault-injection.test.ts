@@ -1,0 +1,272 @@
+import {
+  createExecutionContext,
+  createMessageBatch,
+  createScheduledController,
+  env,
+  evictDurableObject,
+  runDurableObjectAlarm,
+  runInDurableObject,
+  waitOnExecutionContext,
+} from "cloudflare:test";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import worker from "../../src/index";
+import type { DispatchMessage, Env } from "../../src/env";
+import { armFault, disarmFaults, faultCounts, type FaultPoint } from "../../src/faults";
+import type { Job } from "../../src/model/job";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, FAR_CRON, hitsOf, makeRunDue, receiverPath, shardOf } from "./helpers";
+
+/**
+ * The fault-injection suite: each scenario makes a named step fail (or the platform misbehave)
+ * and then checks the invariants of ARCHITECTURE.md on everything the scenario touched:
+ * every due run reaches a final state, its outcome is recorded exactly once, every request
+ * that reached the target carried the run's Idempotency-Key, and nothing ran for a job after
+ * its pause or delete was answered. Each scenario runs REPEAT times with fresh jobs.
+ */
+const REPEAT = 3;
+const handler = worker as ExportedHandler<Env, DispatchMessage>;
+/** platformFaults: duplicated or reordered deliveries, repeated reports, object restarts (no failpoint needed). */
+const report = { scenarios: 0, repetitions: 0, platformFaults: 0, runsChecked: 0, lost: 0, duplicated: 0 };
+
+afterEach(() => disarmFaults());
+afterAll(() => {
+  const injected = [...faultCounts.values()].reduce((a, b) => a + b, 0);
+  console.log(`fault suite: ${JSON.stringify({ ...report, faultsInjected: injected, byPoint: Object.fromEntries(faultCounts) })}`);
+});
+
+// ---- tools ----
+
+/** Everything a shard knows about a job's runs, read from its storage (no D1, no API). */
+async function shardRuns(job: Job) {
+  return runInDurableObject(shardOf(job), (_s: Shard, state) => ({
+    runs: state.storage.sql.exec("SELECT id, state, scheduled_at FROM runs WHERE job_id = ?", job.id).toArray() as Array<{ id: string; state: string; scheduled_at: number }>,
+    attempts: state.storage.sql
+      .exec("SELECT a.run_id, a.outcome FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
+      .toArray() as Array<{ run_id: string; outcome: string }>,
+  }));
+}
+
+/** Makes the job's next fire due and runs the alarm; the alarm may throw (an injected fault). */
+async function fireDue(job: Job): Promise<void> {
+  await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+    state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+    return state.storage.setAlarm(Date.now() - 1);
+  });
+  await runAlarm(job);
+}
+
+async function runAlarm(job: Job): Promise<void> {
+  await runDurableObjectAlarm(shardOf(job)).catch((err: Error) => expect(err.message).toContain("injected fault"));
+}
+
+async function sweep(): Promise<void> {
+  const ctx = createExecutionContext();
+  await handler.scheduled!(createScheduledController({ cron: "* * * * *" }), env, ctx);
+  await waitOnExecutionContext(ctx);
+}
+
+/** Drives a job's runs to final states: expired leases and retry waits are made due at once. */
+async function settle(job: Job, timeout = 20_000): Promise<void> {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const { runs } = await shardRuns(job);
+    const open = runs.filter((r) => !["succeeded", "failed", "dead", "cancelled"].includes(r.state));
+    if (open.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`runs still open: ${JSON.stringify(open)}`);
+    for (const r of open) if (r.state === "retry_wait" || r.state === "running") await makeRunDue(job, r.id).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+  }
+}
+
+/**
+ * The invariants, for one job whose target always answers 200: `expectedRuns` fires happened,
+ * each ended succeeded with exactly one succeeded attempt, and the target saw only those runs,
+ * each request carrying its run's Idempotency-Key.
+ */
+async function checkInvariants(job: Job, url: string, expectedRuns: number): Promise<void> {
+  await settle(job);
+  const { runs, attempts } = await shardRuns(job);
+  const hits = await hitsOf(url);
+  report.runsChecked += runs.length;
+  report.lost += Math.max(0, expectedRuns - runs.filter((r) => r.state === "succeeded").length);
+  const successes = new Map<string, number>();
+  for (const a of attempts) if (a.outcome === "succeeded") successes.set(a.run_id, (successes.get(a.run_id) ?? 0) + 1);
+  report.duplicated += [...successes.values()].filter((n) => n > 1).length;
+
+  expect(runs).toHaveLength(expectedRuns);
+  expect(new Set(runs.map((r) => r.scheduled_at)).size).toBe(runs.length); // one run per fire
+  for (const r of runs) {
+    expect(r.state).toBe("succeeded");
+    expect(successes.get(r.id)).toBe(1);
+  }
+  const ids = new Set(runs.map((r) => r.id));
+  for (const h of hits) {
+    expect(ids.has(h.headers["idempotency-key"]!)).toBe(true);
+    expect(h.headers["x-edgecron-run-id"]).toBe(h.headers["idempotency-key"]);
+  }
+  for (const id of ids) expect(hits.some((h) => h.headers["idempotency-key"] === id)).toBe(true);
+}
+
+async function newJob(name: string, extra: Record<string, unknown> = {}) {
+  const url = receiverPath(name);
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 1_000, ...extra });
+  return { job, url };
+}
+
+function scenario(name: string, body: (rep: number) => Promise<void>) {
+  it(name, async () => {
+    report.scenarios++;
+    for (let rep = 0; rep < REPEAT; rep++) {
+      report.repetitions++;
+      await body(rep);
+      disarmFaults();
+    }
+  });
+}
+
+const injected = (point: FaultPoint) => faultCounts.get(point) ?? 0;
+
+// ---- the scenarios ----
+
+describe("fault injection", () => {
+  scenario("crash after the D1 write, before the shard call: the sweep delivers the job", async (rep) => {
+    const url = receiverPath(`f-api-${rep}`);
+    const before = injected("api.afterCatalogWrite");
+    armFault("api.afterCatalogWrite");
+    const res = await api("/v1/jobs", { method: "POST", json: { schedule: { at: new Date(Date.now() - 1).toISOString() }, target: { url } } });
+    expect(res.status).toBe(500); // the request died
+    expect(injected("api.afterCatalogWrite")).toBe(before + 1);
+    const row = await env.DB.prepare("SELECT id, shard FROM jobs WHERE json_extract(spec, '$.target.url') = ?").bind(url).first<{ id: string; shard: string }>();
+    expect(row).not.toBeNull();
+    const job = { id: row!.id, shard: row!.shard } as Job;
+    expect((await shardRuns(job)).runs).toHaveLength(0);
+
+    await sweep();
+    await checkInvariants(job, url, 1);
+  });
+
+  scenario("the alarm handler throws before doing anything: the retried alarm fires once", async (rep) => {
+    const { job, url } = await newJob(`f-alarm-${rep}`);
+    armFault("shard.alarmStart");
+    await fireDue(job);
+    expect((await shardRuns(job)).runs).toHaveLength(0);
+    await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1)); // the runtime's retry
+    await runAlarm(job);
+    await checkInvariants(job, url, 1);
+  });
+
+  scenario("crash in the alarm after the commit, before the queue send: the outbox is sent later", async (rep) => {
+    const { job, url } = await newJob(`f-commit-${rep}`);
+    armFault("shard.afterCommit");
+    await fireDue(job);
+    const { runs } = await shardRuns(job);
+    expect(runs.map((r) => r.state)).toEqual(["queued"]); // committed, not sent
+    // Recovery either by the runtime's alarm retry (rep 0) or, if that was lost too, by the sweep.
+    if (rep === 0) {
+      await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1));
+      await runAlarm(job);
+    } else {
+      await sweep();
+    }
+    await checkInvariants(job, url, 1);
+  });
+
+  scenario("the queue send throws: rows stay in the outbox and a later alarm sends them", async (rep) => {
+    const { job, url } = await newJob(`f-send-${rep}`);
+    armFault("shard.queueSend");
+    await fireDue(job);
+    const outbox = await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n);
+    expect(outbox).toBe(1);
+    // The shard armed its alarm for a retry of the send; run it now instead of waiting.
+    const alarm = await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1));
+    await runAlarm(job);
+    await checkInvariants(job, url, 1);
+  });
+
+  scenario("the consumer dies after the target answered, before reporting: the lease retries it", async (rep) => {
+    const { job, url } = await newJob(`f-report-${rep}`);
+    armFault("consumer.beforeReport");
+    await fireDue(job);
+    // The real queue delivers; the consumer calls the target, then dies.
+    await expect.poll(async () => (await hitsOf(url)).length, { timeout: 10_000 }).toBe(1);
+    await checkInvariants(job, url, 1); // settle() expires the lease: attempt 2 succeeds
+    const { attempts } = await shardRuns(job);
+    expect(attempts.map((a) => a.outcome).sort()).toEqual(["succeeded", "timed_out"]);
+    const hits = await hitsOf(url);
+    expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2"]);
+  });
+
+  scenario("the consumer dies before claiming: the queue redelivers", async (rep) => {
+    const { job, url } = await newJob(`f-claim-${rep}`);
+    armFault("consumer.beforeClaim");
+    await fireDue(job);
+    await checkInvariants(job, url, 1);
+    expect((await hitsOf(url))).toHaveLength(1);
+  });
+
+  scenario("outcome reported twice, messages duplicated and out of order: recorded once", async (rep) => {
+    const { job, url } = await newJob(`f-dup-${rep}`);
+    await fireDue(job);
+    const stub = shardOf(job);
+    const [run] = (await shardRuns(job)).runs;
+    // The real delivery of fence 1 may race us; redispatch under fence 2 regardless.
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE runs SET due_at = ? WHERE id = ? AND state = 'queued'", Date.now() - 1, run!.id);
+      return state.storage.setAlarm(Date.now() - 1);
+    });
+    await runAlarm(job);
+    // Deliver fence 2 twice, then the older fence 1 after it.
+    const message = (fence: number, id: string) => ({ id, timestamp: new Date(), attempts: 1, body: { shard: job.shard, runId: run!.id, fence } });
+    const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [message(2, "a"), message(2, "b"), message(1, "c")]);
+    await handler.queue!(batch, env, createExecutionContext());
+    report.platformFaults += 5; // two duplicates, one reordering, two repeated reports
+    await settle(job);
+    // Report the recorded outcome again, for every fence: all stale.
+    expect(await stub.report([1, 2].map((fence) => ({ runId: run!.id, fence, ok: true, status: 200, error: null })))).toEqual(["stale", "stale"]);
+    await checkInvariants(job, url, 1);
+    expect((await hitsOf(url))).toHaveLength(1);
+  });
+
+  scenario("the shard object restarts mid-batch (storage kept, memory lost)", async (rep) => {
+    const { job, url } = await newJob(`f-evict-${rep}`);
+    const stub = shardOf(job);
+    // A claimed attempt whose shard restarts before the outcome arrives.
+    armFault("shard.afterCommit");
+    await fireDue(job);
+    await evictDurableObject(stub);
+    report.platformFaults++;
+    await sweep(); // finds the unsent outbox row and sends it
+    await checkInvariants(job, url, 1);
+  });
+
+  scenario("D1 is down: the API answers 503 with Retry-After, shards keep firing and recording", async (rep) => {
+    const { job, url } = await newJob(`f-d1-${rep}`);
+    armFault("catalog.unavailable", Infinity);
+    const res = await api("/v1/jobs", { method: "POST", json: { schedule: FAR_CRON, target: { url } } });
+    expect(res.status).toBe(503);
+    expect(res.headers.get("Retry-After")).toBe("5");
+    expect(await res.json()).toMatchObject({ error: { code: "catalog_unavailable" } });
+    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(503);
+    await fireDue(job);
+    await settle(job);
+    expect((await shardRuns(job)).runs.map((r) => r.state)).toEqual(["succeeded"]);
+    disarmFaults();
+    await checkInvariants(job, url, 1);
+  });
+
+  scenario("nothing runs after a pause or delete is answered, even with a send pending", async (rep) => {
+    const { job, url } = await newJob(`f-stop-${rep}`);
+    armFault("shard.queueSend");
+    await fireDue(job); // a run is committed, its send failed
+    const action = rep % 2 === 0 ? api(`/v1/jobs/${job.id}`, { method: "DELETE" }) : api(`/v1/jobs/${job.id}/pause`, { method: "POST" });
+    expect((await action).status).toBe(200);
+    const answeredAt = Date.now();
+    await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1));
+    await runAlarm(job);
+    await new Promise((r) => setTimeout(r, 1_500)); // a queue batch window
+    expect((await hitsOf(url)).filter((h) => h.receivedAt >= answeredAt)).toHaveLength(0);
+    expect((await shardRuns(job)).runs.map((r) => r.state)).toEqual(["cancelled"]);
+  });
+});
