@@ -21,7 +21,8 @@ const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "appl
 });
 if (migrate.status !== 0) process.exit(migrate.status ?? 1);
 
-const vars = { API_TOKEN: token };
+// PUBLIC_URL lets targets that answer 202 find POST /v1/runs/:id/complete (X-Edgecron-Complete-Url).
+const vars = { API_TOKEN: token, PUBLIC_URL: `http://localhost:${port}` };
 for (const name of ["CLAIM_TIMEOUT_MS", "SHARD_COUNT"]) if (process.env[name]) vars[name] = process.env[name];
 const dev = spawn(
   process.execPath,

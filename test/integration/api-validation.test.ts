@@ -40,6 +40,10 @@ const BAD_BODIES: Array<[string, unknown, string, string]> = [
   ["maxAttempts zero", { ...valid, retry: { maxAttempts: 0 } }, "retry.maxAttempts", ""],
   ["maxAttempts fractional", { ...valid, retry: { maxAttempts: 1.5 } }, "retry.maxAttempts", ""],
   ["maxAttempts huge", { ...valid, retry: { maxAttempts: 1000 } }, "retry.maxAttempts", ""],
+  ["backoff max below initial", { ...valid, retry: { backoff: { initialMs: 5_000, maxMs: 1_000 } } }, "retry.backoff.maxMs", "at least initialMs"],
+  ["backoff factor below 1", { ...valid, retry: { backoff: { factor: 0.5 } } }, "retry.backoff.factor", ""],
+  ["jitter unknown", { ...valid, retry: { jitter: "some" } }, "retry.jitter", ""],
+  ["retryOn a 5xx", { ...valid, retry: { retryOn: [500] } }, "retry.retryOn.0", ""],
   ["timeoutMs too small", { ...valid, timeoutMs: 10 }, "timeoutMs", ""],
   ["timeoutMs too large", { ...valid, timeoutMs: 3_600_000 }, "timeoutMs", ""],
   ["timeoutMs a string", { ...valid, timeoutMs: "30000" }, "timeoutMs", ""],
@@ -126,9 +130,11 @@ describe("auth", () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths)).toEqual(
-      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}"]),
+      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}", "/v1/runs/{id}/retry", "/v1/runs/{id}/complete", "/v1/runs/{id}/heartbeat", "/v1/dead-letters", "/v1/metrics"]),
     );
-    expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(["CreateJob", "Job", "Run", "Schedule", "Target", "Error"]));
+    expect(Object.keys(doc.components.schemas)).toEqual(
+      expect.arrayContaining(["CreateJob", "Job", "Run", "Attempt", "Schedule", "Target", "Retry", "Backoff", "Completion", "Heartbeat", "Metrics", "Error"]),
+    );
   });
 });
 
