@@ -174,13 +174,14 @@ jobs.openapi(
     description: "Send an Idempotency-Key header to make retries of this call yield the same run.",
     security,
     request: { params: IdParam, headers: z.object({ "idempotency-key": z.string().regex(TRIGGER_KEY, "1 to 64 letters, digits or dashes").optional() }) },
-    responses: { 202: json(RunSchema, "the run, queued"), ...errors(400, 404) },
+    responses: { 202: json(RunSchema, "the run, queued"), ...errors(400, 404, 409) },
   }),
   async (c) => {
     const job = await loadJob(c, c.req.valid("param").id);
     const key = c.req.valid("header")["idempotency-key"] ?? newTriggerKey();
     const run = await shardStub(c.env, job.shard).trigger(job.shard, job.id, key);
     if (!run) throw notFound("job", job.id);
+    if (run === "paused") throw new ApiError(409, "job_paused", "the job is paused: resume it to run it");
     return c.json(presentRun(run), 202);
   },
 );

@@ -57,7 +57,7 @@ runs.openapi(
     const job = await jobOfRun(c, id);
     const run = await shardStub(c.env, job.shard).retryRun(id);
     if (run === null) throw notFound("run", id);
-    if (run === "not_retryable") throw new ApiError(409, "not_retryable", "only a dead or failed run of a job that still exists can be retried");
+    if (run === "not_retryable") throw new ApiError(409, "not_retryable", "only a dead or failed run of a live (not paused, not deleted) job can be retried");
     return c.json(presentRun(run), 202);
   },
 );

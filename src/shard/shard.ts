@@ -130,7 +130,12 @@ export class Shard extends DurableObject<Env> {
   /** Runs whose due time passed: lost dispatches go out again, retries start, expired leases fail. */
   private advanceDueRuns(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) {
-      if (run.state === "queued") {
+      const stopped = stoppedReason(this.store.getJob(run.jobId));
+      if (stopped && (run.state === "queued" || run.state === "retry_wait")) {
+        // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
+        this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: stopped });
+        this.store.removeOutboxOfRun(run.id);
+      } else if (run.state === "queued") {
         const next = this.store.moveRun(run, "redispatch", { fence: run.fence + 1, dueAt: now + this.claimTimeoutMs() });
         this.store.addOutbox(next.id, next.fence);
       } else if (run.state === "retry_wait") {
@@ -148,12 +153,19 @@ export class Shard extends DurableObject<Env> {
     }
   }
 
-  /** Retry later, or end the run as dead (retries exhausted) or failed (the target refused). */
+  /**
+   * Retry later, or end the run as dead (retries exhausted) or failed (the target refused).
+   * A job paused or deleted while this attempt ran gets no further attempt: its run is cancelled.
+   */
   private failRun(run: RunRow, status: number | null, error: string | null, now: number, retryAfterMs = 0, kind?: FailureKind): void {
     // Job rows outlive deletion (tombstones), so the policy is always there.
-    const retry = this.store.getJob(run.jobId)?.spec.retry ?? DEFAULT_RETRY;
+    const job = this.store.getJob(run.jobId);
+    const retry = job?.spec.retry ?? DEFAULT_RETRY;
     const decision = afterFailure(kind ?? classifyStatus(status, retry.retryOn), run.attempt, retry.maxAttempts);
-    if (decision === "retry") {
+    const stopped = stoppedReason(job);
+    if (decision === "retry" && stopped) {
+      this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` });
+    } else if (decision === "retry") {
       const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
       this.store.moveRun(run, "retry", { dueAt: now + delay, status, error });
     } else {
@@ -251,10 +263,11 @@ export class Shard extends DurableObject<Env> {
   }
 
   /** One extra run now. The same trigger key always names the same run. Null if the job is unknown. */
-  async trigger(shard: string, jobId: string, triggerKey: string): Promise<RunView | null> {
+  async trigger(shard: string, jobId: string, triggerKey: string): Promise<RunView | "paused" | null> {
     this.rememberName(shard);
     const job = this.store.getJob(jobId);
     if (!job || job.deleted) return null;
+    if (job.paused) return "paused"; // nothing runs for a paused job, not even by hand
     const now = Date.now();
     const runId = triggeredRunId(jobId, triggerKey);
     this.ctx.storage.transactionSync(() => {
@@ -274,7 +287,7 @@ export class Shard extends DurableObject<Env> {
       dispatches.map((d): ClaimResult => {
         const run = this.store.getRun(d.runId);
         const job = run && this.store.getJob(run.jobId);
-        if (!run || !job || job.deleted || run.fence !== d.fence || run.state !== "queued") {
+        if (!run || !job || stoppedReason(job) || run.fence !== d.fence || run.state !== "queued") {
           return { result: "stale", runId: d.runId, fence: d.fence };
         }
         const leaseUntil = now + job.spec.timeoutMs + LEASE_GRACE_MS;
@@ -409,7 +422,7 @@ export class Shard extends DurableObject<Env> {
     const run = this.store.getRun(runId);
     if (!run) return null;
     const job = this.store.getJob(run.jobId);
-    if (!job || job.deleted || !DEAD_LETTER_STATES.includes(run.state)) return "not_retryable";
+    if (stoppedReason(job) || !DEAD_LETTER_STATES.includes(run.state)) return "not_retryable";
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
       const next = this.store.moveRun(run, "revive", {
@@ -534,6 +547,12 @@ export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now:
     return nextFireAfter(def.spec.schedule, def.createdAt, now);
   }
   return held.nextFireAt;
+}
+
+/** Why nothing more may run for this job, or null when it is live. */
+function stoppedReason(job: ShardJob | null): string | null {
+  if (!job || job.deleted) return "job deleted";
+  return job.paused ? "job paused" : null;
 }
 
 function describeOutcome(o: Outcome): string {

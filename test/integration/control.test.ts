@@ -6,7 +6,7 @@ import { newJobId, shardFor } from "../../src/model/ids";
 import type { Env } from "../../src/env";
 import { DEFAULT_RETRY, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 async function post(path: string): Promise<Response> {
   return api(path, { method: "POST" });
@@ -56,6 +56,45 @@ describe("pause and resume", () => {
     const again = await post(`/v1/jobs/${job.id}/pause`);
     expect(again.status).toBe(200);
     expect(await again.json()).toMatchObject({ paused: true, version: 2 });
+  });
+});
+
+describe("a pause or delete during an attempt", () => {
+  it.each([
+    ["pause", (id: string) => post(`/v1/jobs/${id}/pause`), "job paused"],
+    ["delete", (id: string) => api(`/v1/jobs/${id}`, { method: "DELETE" }), "job deleted"],
+  ] as const)("%s: the attempt's failure is not retried; the run ends cancelled", async (_label, stop, reason) => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid") }, retry: { maxAttempts: 5 } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    const stub = shardOf(job);
+    const [claim] = await stub.claim([{ runId: run!.id, fence: 1 }]); // the attempt is in flight
+    expect(claim!.result).toBe("claimed");
+    expect((await stop(job.id)).status).toBe(200);
+
+    expect(await stub.report([{ runId: run!.id, fence: 1, ok: false, status: 500, error: "HTTP 500" }])).toEqual(["recorded"]);
+    const after = await getRun(run!.id);
+    expect(after).toMatchObject({ state: "cancelled", status: 500, error: `HTTP 500; not retried: ${reason}` });
+    expect(after.attemptLog!.map((a) => a.outcome)).toEqual(["failed"]);
+  });
+
+  it("an in-flight attempt whose lease expires after a delete is not retried either", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid-lease") }, retry: { maxAttempts: 5 } });
+    await fireNow(job);
+    const [run] = await listRuns(job.id);
+    await shardOf(job).claim([{ runId: run!.id, fence: 1 }]);
+    expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBe(200);
+    await makeRunDue(job, run!.id);
+    expect(await getRun(run!.id)).toMatchObject({ state: "cancelled", error: expect.stringContaining("not retried: job deleted") });
+  });
+
+  it("a paused job cannot be triggered by hand (409)", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid-trigger") } });
+    await post(`/v1/jobs/${job.id}/pause`);
+    const res = await post(`/v1/jobs/${job.id}/trigger`);
+    expect(res.status).toBe(409);
+    expect(await res.json()).toMatchObject({ error: { code: "job_paused" } });
+    expect(await listRuns(job.id)).toHaveLength(0);
   });
 });
 
