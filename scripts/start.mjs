@@ -3,6 +3,7 @@
 // API token, and fires the cron trigger on its schedule, which `wrangler dev` does not do by
 // itself: without it the reconciliation sweep would never run locally.
 import { spawn, spawnSync } from "node:child_process";
+import { createServer } from "node:net";
 
 const port = Number(process.env.PORT ?? 8787);
 const token = process.env.API_TOKEN ?? "dev-token";
@@ -24,10 +25,21 @@ if (migrate.status !== 0) process.exit(migrate.status ?? 1);
 // PUBLIC_URL lets targets that answer 202 find POST /v1/runs/:id/complete (X-Edgecron-Complete-Url).
 const vars = { API_TOKEN: token, PUBLIC_URL: `http://localhost:${port}` };
 for (const name of ["CLAIM_TIMEOUT_MS", "SHARD_COUNT"]) if (process.env[name]) vars[name] = process.env[name];
+// wrangler's devtools port defaults to 9229 for every `wrangler dev`; two stacks started at
+// once would fight over it, so each takes a free one.
+const inspectorPort =
+  process.env.INSPECTOR_PORT ??
+  (await new Promise((resolve) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port: free } = probe.address();
+      probe.close(() => resolve(String(free)));
+    });
+  }));
 const dev = spawn(
   process.execPath,
   [
-    wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--show-interactive-dev-session=false",
+    wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", inspectorPort,
+    "--show-interactive-dev-session=false",
     ...persist, ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ],
   { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, WRANGLER_REGISTRY_PATH: registry } },

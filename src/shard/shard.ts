@@ -6,17 +6,9 @@ import { newCompletionToken, parseCompletionToken, scheduledRunId, triggeredRunI
 import { retryDelay } from "../schedule/backoff";
 import { firstFire, nextFireAfter } from "../schedule/next-fire";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
-import { ShardStore, type AttemptRow, type Dispatch, type RunRow, type ShardJob, type ShardMetrics } from "./store";
+import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
-/** What the API (or the sweep) hands a shard: a job definition at a version. */
-export interface JobDefinition {
-  id: string;
-  version: number;
-  spec: JobSpec;
-  paused: boolean;
-  deleted: boolean;
-  createdAt: number;
-}
+export type { JobDefinition };
 
 export interface JobRuntime {
   id: string;

@@ -59,13 +59,17 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 `;
 
-export interface ShardJob {
+/** What the API (or the sweep) hands a shard: a job definition at a version. */
+export interface JobDefinition {
   id: string;
   version: number;
   spec: JobSpec;
   paused: boolean;
   deleted: boolean;
   createdAt: number;
+}
+
+export interface ShardJob extends JobDefinition {
   nextFireAt: number | null;
 }
 
