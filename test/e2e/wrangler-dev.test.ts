@@ -28,6 +28,9 @@ let persistDir: string | undefined;
 let base = "";
 let receiver: { url: string; server: Server; hits: Map<string, Hit[]> } | undefined;
 const output: string[] = [];
+/** Set when `wrangler dev` reloads the Worker after it was ready: a source file changed under the test. */
+let ready = false;
+let reloadedWhileRunning = false;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -41,7 +44,7 @@ async function freePort(): Promise<number> {
 
 /** The stack's own output, for a failure message; only its tail is kept. */
 function tail(): string {
-  return output.join("").split("\n").slice(-60).join("\n");
+  return output.join("").split("\n").filter((line) => line.trim() !== "").slice(-150).join("\n");
 }
 
 function groupAlive(pid: number): boolean {
@@ -95,36 +98,95 @@ async function until<T>(what: string, timeoutMs: number, check: () => Promise<T 
   }
 }
 
+/**
+ * Runs `body`; if it fails, adds what the API says about the jobs' runs (with the attempt logs
+ * of the runs no target saw) and what the receiver got, so that a failure explains itself.
+ */
+async function explained(jobs: Array<{ id: string; name: string } | undefined>, body: () => Promise<void>): Promise<void> {
+  try {
+    await body();
+  } catch (err) {
+    const lines: string[] = [];
+    for (const job of jobs) {
+      if (!job) continue;
+      const seen = new Set(hitsOf(job.name).map((h) => h.headers["x-edgecron-run-id"]));
+      lines.push(`receiver /hit/${job.name}: ${JSON.stringify(hitsOf(job.name).map((h) => ({ run: h.headers["x-edgecron-run-id"], attempt: h.headers["x-edgecron-attempt"], scheduledAt: h.headers["x-edgecron-scheduled-at"], receivedAt: new Date(h.receivedAt).toISOString() })))}`);
+      try {
+        const runs = await api("GET", `/v1/jobs/${job.id}/runs?limit=200`);
+        lines.push(`runs of ${job.id} (${job.name}): ${JSON.stringify(runs.json)}`);
+        for (const run of runs.json.items ?? []) {
+          if (!seen.has(run.id)) lines.push(`unseen run ${run.id}: ${JSON.stringify((await api("GET", `/v1/runs/${run.id}`)).json)}`);
+        }
+      } catch (e) {
+        lines.push(`runs of ${job.id}: unreadable (${(e as Error).message})`);
+      }
+    }
+    if (reloadedWhileRunning) {
+      lines.unshift("NOTE: wrangler dev reloaded the Worker during this test (a watched source file changed); dispatches in flight in the local Queue are lost then and only redispatched after CLAIM_TIMEOUT_MS (60 s).");
+    }
+    (err as Error).message += `\n--- diagnostics (at ${new Date().toISOString()}) ---\n${lines.join("\n")}\n--- stack output ---\n${tail()}`;
+    throw err;
+  }
+}
+
 const hitsOf = (name: string): Hit[] => [...(receiver?.hits.get(name) ?? [])];
 const scheduledAtOf = (hit: Hit) => Date.parse(hit.headers["x-edgecron-scheduled-at"] ?? "");
 
+/**
+ * Starts `node scripts/start.mjs` exactly as `npm start` does, in its own process group, and
+ * waits for /healthz. Two `wrangler dev` starting at once on one machine can race for a port
+ * (its inspector's default 9229, or the one we picked and released): only then is the start
+ * tried again, on a fresh port and directory. Any other early exit fails the suite.
+ */
+async function startStack(): Promise<void> {
+  for (let tryNo = 1; ; tryNo++) {
+    persistDir = await mkdtemp(join(tmpdir(), "edgecron-e2e-"));
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    output.length = 0;
+    stackExited = false;
+    const child = spawn(process.execPath, ["scripts/start.mjs"], {
+      cwd: ROOT,
+      detached: true, // its own process group, so afterAll can end wrangler and workerd with it
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, PORT: String(port), PERSIST_DIR: persistDir, API_TOKEN: TOKEN, SWEEP_INTERVAL_MS: "5000" },
+    });
+    stack = child;
+    const keep = (chunk: Buffer) => {
+      const text = chunk.toString("utf8");
+      if (ready && /Reloading local server/.test(text)) reloadedWhileRunning = true;
+      output.push(text);
+      if (output.length > 2_000) output.splice(0, output.length - 2_000);
+    };
+    child.stdout?.on("data", keep);
+    child.stderr?.on("data", keep);
+    child.on("exit", () => {
+      if (stack === child) stackExited = true;
+    });
+    try {
+      await until("GET /healthz to answer 200", READY_TIMEOUT_MS, async () => {
+        try {
+          return (await fetch(`${base}/healthz`)).status === 200 ? true : undefined;
+        } catch {
+          return undefined;
+        }
+      });
+      ready = true;
+      return;
+    } catch (err) {
+      const portRace = stackExited && /Address already in use/.test(output.join(""));
+      if (child.pid !== undefined) await killGroup(child.pid);
+      await rm(persistDir, { recursive: true, force: true });
+      persistDir = undefined;
+      if (!portRace || tryNo >= 3) throw err;
+      console.warn(`[e2e] wrangler dev lost a port race (try ${tryNo}); starting again`);
+    }
+  }
+}
+
 beforeAll(async () => {
   receiver = await startReceiver();
-  persistDir = await mkdtemp(join(tmpdir(), "edgecron-e2e-"));
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  stack = spawn(process.execPath, ["scripts/start.mjs"], {
-    cwd: ROOT,
-    detached: true, // its own process group, so afterAll can end wrangler and workerd with it
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, PORT: String(port), PERSIST_DIR: persistDir, API_TOKEN: TOKEN, SWEEP_INTERVAL_MS: "5000" },
-  });
-  const keep = (chunk: Buffer) => {
-    output.push(chunk.toString("utf8"));
-    if (output.length > 500) output.splice(0, output.length - 500);
-  };
-  stack.stdout?.on("data", keep);
-  stack.stderr?.on("data", keep);
-  stack.on("exit", () => {
-    stackExited = true;
-  });
-  await until("GET /healthz to answer 200", READY_TIMEOUT_MS, async () => {
-    try {
-      return (await fetch(`${base}/healthz`)).status === 200 ? true : undefined;
-    } catch {
-      return undefined;
-    }
-  });
+  await startStack();
 });
 
 afterAll(async () => {
@@ -188,6 +250,10 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
 
   it("calls the targets on schedule with the edgecron headers, the job's headers, body and method", async () => {
     expect(everyJob, "job creation failed").toBeDefined();
+    await explained([{ id: everyJob.id, name: "every" }, { id: atJob.id, name: "at" }], () => checkDeliveries());
+  });
+
+  async function checkDeliveries(): Promise<void> {
     await until("4 hits of the every job and 1 of the at job", 20_000, () =>
       hitsOf("every").length >= 4 && hitsOf("at").length >= 1 ? true : undefined,
     );
@@ -235,7 +301,7 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
 
     const runIds = [...every, ...at].map((hit) => hit.headers["x-edgecron-run-id"]);
     expect(new Set(runIds).size).toBe(runIds.length);
-  });
+  }
 
   it("records every run the targets saw as succeeded on its first attempt", async () => {
     for (const [job, name] of [[everyJob, "every"], [atJob, "at"]] as const) {
@@ -285,19 +351,21 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
     expect(deleted.json).toEqual({ id: everyJob.id, deleted: true });
 
     await sleep(2_500);
-    const late = hitsOf("every").filter((hit) => hit.receivedAt > answeredAt);
-    // A run claimed before the answer may still reach the target just after it; nothing newer may.
-    for (const hit of late) {
-      expect(scheduledAtOf(hit), `run ${hit.headers["x-edgecron-run-id"]} fired after the delete`).toBeLessThanOrEqual(answeredAt);
-    }
-    const last = hitsOf("every").at(-1)!;
-    expect(last.receivedAt <= answeredAt || scheduledAtOf(last) <= answeredAt).toBe(true);
+    await explained([{ id: everyJob.id, name: "every" }], async () => {
+      const late = hitsOf("every").filter((hit) => hit.receivedAt > answeredAt);
+      // A run claimed before the answer may still reach the target just after it; nothing newer may.
+      for (const hit of late) {
+        expect(scheduledAtOf(hit), `run ${hit.headers["x-edgecron-run-id"]} fired after the delete`).toBeLessThanOrEqual(answeredAt);
+      }
+      const last = hitsOf("every").at(-1)!;
+      expect(last.receivedAt <= answeredAt || scheduledAtOf(last) <= answeredAt).toBe(true);
 
-    expect((await api("GET", `/v1/jobs/${everyJob.id}`)).status).toBe(404);
-    // Its runs stay readable; the one-off job was called exactly once in all.
-    expect((await api("GET", `/v1/jobs/${everyJob.id}/runs`)).status).toBe(200);
-    expect(hitsOf("at")).toHaveLength(1);
-    const runIds = [...hitsOf("every"), ...hitsOf("at")].map((hit) => hit.headers["x-edgecron-run-id"]);
-    expect(new Set(runIds).size).toBe(runIds.length);
+      expect((await api("GET", `/v1/jobs/${everyJob.id}`)).status).toBe(404);
+      // Its runs stay readable; the one-off job was called exactly once in all.
+      expect((await api("GET", `/v1/jobs/${everyJob.id}/runs`)).status).toBe(200);
+      expect(hitsOf("at")).toHaveLength(1);
+      const runIds = [...hitsOf("every"), ...hitsOf("at")].map((hit) => hit.headers["x-edgecron-run-id"]);
+      expect(new Set(runIds).size).toBe(runIds.length);
+    });
   });
 });
