@@ -236,7 +236,8 @@ export class Shard extends DurableObject<Env> {
         const held = this.store.getJob(def.id);
         if (held && held.version >= def.version) continue;
         this.store.putJob({ ...def, nextFireAt: nextFireOnChange(held, def, now) });
-        if (def.paused || def.deleted) this.cancelPending(def.id, def.deleted ? "job deleted" : "job paused", now);
+        const stopped = stoppedReason(def);
+        if (stopped) this.cancelPending(def.id, stopped, now);
       }
     });
     await this.armAlarm();
@@ -542,7 +543,7 @@ export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now:
 }
 
 /** Why nothing more may run for this job, or null when it is live. */
-function stoppedReason(job: ShardJob | null): string | null {
+function stoppedReason(job: Pick<JobDefinition, "paused" | "deleted"> | null): string | null {
   if (!job || job.deleted) return "job deleted";
   return job.paused ? "job paused" : null;
 }
