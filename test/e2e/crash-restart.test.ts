@@ -1,13 +1,6 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { cpSync, existsSync, readdirSync, readFileSync, readlinkSync, symlinkSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import { createConnection, createServer as createNetServer, type AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Server } from "node:http";
 import { afterAll, describe, expect, it } from "vitest";
+import { sleep, startStack, type Stack } from "../support/local-stack";
 import { startReceiver, type Hit } from "../support/receiver";
 
 /**
@@ -25,7 +18,6 @@ import { startReceiver, type Hit } from "../support/receiver";
  * with `crash-test:`.
  */
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const N = 1_000;
 /** Jobs created first, due in 7 days (they never fire here), to measure the creation rate... */
 const CALIBRATION = 150;
@@ -53,243 +45,39 @@ const MAX_ATTEMPTS = 5;
 const CRASH_AT_FRACTION = Number(process.env.CRASH_AT_FRACTION) || 0.2 + Math.random() * 0.3;
 const CLAIM_TIMEOUT_MS = 3_000;
 const SWEEP_INTERVAL_MS = 3_000;
-const READY_TIMEOUT_MS = 90_000;
 const CONVERGE_TIMEOUT_MS = 120_000;
 const READ_CONCURRENCY = 8;
 /** A bound on each batch of API calls (creating the jobs, reading their runs). */
 const PHASE_BUDGET_MS = 90_000;
 const NON_FINAL = ["queued", "running", "retry_wait"];
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 // ---- the stack ----
 
-interface Stack {
-  child: ChildProcess;
-  pgid: number;
-  exited: { code: number | null; signal: string | null } | null;
-  reloads: number;
-  /** Killed and seen gone: its group id may belong to someone else now, so it is not signalled again. */
-  gone: boolean;
-  /** Lines of the stack's output that report an error (counted for the summary, not asserted). */
-  errorLines: number;
-  errorExamples: string[];
-}
-
-const output: string[] = [];
-function keep(label: string, chunk: Buffer): void {
-  output.push(`[${label}] ${chunk.toString("utf8")}`);
-  if (output.length > 400) output.splice(0, output.length - 400);
-}
-/** The stacks' own output, for a failure message; only its tail is kept. */
-const tail = () => output.join("").split("\n").slice(-80).join("\n");
-
-let tempDir: string | undefined;
-let tree = "";
-let port = 0;
-let base = "";
-const token = `crash-${randomBytes(8).toString("hex")}`;
+/** Every start of the stack, in order; the last one is the one the API calls go to. */
 const stacks: Stack[] = [];
+/** Lines of each start's output that report an error (counted for the summary, not asserted), and the first 3 of each. */
+const errorLines: number[] = [];
+const errorExamples: string[][] = [];
 let receiver: { url: string; server: Server; hits: Map<string, Hit[]> } | undefined;
 
-async function freePort(): Promise<number> {
-  const server = createNetServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-/**
- * `wrangler dev` reloads the worker whenever a source file changes, and the working tree may be
- * edited while this test runs; both starts must also run the same code. So the stack runs from
- * a snapshot of what `npm start` uses (node_modules linked), taken once.
- */
-function snapshotTree(into: string): string {
-  for (const name of ["package.json", "wrangler.toml", "tsconfig.json", "src", "scripts", "migrations"]) {
-    if (existsSync(join(ROOT, name))) cpSync(join(ROOT, name), join(into, name), { recursive: true });
-  }
-  symlinkSync(join(ROOT, "node_modules"), join(into, "node_modules"), "dir");
-  return into;
-}
-
-/** What `npm start` runs, in its own process group, with the same environment every time. */
-function startStack(label: string): Stack {
-  const child = spawn(process.execPath, [join(tree, "scripts", "start.mjs")], {
-    cwd: tree,
-    detached: true, // its own process group: the kill reaches wrangler and workerd with it
-    stdio: ["ignore", "pipe", "pipe"],
-    env: {
-      ...process.env,
-      PORT: String(port),
-      PERSIST_DIR: join(tempDir!, "state"),
-      WRANGLER_REGISTRY_PATH: join(tempDir!, "registry"),
-      API_TOKEN: token,
-      CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS),
-      SWEEP_INTERVAL_MS: String(SWEEP_INTERVAL_MS),
-      WRANGLER_SEND_METRICS: "false",
-    },
-  });
-  const stack: Stack = { child, pgid: child.pid!, exited: null, reloads: 0, gone: false, errorLines: 0, errorExamples: [] };
-  const onData = (chunk: Buffer) => {
-    keep(label, chunk);
-    for (const line of chunk.toString("utf8").split(/\r?\n/)) {
-      if (/Reloading local server/.test(line)) stack.reloads++;
-      else if (/ERROR|Error|error|failed|unreachable|did not confirm|✘/.test(line) && !/update available|trace-stream|tail session/.test(line)) {
-        stack.errorLines++;
-        if (stack.errorExamples.length < 3) stack.errorExamples.push(line.replace(/\x1b\[[0-9;]*[A-Za-z]/g, "").slice(0, 200));
-      }
+function countErrors(start: number): (line: string) => void {
+  errorLines[start] = 0;
+  errorExamples[start] = [];
+  return (line) => {
+    if (/Reloading local server/.test(line)) return;
+    if (/ERROR|Error|error|failed|unreachable|did not confirm|✘/.test(line) && !/update available|trace-stream|tail session/.test(line)) {
+      errorLines[start]!++;
+      if (errorExamples[start]!.length < 3) errorExamples[start]!.push(line.replace(/\x1b\[[0-9;]*[A-Za-z]/g, "").slice(0, 200));
     }
   };
-  child.stdout?.on("data", onData);
-  child.stderr?.on("data", onData);
-  child.on("exit", (code, signal) => {
-    stack.exited = { code, signal };
-  });
-  stacks.push(stack);
-  return stack;
 }
 
-/** State and process group of a task, from its /proc stat line. */
-function readStat(path: string): { state: string; pgrp: number } | null {
-  try {
-    const stat = readFileSync(path, "utf8");
-    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so parse after the last ')'.
-    const [state = "", , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return { state, pgrp: Number(pgrp) };
-  } catch {
-    return null; // gone meanwhile
-  }
-}
-
-const dead = (state: string) => state === "Z" || state === "X";
-
-/**
- * Processes of a group that still have a live thread, read from /proc. A killed process's main
- * thread can show as a zombie while its other threads are still exiting and its sockets are
- * still open, so every thread is looked at.
- */
-function liveMembers(pgid: number): number[] {
-  const live: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    const stat = readStat(`/proc/${entry}/stat`);
-    if (!stat || stat.pgrp !== pgid) continue;
-    let tasks: string[] = [];
-    try {
-      tasks = readdirSync(`/proc/${entry}/task`);
-    } catch {}
-    if (!dead(stat.state) || tasks.some((t) => !dead(readStat(`/proc/${entry}/task/${t}/stat`)?.state ?? "X"))) live.push(Number(entry));
-  }
-  return live;
-}
-
-/** Who holds a listening TCP socket on the port (pid and command), for a failure message. */
-function portOwners(p: number): string[] {
-  const inodes = new Set<string>();
-  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-    try {
-      for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
-        const f = line.trim().split(/\s+/);
-        if (f[1]?.endsWith(`:${p.toString(16).toUpperCase().padStart(4, "0")}`) && f[3] === "0A") inodes.add(f[9]!);
-      }
-    } catch {}
-  }
-  const owners: string[] = [];
-  if (inodes.size === 0) return owners;
-  for (const pid of readdirSync("/proc")) {
-    if (!/^\d+$/.test(pid)) continue;
-    try {
-      for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-        const link = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
-        if (link && inodes.has(link[1]!)) {
-          owners.push(`${pid} (pgrp ${readStat(`/proc/${pid}/stat`)?.pgrp}): ${readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").slice(0, 160)}`);
-          break;
-        }
-      }
-    } catch {}
-  }
-  return owners.length > 0 ? owners : [`listening socket(s) ${[...inodes].join(", ")}, owner not found`];
-}
-
-async function killGroup(pgid: number, signal: NodeJS.Signals): Promise<void> {
-  try {
-    process.kill(-pgid, signal);
-  } catch {
-    // no process left in the group
-  }
-}
-
-/** SIGKILL to the whole group, then waits (bounded) until none of its processes is alive. */
-async function crashGroup(pgid: number, timeoutMs = 10_000): Promise<number[]> {
-  await killGroup(pgid, "SIGKILL");
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const live = liveMembers(pgid);
-    if (live.length === 0 || Date.now() > deadline) return live;
-    await killGroup(pgid, "SIGKILL");
-    await sleep(50);
-  }
-}
-
-/** True when a TCP connection to the port is refused. */
-function refused(p: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = createConnection({ host: "127.0.0.1", port: p });
-    socket.setTimeout(2_000);
-    socket.once("connect", () => (socket.destroy(), resolve(false)));
-    socket.once("timeout", () => (socket.destroy(), resolve(false)));
-    socket.once("error", (err: NodeJS.ErrnoException) => resolve(err.code === "ECONNREFUSED"));
-  });
-}
-
-/** Waits (bounded) until connections to the port are refused; how long that took, or null. */
-async function untilPortClosed(p: number, timeoutMs = 10_000): Promise<number | null> {
-  const start = Date.now();
-  for (;;) {
-    if (await refused(p)) return Date.now() - start;
-    if (Date.now() - start > timeoutMs) return null;
-    await sleep(100);
-  }
-}
-
-async function waitReady(stack: Stack): Promise<void> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  for (;;) {
-    if (stack.exited) throw new Error(`the stack exited during startup (${JSON.stringify(stack.exited)})\n${tail()}`);
-    try {
-      if ((await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(2_000) })).status === 200) {
-        // The token is random: a 200 proves the port is this stack's, not another server's.
-        const list = await api("GET", "/v1/jobs?limit=1");
-        if (list.status === 200) return;
-        throw new Error(`/healthz answered but GET /v1/jobs gave ${list.status}: is another server on port ${port}?\n${tail()}`);
-      }
-    } catch (err) {
-      if ((err as Error).message.includes("is another server")) throw err;
-    }
-    if (Date.now() > deadline) throw new Error(`no answer from ${base}/healthz within ${READY_TIMEOUT_MS} ms\n${tail()}`);
-    await sleep(200);
-  }
-}
+/** The stacks' own output, for a failure message; only its tail is kept. */
+const tail = () => stacks.at(-1)?.tail(80) ?? "";
 
 // ---- the API ----
 
-async function api(method: string, path: string, body?: unknown, timeoutMs = 20_000): Promise<{ status: number; json: any }> {
-  const headers: Record<string, string> = { authorization: `Bearer ${token}` };
-  if (body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(timeoutMs),
-  });
-  const text = await res.text();
-  try {
-    return { status: res.status, json: JSON.parse(text) };
-  } catch {
-    return { status: res.status, json: { unparsable: text.slice(0, 500) } };
-  }
-}
+const api = (method: string, path: string, body?: unknown, timeoutMs = 20_000) => stacks.at(-1)!.api(method, path, body, { timeoutMs });
 
 /** Runs `task(i)` for i < count with at most `limit` in flight; starts none after `budgetMs`. */
 async function pool(what: string, count: number, limit: number, budgetMs: number, task: (i: number) => Promise<void>): Promise<void> {
@@ -346,19 +134,14 @@ const countBy = <T>(items: T[], key: (t: T) => string) =>
   items.reduce<Record<string, number>>((acc, t) => ((acc[key(t)] = (acc[key(t)] ?? 0) + 1), acc), {});
 
 afterAll(async () => {
-  const survivors: number[] = [];
-  for (const stack of stacks) {
-    if (stack.gone) continue;
-    await killGroup(stack.pgid, "SIGTERM");
-    for (let waited = 0; waited < 5_000 && liveMembers(stack.pgid).length > 0; waited += 100) await sleep(100);
-    survivors.push(...(await crashGroup(stack.pgid)));
-  }
+  const failures: string[] = [];
+  // Each stop fails if a process of its stack (wrangler, workerd) survives SIGKILL.
+  for (const stack of stacks) await stack.stop().catch((err: Error) => failures.push(err.message));
   if (receiver) {
     receiver.server.closeAllConnections();
     await new Promise<void>((resolve) => receiver!.server.close(() => resolve()));
   }
-  if (tempDir) await rm(tempDir, { recursive: true, force: true });
-  if (survivors.length > 0) throw new Error(`processes ${survivors.join(", ")} (wrangler/workerd) survived SIGKILL`);
+  if (failures.length > 0) throw new Error(failures.join("\n"));
 });
 
 describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the middle of a burst", () => {
@@ -369,16 +152,18 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
     try {
       receiver = await startReceiver();
       receiver.server.keepAliveTimeout = 30_000;
-      tempDir = await mkdtemp(join(tmpdir(), "edgecron-crash-"));
-      tree = snapshotTree(join(tempDir, "tree"));
-      port = await freePort();
-      base = `http://127.0.0.1:${port}`;
       // 2. The target: records every request, answers 200 after RECEIVER_DELAY_MS.
       const hits = () => receiver!.hits.get("crash") ?? [];
 
       // 1. The stack, as npm start runs it.
-      const first = startStack("run 1");
-      await waitReady(first);
+      const first = await startStack({
+        // A snapshot of the sources: both starts run the same code, and an edit of the working tree cannot reload it.
+        snapshot: true,
+        label: "run 1",
+        onLine: countErrors(0),
+        env: { CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS), SWEEP_INTERVAL_MS: String(SWEEP_INTERVAL_MS) },
+      });
+      stacks.push(first);
       summary.startMs = since(t0);
 
       // 3. Calibration (due in 7 days), then the 1,000 jobs due at T + [0, SPREAD_MS).
@@ -408,15 +193,9 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
         await sleep(10);
       }
       const crashAt = Date.now();
-      const survivors = await crashGroup(first.pgid);
-      summary.groupGoneAfterKillMs = Date.now() - crashAt;
-      expect(survivors, `processes of group ${first.pgid} survived SIGKILL`).toEqual([]);
-      first.gone = true;
-      const portClosedMs = await untilPortClosed(port);
-      if (portClosedMs === null) {
-        throw new Error(`port ${port} still accepts connections 10 s after the kill; listening: ${JSON.stringify(portOwners(port))}\n${tail()}`);
-      }
-      summary.portClosedAfterKillMs = Date.now() - crashAt;
+      // Fails unless every thread of the group is gone and the port refuses connections within 10 s.
+      const { groupGoneMs, portClosedMs } = await first.kill9();
+      Object.assign(summary, { groupGoneAfterKillMs: groupGoneMs, portClosedAfterKillMs: portClosedMs });
       const hitsAtCrash = hits().filter((h) => h.receivedAt <= crashAt);
       const seenBeforeCrash = new Set(hitsAtCrash.map((h) => h.headers["x-edgecron-run-id"]));
       Object.assign(summary, {
@@ -428,8 +207,8 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
       });
 
       // 5. The same stack again, on the same state and port.
-      const second = startStack("run 2");
-      await waitReady(second);
+      const second = await first.restart({ label: "run 2", onLine: countErrors(1) });
+      stacks.push(second);
       const readyAt = Date.now();
       summary.downMs = readyAt - crashAt;
 
@@ -503,8 +282,8 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
         attemptErrors,
         maxAttempts: Math.max(0, ...runList.map((r) => r.attempts)),
         reloads: stacks.map((s) => s.reloads),
-        stackErrorLines: stacks.map((s) => s.errorLines),
-        stackErrorExamples: stacks.flatMap((s) => s.errorExamples),
+        stackErrorLines: errorLines,
+        stackErrorExamples: errorExamples.flat(),
         totalMs: since(t0),
       });
 

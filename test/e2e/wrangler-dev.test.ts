@@ -1,11 +1,6 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import type { Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep, startStack, until as untilOf, type Stack } from "../support/local-stack";
 import { startReceiver, type Hit } from "../support/receiver";
 
 /**
@@ -15,88 +10,17 @@ import { startReceiver, type Hit } from "../support/receiver";
  * real loopback HTTP receiver as the jobs' target.
  */
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const TOKEN = "e2e-token-7f3c";
-const READY_TIMEOUT_MS = 90_000;
 /** A sanity bound for lateness on a shared, noisy machine; not a speed assertion. */
 const LATE_BOUND_MS = 5_000;
 const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
-let stack: ChildProcess | undefined;
-let stackExited = false;
-let persistDir: string | undefined;
-let base = "";
+let stack: Stack | undefined;
 let receiver: { url: string; server: Server; hits: Map<string, Hit[]> } | undefined;
-const output: string[] = [];
-/** Set when `wrangler dev` reloads the Worker after it was ready: a source file changed under the test. */
-let ready = false;
-let reloadedWhileRunning = false;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-/** The stack's own output, for a failure message; only its tail is kept. */
-function tail(): string {
-  return output.join("").split("\n").filter((line) => line.trim() !== "").slice(-150).join("\n");
-}
-
-function groupAlive(pid: number): boolean {
-  try {
-    process.kill(-pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function killGroup(pid: number): Promise<void> {
-  try {
-    process.kill(-pid, "SIGTERM");
-  } catch {
-    return; // already gone
-  }
-  for (let waited = 0; waited < 10_000 && groupAlive(pid); waited += 100) await sleep(100);
-  if (groupAlive(pid)) {
-    try {
-      process.kill(-pid, "SIGKILL");
-    } catch {}
-    for (let waited = 0; waited < 5_000 && groupAlive(pid); waited += 100) await sleep(100);
-  }
-}
-
-async function api(method: string, path: string, body?: unknown, auth = true): Promise<{ status: number; json: any; headers: Headers }> {
-  const headers: Record<string, string> = {};
-  if (auth) headers.authorization = `Bearer ${TOKEN}`;
-  if (body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`${base}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = { unparsable: text };
-  }
-  return { status: res.status, json, headers: res.headers };
-}
-
-/** Polls `check` until it returns a value other than undefined, or fails with `what`. */
-async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined> | T | undefined): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (stackExited) throw new Error(`the stack exited while waiting for ${what}\n${tail()}`);
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${tail()}`);
-    await sleep(100);
-  }
-}
+const api = (method: string, path: string, body?: unknown, auth = true) => stack!.api(method, path, body, { auth });
+/** Polls `check` until it returns a value other than undefined; fails with `what` and the stack's output. */
+const until = <T>(what: string, timeoutMs: number, check: () => Promise<T | undefined> | T | undefined) => untilOf(what, timeoutMs, check, stack);
 
 /**
  * Runs `body`; if it fails, adds what the API says about the jobs' runs (with the attempt logs
@@ -121,10 +45,10 @@ async function explained(jobs: Array<{ id: string; name: string } | undefined>, 
         lines.push(`runs of ${job.id}: unreadable (${(e as Error).message})`);
       }
     }
-    if (reloadedWhileRunning) {
+    if (stack!.reloads > 0) {
       lines.unshift("NOTE: wrangler dev reloaded the Worker during this test (a watched source file changed); dispatches in flight in the local Queue are lost then and only redispatched after CLAIM_TIMEOUT_MS (60 s).");
     }
-    (err as Error).message += `\n--- diagnostics (at ${new Date().toISOString()}) ---\n${lines.join("\n")}\n--- stack output ---\n${tail()}`;
+    (err as Error).message += `\n--- diagnostics (at ${new Date().toISOString()}) ---\n${lines.join("\n")}\n--- stack output ---\n${stack!.tail()}`;
     throw err;
   }
 }
@@ -132,70 +56,14 @@ async function explained(jobs: Array<{ id: string; name: string } | undefined>, 
 const hitsOf = (name: string): Hit[] => [...(receiver?.hits.get(name) ?? [])];
 const scheduledAtOf = (hit: Hit) => Date.parse(hit.headers["x-edgecron-scheduled-at"] ?? "");
 
-/**
- * Starts `node scripts/start.mjs` exactly as `npm start` does, in its own process group, and
- * waits for /healthz. Two `wrangler dev` starting at once on one machine can race for a port
- * (its inspector's default 9229, or the one we picked and released): only then is the start
- * tried again, on a fresh port and directory. Any other early exit fails the suite.
- */
-async function startStack(): Promise<void> {
-  for (let tryNo = 1; ; tryNo++) {
-    persistDir = await mkdtemp(join(tmpdir(), "edgecron-e2e-"));
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    output.length = 0;
-    stackExited = false;
-    const child = spawn(process.execPath, ["scripts/start.mjs"], {
-      cwd: ROOT,
-      detached: true, // its own process group, so afterAll can end wrangler and workerd with it
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, PORT: String(port), PERSIST_DIR: persistDir, API_TOKEN: TOKEN, SWEEP_INTERVAL_MS: "5000" },
-    });
-    stack = child;
-    const keep = (chunk: Buffer) => {
-      const text = chunk.toString("utf8");
-      if (ready && /Reloading local server/.test(text)) reloadedWhileRunning = true;
-      output.push(text);
-      if (output.length > 2_000) output.splice(0, output.length - 2_000);
-    };
-    child.stdout?.on("data", keep);
-    child.stderr?.on("data", keep);
-    child.on("exit", () => {
-      if (stack === child) stackExited = true;
-    });
-    try {
-      await until("GET /healthz to answer 200", READY_TIMEOUT_MS, async () => {
-        try {
-          return (await fetch(`${base}/healthz`)).status === 200 ? true : undefined;
-        } catch {
-          return undefined;
-        }
-      });
-      ready = true;
-      return;
-    } catch (err) {
-      const portRace = stackExited && /Address already in use/.test(output.join(""));
-      if (child.pid !== undefined) await killGroup(child.pid);
-      await rm(persistDir, { recursive: true, force: true });
-      persistDir = undefined;
-      if (!portRace || tryNo >= 3) throw err;
-      console.warn(`[e2e] wrangler dev lost a port race (try ${tryNo}); starting again`);
-    }
-  }
-}
-
 beforeAll(async () => {
   receiver = await startReceiver();
-  await startStack();
+  stack = await startStack({ token: TOKEN, env: { SWEEP_INTERVAL_MS: "5000" } });
 });
 
 afterAll(async () => {
-  if (stack?.pid !== undefined) await killGroup(stack.pid);
   if (receiver) await new Promise<void>((resolve) => receiver!.server.close(() => resolve()));
-  if (persistDir) await rm(persistDir, { recursive: true, force: true });
-  if (stack?.pid !== undefined && groupAlive(stack.pid)) {
-    throw new Error(`processes of group ${stack.pid} (wrangler/workerd) survived SIGKILL`);
-  }
+  await stack?.stop(); // fails if a process of the stack (wrangler, workerd) survives SIGKILL
 });
 
 describe("edgecron under wrangler dev, as npm start runs it", () => {
@@ -210,7 +78,7 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
     expect(unauth.json.error.code).toBe("unauthorized");
     expect(unauth.headers.get("www-authenticate")).toMatch(/^Bearer/);
 
-    const wrong = await fetch(`${base}/v1/jobs`, { headers: { authorization: "Bearer not-the-token" } });
+    const wrong = await fetch(`${stack!.base}/v1/jobs`, { headers: { authorization: "Bearer not-the-token" } });
     expect(wrong.status).toBe(401);
 
     const doc = await api("GET", "/openapi.json", undefined, false);
