@@ -6,7 +6,7 @@ import { newJobId, shardFor } from "../../src/model/ids";
 import type { Env } from "../../src/env";
 import { DEFAULT_RETRY, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 async function post(path: string): Promise<Response> {
   return api(path, { method: "POST" });
@@ -17,8 +17,8 @@ describe("pause and resume", () => {
     const url = receiverPath("pause");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
     const stub = shardOf(job);
-    // A run is queued (dispatched) but not yet claimed when the pause arrives.
-    await fireNow(job);
+    // A run is queued but not yet claimed when the pause arrives.
+    await fireHeld(job);
     const [run] = await listRuns(job.id);
     const paused = await post(`/v1/jobs/${job.id}/pause`);
     expect(paused.status).toBe(200);
@@ -65,7 +65,7 @@ describe("a pause or delete during an attempt", () => {
     ["delete", (id: string) => api(`/v1/jobs/${id}`, { method: "DELETE" }), "job deleted"],
   ] as const)("%s: the attempt's failure is not retried; the run ends cancelled", async (_label, stop, reason) => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid") }, retry: { maxAttempts: 5 } });
-    await fireNow(job);
+    await fireHeld(job);
     const [run] = await listRuns(job.id);
     const stub = shardOf(job);
     const [claim] = await stub.claim([{ runId: run!.id, fence: 1 }]); // the attempt is in flight
@@ -80,7 +80,7 @@ describe("a pause or delete during an attempt", () => {
 
   it("an in-flight attempt whose lease expires after a delete is not retried either", async () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid-lease") }, retry: { maxAttempts: 5 } });
-    await fireNow(job);
+    await fireHeld(job);
     const [run] = await listRuns(job.id);
     await shardOf(job).claim([{ runId: run!.id, fence: 1 }]);
     expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBe(200);
@@ -103,7 +103,7 @@ describe("delete", () => {
     const url = receiverPath("delete");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
     const stub = shardOf(job);
-    await fireNow(job);
+    await fireHeld(job);
     const [run] = await listRuns(job.id);
 
     const res = await api(`/v1/jobs/${job.id}`, { method: "DELETE" });

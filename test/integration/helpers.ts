@@ -1,5 +1,6 @@
 import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { expect, vi } from "vitest";
+import { armFault, disarmFaults } from "../../src/faults";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import type { Hit } from "../support/hit";
@@ -73,6 +74,20 @@ export async function waitForRun(runId: string, states: Run["state"][], timeout 
     },
     { timeout, interval: 100 },
   );
+}
+
+/**
+ * Fires a job but holds its dispatch back (the Queue send fails once), so the run stays queued
+ * and unclaimed until the test acts; the shard sends it by itself two seconds later. Without
+ * this a test would race the real queue, which delivers at once.
+ */
+export async function fireHeld(job: Job): Promise<number> {
+  armFault("shard.queueSend");
+  try {
+    return await fireNow(job);
+  } finally {
+    disarmFaults();
+  }
 }
 
 /** Moves a run's due time to the past and runs the alarm, e.g. to end a retry wait now. */

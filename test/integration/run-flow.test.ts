@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
 import type { DispatchMessage, Env } from "../../src/env";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /** The Worker as the runtime sees it (all handler parameters). */
 const consumer = worker as ExportedHandler<Env, DispatchMessage>;
@@ -137,11 +137,11 @@ describe("failures and retries", () => {
   it("an attempt whose lease expires is timed out and retried; the zombie's late outcome is stale", async () => {
     const url = receiverPath("lease");
     const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 3 } });
-    await fireNow(job);
+    await fireHeld(job);
     const [run] = await listRuns(job.id);
     const stub = shardOf(job);
-    // A consumer claims the attempt and dies: it never reports. (The real delivery that
-    // follows carries the same fence and is answered stale.)
+    // A consumer claims the attempt and dies: it never reports. (The real delivery of the
+    // held dispatch follows with the same fence and is answered stale.)
     const [claim] = await stub.claim([{ runId: run!.id, fence: 1 }]);
     expect(claim!.result).toBe("claimed");
 
