@@ -21,22 +21,25 @@ export class InjectedFault extends Error {
   }
 }
 
-/** Remaining failures per armed point; Infinity for "until disarmed". */
-const armed = new Map<FaultPoint, number>();
+/**
+ * Remaining failures per armed point (Infinity: until disarmed), and the scope they are
+ * limited to: a shard's name, so that another shard's alarm running meanwhile is unaffected.
+ */
+const armed = new Map<FaultPoint, { left: number; scope?: string }>();
 /** How many times each point has fired, for the suite's report. */
 export const faultCounts = new Map<FaultPoint, number>();
 
-export function failpoint(point: FaultPoint): void {
-  const left = armed.get(point);
-  if (left === undefined) return;
-  if (left <= 1) armed.delete(point);
-  else armed.set(point, left - 1);
+export function failpoint(point: FaultPoint, scope?: string): void {
+  const fault = armed.get(point);
+  if (fault === undefined || (fault.scope !== undefined && fault.scope !== scope)) return;
+  if (fault.left <= 1) armed.delete(point);
+  else fault.left--;
   faultCounts.set(point, (faultCounts.get(point) ?? 0) + 1);
   throw new InjectedFault(point);
 }
 
-export function armFault(point: FaultPoint, times = 1): void {
-  armed.set(point, times);
+export function armFault(point: FaultPoint, times = 1, scope?: string): void {
+  armed.set(point, { left: times, scope });
 }
 
 export function disarmFaults(): void {

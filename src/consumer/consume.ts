@@ -22,7 +22,7 @@ async function runShardGroup(env: Env, shard: string, messages: Message<Dispatch
   const stub = shardStub(env, shard);
   let claims;
   try {
-    failpoint("consumer.beforeClaim");
+    failpoint("consumer.beforeClaim", shard);
     claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
   } catch (err) {
     // Nothing was claimed that we know of: let the Queue deliver these again.
@@ -31,7 +31,7 @@ async function runShardGroup(env: Env, shard: string, messages: Message<Dispatch
     return;
   }
   const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c, env.PUBLIC_URL)] : [])));
-  failpoint("consumer.beforeReport");
+  failpoint("consumer.beforeReport", shard);
   if (outcomes.length > 0) await reportOutcomes(stub, shard, outcomes);
   for (const m of messages) m.ack();
 }

@@ -94,13 +94,13 @@ export class Shard extends DurableObject<Env> {
    * no second run), and dispatches committed but not sent wait in the outbox.
    */
   private async tick(): Promise<void> {
-    failpoint("shard.alarmStart");
+    failpoint("shard.alarmStart", this.faultScope());
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
       this.fireDueJobs(now);
       this.advanceDueRuns(now);
     });
-    failpoint("shard.afterCommit");
+    failpoint("shard.afterCommit", this.faultScope());
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
@@ -191,7 +191,7 @@ export class Shard extends DurableObject<Env> {
       for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
       const sent = await Promise.allSettled(
         chunks.map(async (chunk) => {
-          failpoint("shard.queueSend");
+          failpoint("shard.queueSend", shard);
           await this.env.RUNS.sendBatch(
             chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
               body: { shard, runId: d.runId, fence: d.fence },
@@ -520,6 +520,11 @@ export class Shard extends DurableObject<Env> {
 
   private timeoutOf(run: RunRow): number {
     return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
+  /** Faults armed for one shard name the shard by the name it was given. */
+  private faultScope(): string | undefined {
+    return this.store.getMeta("name") ?? undefined;
   }
 
   private claimTimeoutMs(): number {

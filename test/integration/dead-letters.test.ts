@@ -69,7 +69,7 @@ describe("dead letters", () => {
   it("a dispatch the queue dead-lettered fails its run instead of vanishing", async () => {
     const url = receiverPath("dl-queue");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
-    armFault("consumer.beforeClaim", Infinity); // no consumer can claim: the queue gives up
+    armFault("consumer.beforeClaim", Infinity, job.shard); // no consumer can claim: the queue gives up
     try {
       await fireNow(job);
       const [run] = await listRuns(job.id);

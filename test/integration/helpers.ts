@@ -82,7 +82,7 @@ export async function waitForRun(runId: string, states: Run["state"][], timeout 
  * this a test would race the real queue, which delivers at once.
  */
 export async function fireHeld(job: Job): Promise<number> {
-  armFault("shard.queueSend");
+  armFault("shard.queueSend", 1, job.shard);
   try {
     return await fireNow(job);
   } finally {

@@ -108,7 +108,9 @@ describe("alarm → queue → consumer → recorded result", () => {
 describe("failures and retries", () => {
   it("retries a 5xx with the same Idempotency-Key, then gives up as dead", async () => {
     const url = receiverPath("fail", "status=503");
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 2 } });
+    // Retries an hour apart, so only the test moves them on.
+    const retry = { maxAttempts: 2, jitter: "none", backoff: { initialMs: 3_600_000, maxMs: 3_600_000 } };
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry });
     await fireNow(job);
     const [run] = await listRuns(job.id);
     const waiting = await waitForRun(run!.id, ["retry_wait"]);
