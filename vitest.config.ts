@@ -32,6 +32,9 @@ export default defineConfig({
           globalSetup: ["test/support/receiver-setup.ts"],
           setupFiles: ["test/support/apply-migrations.ts"],
           testTimeout: 30_000,
+          // One file at a time: fault points are armed per isolate, and a file's fault must
+          // not fire in another file's test.
+          fileParallelism: false,
         },
       },
       {

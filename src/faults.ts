@@ -42,6 +42,11 @@ export function armFault(point: FaultPoint, times = 1, scope?: string): void {
   armed.set(point, { left: times, scope });
 }
 
+/** Disarms one point, if it is still armed for that scope. */
+export function disarmFault(point: FaultPoint, scope?: string): void {
+  if (armed.get(point)?.scope === scope) armed.delete(point);
+}
+
 export function disarmFaults(): void {
   armed.clear();
 }

@@ -4,9 +4,11 @@ import { getJob, insertJob, listJobs, toDefinition, updateJob, type CatalogJob }
 import { shardStub, type Env } from "../env";
 import { PageQuery, pageOf } from "../model/common";
 import { newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
-import { CreateJobSchema, JobSchema } from "../model/job";
+import { CreateJobSchema, JobSchema, ScheduleSchema } from "../model/job";
 import { RunSchema } from "../model/run";
-import { firstFire } from "../schedule/next-fire";
+import { parseDuration } from "../schedule/duration";
+import { firstFire, type Schedule } from "../schedule/next-fire";
+import type { JobRuntime } from "../shard/shard";
 import { failpoint } from "../faults";
 import { ApiError, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
@@ -30,16 +32,15 @@ jobs.openapi(
     responses: { 201: json(JobSchema, "the job, with its first fire"), ...errors(400) },
   }),
   async (c) => {
-    const input = c.req.valid("json");
+    const { name, ...fields } = c.req.valid("json");
     const now = Date.now();
     const id = newJobId(now);
-    const schedule = input.schedule.at !== undefined ? { at: new Date(input.schedule.at).toISOString() } : input.schedule;
     const job: CatalogJob = {
       id,
-      name: input.name ?? null,
+      name: name ?? null,
       shard: shardFor(id, Number(c.env.SHARD_COUNT)),
       version: 1,
-      spec: { schedule, target: input.target, retry: input.retry, timeoutMs: input.timeoutMs },
+      spec: { ...fields, schedule: normalizeSchedule(fields.schedule, now) },
       paused: false,
       createdAt: now,
       updatedAt: now,
@@ -47,17 +48,16 @@ jobs.openapi(
     };
     await insertJob(c.env.DB, job);
     failpoint("api.afterCatalogWrite");
-    let nextRunAt: number | null;
+    let runtime: JobRuntime | undefined;
     try {
-      const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
-      nextRunAt = runtime?.nextRunAt ?? null;
+      [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
     } catch (err) {
       // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
       // the same pure function the shard uses, so the answer stays true.
       console.error(`job ${id}: shard ${job.shard} unreachable, left to the sweep`, err);
-      nextRunAt = firstFire(job.spec.schedule, now);
+      runtime = { id, version: 1, nextRunAt: firstFire(job.spec.schedule, now), completed: false };
     }
-    return c.json(presentJob(job, nextRunAt), 201);
+    return c.json(presentJob(job, runtime), 201);
   },
 );
 
@@ -77,19 +77,32 @@ jobs.openapi(
     if (cursor !== undefined && !JOB_ID.test(cursor)) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
     const rows = await listJobs(c.env.DB, limit + 1, cursor);
     const page = rows.slice(0, limit);
-    const runtimes = await nextRuns(c.env, page);
+    const runtimes = await runtimesOf(c.env, page);
     return c.json({
-      items: page.map((job) => presentJob(job, runtimes.get(job.id) ?? null)),
+      items: page.map((job) => presentJob(job, runtimes.get(job.id))),
       nextCursor: rows.length > limit ? page[page.length - 1]!.id : null,
     }, 200);
   },
 );
 
-/** Next fires for a page of jobs: one call per shard, not one per job. */
-async function nextRuns(env: Env, page: CatalogJob[]): Promise<Map<string, number | null>> {
+/** Runtime views (next fire, completed) for a page of jobs: one call per shard, not one per job. */
+async function runtimesOf(env: Env, page: CatalogJob[]): Promise<Map<string, JobRuntime>> {
   const byShard = Map.groupBy(page, (job) => job.shard);
   const answers = await Promise.all([...byShard].map(([shard, list]) => shardStub(env, shard).jobRuntimes(list.map((j) => j.id))));
-  return new Map(answers.flat().map((r) => [r.id, r.nextRunAt]));
+  return new Map(answers.flat().map((r) => [r.id, r]));
+}
+
+/**
+ * Schedules are stored in one canonical form: `delay` becomes the `at` it means, and instants
+ * are UTC ISO strings, so the shard and the sweep never depend on when a request was made.
+ */
+function normalizeSchedule(schedule: z.infer<typeof ScheduleSchema>, now: number): Schedule {
+  const { delay, ...rest } = schedule;
+  const utc = (instant: string | undefined) => (instant === undefined ? undefined : new Date(instant).toISOString());
+  const out: Schedule = { ...rest, at: delay !== undefined ? new Date(now + parseDuration(delay)!).toISOString() : utc(rest.at) };
+  if (rest.startAt !== undefined) out.startAt = utc(rest.startAt);
+  if (rest.endAt !== undefined) out.endAt = utc(rest.endAt);
+  return Object.fromEntries(Object.entries(out).filter(([, v]) => v !== undefined)) as Schedule;
 }
 
 jobs.openapi(
@@ -103,8 +116,8 @@ jobs.openapi(
   }),
   async (c) => {
     const job = await loadJob(c, c.req.valid("param").id);
-    const runtimes = await nextRuns(c.env, [job]);
-    return c.json(presentJob(job, runtimes.get(job.id) ?? null), 200);
+    const runtimes = await runtimesOf(c.env, [job]);
+    return c.json(presentJob(job, runtimes.get(job.id)), 200);
   },
 );
 
@@ -121,11 +134,16 @@ async function changeJob(c: Context<{ Bindings: Env }>, id: string, change: { pa
   const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
   const job = alreadyThere ? current : await updateJob(c.env.DB, id, change, Date.now());
   if (!job) throw notFound("job", id);
+  return { job, runtime: await confirmWithShard(c, job) };
+}
+
+/** Hands a changed job to its shard; 503 (safe to repeat) when the shard cannot confirm. */
+async function confirmWithShard(c: Context<{ Bindings: Env }>, job: CatalogJob): Promise<JobRuntime | undefined> {
   try {
     const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
-    return { job, nextRunAt: runtime?.nextRunAt ?? null };
+    return runtime;
   } catch (err) {
-    console.error(`job ${id}: shard ${job.shard} did not confirm the change`, err);
+    console.error(`job ${job.id}: shard ${job.shard} did not confirm the change`, err);
     throw new ApiError(503, "shard_unavailable", "the change is saved but its shard has not confirmed it yet; repeat the request", {
       "Retry-After": "1",
     });
@@ -143,8 +161,8 @@ for (const action of ["pause", "resume"] as const) {
       responses: { 200: json(JobSchema, "the job"), ...errors(404, 503) },
     }),
     async (c) => {
-      const { job, nextRunAt } = await changeJob(c, c.req.valid("param").id, { paused: action === "pause" });
-      return c.json(presentJob(job, nextRunAt), 200);
+      const { job, runtime } = await changeJob(c, c.req.valid("param").id, { paused: action === "pause" });
+      return c.json(presentJob(job, runtime), 200);
     },
   );
 }

@@ -6,12 +6,15 @@ import type { RunView } from "../shard/shard";
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
 
-export function presentJob(job: CatalogJob, nextRunAt: number | null): Job {
+/** A job as the API shows it: the catalog's definition and the shard's runtime view of it. */
+export function presentJob(job: CatalogJob, runtime: { nextRunAt: number | null; completed: boolean } | undefined): Job {
+  const nextRunAt = runtime?.nextRunAt ?? null;
   return {
     id: job.id,
     name: job.name,
     ...job.spec,
     paused: job.paused,
+    completed: runtime?.completed ?? false,
     version: job.version,
     shard: job.shard,
     createdAt: iso(job.createdAt),
@@ -27,6 +30,7 @@ export function presentRun(run: RunView): Run {
     jobVersion: run.jobVersion,
     trigger: run.trigger,
     scheduledAt: iso(run.scheduledAt),
+    catchUp: run.catchUp,
     state: run.state,
     attempts: run.attempts,
     startedAt: isoOrNull(run.startedAt),

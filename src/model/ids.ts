@@ -63,10 +63,15 @@ export function jobIdOfRun(runId: string): string | null {
  * library's unspecified hash would not promise.
  */
 export function shardFor(jobId: string, shardCount: number): string {
+  return `shard-${fnv1a32(jobId) % shardCount}`;
+}
+
+/** 32-bit FNV-1a: stable across releases and runtimes, which is all its callers need. */
+export function fnv1a32(text: string): number {
   let hash = 0x811c9dc5;
-  for (let i = 0; i < jobId.length; i++) {
-    hash ^= jobId.charCodeAt(i);
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
     hash = Math.imul(hash, 0x01000193) >>> 0;
   }
-  return `shard-${hash % shardCount}`;
+  return hash;
 }

@@ -2,6 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { cronError, isTimeZone } from "../schedule/cron";
 import { DEFAULT_BACKOFF } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
+import { MISFIRE_POLICIES } from "../schedule/misfire";
 
 /** The zod schemas are the single source of request/response types and of the OpenAPI document. */
 
@@ -11,18 +12,44 @@ export const Instant = z.iso
 
 const MIN_EVERY_MS = 1_000;
 
+const Duration = (what: string, minMs: number, maxMs: number, example: string) =>
+  z
+    .string()
+    .max(20)
+    .superRefine((text, ctx) => {
+      const ms = parseDuration(text);
+      if (ms === null) ctx.addIssue({ code: "custom", message: `must be a whole number and a unit s, m, h or d, e.g. "${example}"` });
+      else if (ms < minMs || ms > maxMs) ctx.addIssue({ code: "custom", message: `${what} must be between ${fmt(minMs)} and ${fmt(maxMs)}` });
+    })
+    .openapi({ example });
+const fmt = (ms: number) => (ms % 86_400_000 === 0 ? `${ms / 86_400_000}d` : ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : ms % 60_000 === 0 ? `${ms / 60_000}m` : `${ms / 1000}s`);
+
+const YEAR_MS = 365 * 86_400_000;
+
 export const ScheduleSchema = z
   .strictObject({
     cron: z.string().max(200).optional().openapi({ example: "*/5 * * * *" }),
     timezone: z.string().max(64).optional().openapi({ example: "Europe/Berlin" }),
     at: Instant.optional(),
+    delay: Duration("delay", 0, YEAR_MS, "10m").optional().openapi({ description: "One-off, this long after creation (stored as `at`)." }),
     every: z.string().max(20).optional().openapi({ example: "30s" }),
+    startAt: Instant.optional().openapi({ description: "cron/every: no fire before; an interval is anchored here." }),
+    endAt: Instant.optional().openapi({ description: "cron/every: no fire after; the job then completes." }),
+    maxRuns: z.int().min(1).max(1_000_000).optional().openapi({ description: "cron/every: the job completes after this many fires." }),
   })
   .superRefine((s, ctx) => {
-    const kinds = (["cron", "at", "every"] as const).filter((k) => s[k] !== undefined);
+    const kinds = (["cron", "at", "delay", "every"] as const).filter((k) => s[k] !== undefined);
     if (kinds.length !== 1) {
-      ctx.addIssue({ code: "custom", message: "give exactly one of cron, at or every", path: [] });
+      ctx.addIssue({ code: "custom", message: "give exactly one of cron, at, delay or every", path: [] });
       return;
+    }
+    for (const bound of ["startAt", "endAt", "maxRuns"] as const) {
+      if (s[bound] !== undefined && s.cron === undefined && s.every === undefined) {
+        ctx.addIssue({ code: "custom", message: `${bound} applies only to cron and every schedules`, path: [bound] });
+      }
+    }
+    if (s.startAt !== undefined && s.endAt !== undefined && Date.parse(s.endAt) <= Date.parse(s.startAt)) {
+      ctx.addIssue({ code: "custom", message: "endAt must be after startAt", path: ["endAt"] });
     }
     if (s.timezone !== undefined && s.cron === undefined) {
       ctx.addIssue({ code: "custom", message: "timezone applies only to cron schedules", path: ["timezone"] });
@@ -44,7 +71,8 @@ export const ScheduleSchema = z
     }
   })
   .openapi("Schedule", {
-    description: 'Exactly one of `{ "cron", "timezone"? }`, `{ "at" }` or `{ "every" }`.',
+    description:
+      'Exactly one of `{ "cron", "timezone"? }`, `{ "every" }`, `{ "at" }` or `{ "delay" }`; cron and every take optional `startAt`, `endAt`, `maxRuns`.',
   });
 
 export const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const;
@@ -111,19 +139,51 @@ export const RetrySchema = z
 
 export const DEFAULT_RETRY: z.infer<typeof RetrySchema> = { maxAttempts: 3, backoff: DEFAULT_BACKOFF, jitter: "full" };
 
+export const OVERLAP_POLICIES = ["allow", "forbid", "buffer_one", "replace"] as const;
+
+/** Everything about a job but its name: what PATCH may change, and what the shard runs. */
+const JobFields = {
+  schedule: ScheduleSchema,
+  target: TargetSchema,
+  retry: RetrySchema.default(DEFAULT_RETRY),
+  timeoutMs: z.int().min(1_000).max(900_000).default(30_000),
+  overlap: z.enum(OVERLAP_POLICIES).default("allow").openapi({
+    description:
+      "When a fire comes while the previous run is unfinished: allow (run both), forbid (record the fire as skipped), buffer_one (keep at most one waiting, started when the previous run ends), replace (cancel the unfinished run).",
+  }),
+  misfire: z.enum(MISFIRE_POLICIES).default("fire_once").openapi({
+    description:
+      "Fires missed while the job was paused or its shard could not run: skip them, fire_once (one catch-up run now), or catch_up (each one within catchupWindow, at most 100).",
+  }),
+  catchupWindow: Duration("catchupWindow", 1_000, 7 * 86_400_000, "1h").default("1h"),
+  jitter: Duration("jitter", 0, 3_600_000, "30s")
+    .optional()
+    .openapi({ description: "Spread each fire over this window, deterministically per (job, instant)." }),
+};
+
 export const CreateJobSchema = z
-  .strictObject({
-    name: z.string().min(1).max(200).optional(),
-    schedule: ScheduleSchema,
-    target: TargetSchema,
-    retry: RetrySchema.default(DEFAULT_RETRY),
-    timeoutMs: z.int().min(1_000).max(900_000).default(30_000),
-  })
+  .strictObject({ name: z.string().min(1).max(200).optional(), ...JobFields })
   .openapi("CreateJob");
 
 export type CreateJob = z.infer<typeof CreateJobSchema>;
 /** What the shard needs to run a job: the accepted definition minus presentation. */
-export type JobSpec = Pick<CreateJob, "schedule" | "target" | "retry" | "timeoutMs">;
+export type JobSpec = Omit<CreateJob, "name">;
+
+/** PATCH: any of the fields, replaced whole; the rest stay as they are. */
+export const PatchJobSchema = z
+  .strictObject({
+    name: z.string().min(1).max(200).nullable().optional(),
+    schedule: ScheduleSchema.optional(),
+    target: TargetSchema.optional(),
+    retry: RetrySchema.optional(),
+    timeoutMs: JobFields.timeoutMs.unwrap().optional(),
+    overlap: z.enum(OVERLAP_POLICIES).optional(),
+    misfire: z.enum(MISFIRE_POLICIES).optional(),
+    catchupWindow: JobFields.catchupWindow.unwrap().optional(),
+    jitter: JobFields.jitter.unwrap().nullable().optional(),
+  })
+  .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
+  .openapi("PatchJob");
 
 export const JobSchema = z
   .object({
@@ -133,7 +193,12 @@ export const JobSchema = z
     target: TargetSchema,
     retry: RetrySchema,
     timeoutMs: z.int(),
+    overlap: z.enum(OVERLAP_POLICIES),
+    misfire: z.enum(MISFIRE_POLICIES),
+    catchupWindow: z.string(),
+    jitter: z.string().optional(),
     paused: z.boolean(),
+    completed: z.boolean().openapi({ description: "No fire is left: a one-off fired, or endAt or maxRuns was reached." }),
     version: z.int().openapi({ description: "Bumped on every change." }),
     shard: z.string(),
     createdAt: Instant,

@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { RUN_STATES } from "../shard/run-states";
+import { RUN_STATES, RUN_TRIGGERS } from "../shard/run-states";
 import { ATTEMPT_OUTCOMES } from "../shard/store";
 import { Instant } from "./job";
 
@@ -24,8 +24,9 @@ export const RunSchema = z
     id: z.string().openapi({ example: "run_0mihx2k3f8a1b2c3d4e5_mj3k2a00" }),
     jobId: z.string(),
     jobVersion: z.int(),
-    trigger: z.enum(["schedule", "manual"]),
+    trigger: z.enum(RUN_TRIGGERS),
     scheduledAt: Instant,
+    catchUp: z.boolean().openapi({ description: "The fire at scheduledAt was missed (job paused, shard down) and this run catches it up." }),
     state: z.enum(RUN_STATES),
     attempts: z.int().openapi({ description: "Attempts started so far." }),
     startedAt: Instant.nullable(),

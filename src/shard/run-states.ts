@@ -8,32 +8,51 @@
  *     │ │                │ └──retry───▶ retry_wait ──requeue──▶ queued
  *     │ └──abandon──▶ failed  (the Queue dead-lettered the dispatch)
  *     └──revive── dead / failed   (POST /v1/runs/:id/retry: a fresh set of attempts)
- *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted)
+ *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted, run replaced)
+ *   buffered ──start──▶ queued   (overlap buffer_one: the previous run ended)
+ *   skipped                       (overlap forbid: born final)
  * A lease that expires counts as a retryable failure of the running attempt.
  */
-export const RUN_STATES = ["queued", "running", "retry_wait", "succeeded", "failed", "dead", "cancelled"] as const;
+export const RUN_STATES = ["queued", "running", "retry_wait", "buffered", "succeeded", "failed", "dead", "cancelled", "skipped"] as const;
 export type RunState = (typeof RUN_STATES)[number];
 
-export type RunEvent = "claim" | "succeed" | "retry" | "exhaust" | "reject" | "requeue" | "redispatch" | "cancel" | "abandon" | "revive";
+export type RunEvent =
+  | "claim"
+  | "succeed"
+  | "retry"
+  | "exhaust"
+  | "reject"
+  | "requeue"
+  | "redispatch"
+  | "cancel"
+  | "abandon"
+  | "revive"
+  | "start";
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
   queued: { claim: "running", redispatch: "queued", cancel: "cancelled", abandon: "failed" },
   running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
   retry_wait: { requeue: "queued", cancel: "cancelled" },
+  buffered: { start: "queued", cancel: "cancelled" },
   succeeded: {},
   failed: { revive: "queued" },
   dead: { revive: "queued" },
   cancelled: {},
+  skipped: {},
 };
 
 /** States a run ends in unless a person retries it (dead and failed are the dead letters). */
-export const FINAL_STATES: readonly RunState[] = ["succeeded", "failed", "dead", "cancelled"];
+export const FINAL_STATES: readonly RunState[] = ["succeeded", "failed", "dead", "cancelled", "skipped"];
 export const DEAD_LETTER_STATES: readonly RunState[] = ["dead", "failed"];
 
 /** The state `event` leads to from `from`, or null when the table has no such transition. */
 export function transition(from: RunState, event: RunEvent): RunState | null {
   return TRANSITIONS[from][event] ?? null;
 }
+
+/** What made a run: its schedule, a person (trigger), or a backfill. */
+export const RUN_TRIGGERS = ["schedule", "manual", "backfill"] as const;
+export const RUN_TRIGGER_SQL_LIST = RUN_TRIGGERS.map((t) => `'${t}'`).join(", ");
 
 /** SQL CHECK list derived from the table, so storage can never hold a state the code does not know. */
 export const RUN_STATE_SQL_LIST = RUN_STATES.map((s) => `'${s}'`).join(", ");

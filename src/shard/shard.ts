@@ -4,9 +4,12 @@ import { failpoint } from "../faults";
 import { DEFAULT_RETRY, type JobSpec } from "../model/job";
 import { newCompletionToken, parseCompletionToken, scheduledRunId, triggeredRunId } from "../model/ids";
 import { retryDelay } from "../schedule/backoff";
-import { firstFire, nextFireAfter } from "../schedule/next-fire";
+import { parseDuration } from "../schedule/duration";
+import { jitterOffset } from "../schedule/jitter";
+import { planDueFires, type DueFire } from "../schedule/misfire";
+import { firstFire } from "../schedule/next-fire";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
-import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type RunRow, type ShardJob, type ShardMetrics } from "./store";
+import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type NewRun, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
 export type { JobDefinition };
 
@@ -14,6 +17,8 @@ export interface JobRuntime {
   id: string;
   version: number;
   nextRunAt: number | null;
+  /** Nothing is left to fire: a one-off fired, or endAt or maxRuns was reached. */
+  completed: boolean;
 }
 
 export type ClaimResult =
@@ -99,23 +104,88 @@ export class Shard extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       this.fireDueJobs(now);
       this.advanceDueRuns(now);
+      this.startBufferedRuns(now);
     });
     failpoint("shard.afterCommit", this.faultScope());
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
 
-  /** Every due fire becomes a run and a dispatch, and the job moves to its next fire. */
+  /**
+   * Every due fire becomes a run (subject to the job's misfire, overlap and maxRuns rules), and
+   * the job moves to its next fire.
+   */
   private fireDueJobs(now: number): void {
     for (const job of this.store.dueJobs(now, TICK_BATCH)) {
-      const at = job.nextFireAt as number;
-      this.store.createRun(
-        { id: scheduledRunId(job.id, at), jobId: job.id, jobVersion: job.version, trigger: "schedule", scheduledAt: at },
-        now,
-        now + this.claimTimeoutMs(),
-      );
-      // Fires missed while the shard could not run collapse into the one just made.
-      this.store.setNextFire(job.id, nextFireAfter(job.spec.schedule, job.createdAt, Math.max(at, now)));
+      const spec = job.spec;
+      const plan = planDueFires(spec.schedule, job.createdAt, job.nextFireAt as number, now, spec.misfire ?? "fire_once", parseDuration(spec.catchupWindow ?? "1h")!);
+      const ready: DueFire[] = [];
+      let next = plan.next;
+      for (const fire of plan.fires) {
+        // A jittered fire that is nominally past but not yet due waits for its turn.
+        if (!fire.catchUp && fire.at + this.jitterOf(job, fire.at) > now) {
+          next = fire.at;
+          break;
+        }
+        ready.push(fire);
+      }
+      const left = (spec.schedule.maxRuns ?? Infinity) - job.fires;
+      if (ready.length >= left) {
+        ready.length = Math.max(0, left);
+        next = null;
+      }
+      for (const fire of ready) {
+        const run = { id: scheduledRunId(job.id, fire.at), jobId: job.id, jobVersion: job.version, trigger: "schedule" as const, scheduledAt: fire.at, catchUp: fire.catchUp };
+        this.startRun(job, run, now);
+      }
+      this.store.setNextFire(job.id, next, next === null ? null : next + this.jitterOf(job, next), ready.length);
+    }
+  }
+
+  private jitterOf(job: ShardJob, instant: number): number {
+    return job.spec.jitter === undefined ? 0 : jitterOffset(job.id, instant, parseDuration(job.spec.jitter)!);
+  }
+
+  /**
+   * Creates a run as the job's overlap policy says, given its unfinished runs: allow starts it;
+   * forbid records it skipped; buffer_one keeps at most one waiting; replace cancels the
+   * unfinished ones (their late outcomes are stale) and starts it. Backfills always start.
+   */
+  private startRun(job: ShardJob, run: NewRun, now: number): boolean {
+    const queued = { state: "queued" as const, claimDeadline: now + this.claimTimeoutMs() };
+    const policy = run.trigger === "backfill" ? "allow" : (job.spec.overlap ?? "allow");
+    const unfinished = policy === "allow" ? [] : this.store.unfinishedRuns(job.id);
+    if (unfinished.length === 0) return this.store.createRun(run, now, queued);
+    const previous = unfinished[unfinished.length - 1]!;
+    switch (policy) {
+      case "forbid":
+        return this.store.createRun(run, now, { state: "skipped", reason: `overlap forbid: run ${previous.id} is still ${previous.state}` });
+      case "buffer_one":
+        return this.store.bufferedRuns(job.id).length > 0
+          ? this.store.createRun(run, now, { state: "skipped", reason: "overlap buffer_one: a fire already waits" })
+          : this.store.createRun(run, now, { state: "buffered" });
+      case "replace":
+        if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
+        for (const old of unfinished) this.cancelRun(old, `replaced by run ${run.id}`, now);
+        return this.store.createRun(run, now, queued);
+      default:
+        return this.store.createRun(run, now, queued);
+    }
+  }
+
+  /** Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale. */
+  private cancelRun(run: RunRow, reason: string, now: number): void {
+    if (run.state === "running") this.store.finishAttempt(run.id, run.fence, "cancelled", now, null, reason);
+    this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason });
+    this.store.removeOutboxOfRun(run.id);
+  }
+
+  /** buffer_one: a waiting fire starts once its job has no unfinished run left. */
+  private startBufferedRuns(now: number): void {
+    for (const run of this.store.bufferedRuns()) {
+      if (this.store.unfinishedRuns(run.jobId).length > 0) continue;
+      const next = this.store.moveRun(run, "start", { dueAt: now + this.claimTimeoutMs() });
+      this.store.addOutbox(next.id, next.fence);
     }
   }
 
@@ -210,6 +280,18 @@ export class Shard extends DurableObject<Env> {
     }
   }
 
+  /** Runs ended: a buffered fire may start now; then the alarm is re-pointed. */
+  private async afterRunsEnded(now: number): Promise<void> {
+    let started = false;
+    this.ctx.storage.transactionSync(() => {
+      const before = this.store.outboxSize();
+      this.startBufferedRuns(now);
+      started = this.store.outboxSize() > before;
+    });
+    const sent = started ? await this.flushOutbox() : true;
+    await this.armAlarm(sent);
+  }
+
   /**
    * Points the one alarm at the earliest thing the shard must do. Called after every change,
    * and last in the alarm handler: re-arming before a throw would lose the runtime's retry.
@@ -235,7 +317,9 @@ export class Shard extends DurableObject<Env> {
       for (const def of definitions) {
         const held = this.store.getJob(def.id);
         if (held && held.version >= def.version) continue;
-        this.store.putJob({ ...def, nextFireAt: nextFireOnChange(held, def, now) });
+        const next = nextFireOnChange(held, def, now);
+        const due = next === null ? null : next + (def.spec.jitter === undefined ? 0 : jitterOffset(def.id, next, parseDuration(def.spec.jitter)!));
+        this.store.putJob(def, next, due);
         const stopped = stoppedReason(def);
         if (stopped) this.cancelPending(def.id, stopped, now);
       }
@@ -245,7 +329,12 @@ export class Shard extends DurableObject<Env> {
   }
 
   async jobRuntimes(ids: string[]): Promise<JobRuntime[]> {
-    return this.store.getJobs(ids).map((j) => ({ id: j.id, version: j.version, nextRunAt: j.paused ? null : j.nextFireAt }));
+    return this.store.getJobs(ids).map((j) => ({
+      id: j.id,
+      version: j.version,
+      nextRunAt: j.paused ? null : j.nextFireAt,
+      completed: !j.deleted && j.nextFireAt === null,
+    }));
   }
 
   private cancelPending(jobId: string, reason: string, now: number): void {
@@ -264,7 +353,7 @@ export class Shard extends DurableObject<Env> {
     const now = Date.now();
     const runId = triggeredRunId(jobId, triggerKey);
     this.ctx.storage.transactionSync(() => {
-      this.store.createRun({ id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now }, now, now + this.claimTimeoutMs());
+      this.startRun(job, { id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now, catchUp: false }, now);
     });
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
@@ -285,7 +374,8 @@ export class Shard extends DurableObject<Env> {
         }
         const leaseUntil = now + job.spec.timeoutMs + LEASE_GRACE_MS;
         const completionToken = newCompletionToken(this.shardName(), run.fence);
-        this.store.moveRun(run, "claim", { dueAt: leaseUntil, startedAt: run.startedAt ?? now });
+        // The run executes the job as it is now; it records that version (a PATCH may have come).
+        this.store.moveRun(run, "claim", { dueAt: leaseUntil, startedAt: run.startedAt ?? now, jobVersion: job.version });
         this.store.startAttempt(run.id, run.attempt, run.fence, now, completionToken);
         return {
           result: "claimed",
@@ -315,7 +405,7 @@ export class Shard extends DurableObject<Env> {
         const run = this.store.getRun(o.runId);
         const attempt = this.store.getAttempt(o.runId, o.fence);
         if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
-          if (attempt?.outcome === "timed_out") this.store.noteLateOutcome(o.runId, o.fence, describeOutcome(o));
+          if (attempt?.outcome === "timed_out" || attempt?.outcome === "cancelled") this.store.noteLateOutcome(o.runId, o.fence, describeOutcome(o));
           return "stale" as const;
         }
         if (o.accepted) {
@@ -328,7 +418,7 @@ export class Shard extends DurableObject<Env> {
         return "recorded" as const;
       }),
     );
-    await this.armAlarm();
+    await this.afterRunsEnded(now);
     return results;
   }
 
@@ -359,7 +449,7 @@ export class Shard extends DurableObject<Env> {
     if (!attempt || !sameToken(attempt.completionToken, token)) return "invalid_token";
     const live = run.fence === fence && run.state === "running" && (attempt.outcome === "running" || attempt.outcome === "accepted");
     if (!live) {
-      if (attempt.outcome === "timed_out") this.store.noteLateOutcome(runId, attempt.fence, lateOutcome);
+      if (attempt.outcome === "timed_out" || attempt.outcome === "cancelled") this.store.noteLateOutcome(runId, attempt.fence, lateOutcome);
       return "stale";
     }
     return { run };
@@ -386,7 +476,7 @@ export class Shard extends DurableObject<Env> {
       return null;
     });
     if (verdict !== null) return verdict;
-    await this.armAlarm();
+    await this.afterRunsEnded(now);
     return (await this.getRun(runId))!;
   }
 
@@ -449,7 +539,7 @@ export class Shard extends DurableObject<Env> {
         return "failed" as const;
       }),
     );
-    await this.armAlarm();
+    await this.afterRunsEnded(now);
     return results;
   }
 
@@ -534,16 +624,14 @@ export class Shard extends DurableObject<Env> {
 
 /**
  * Next fire of a job whose definition changes. New jobs start from their creation (a job the
- * sweep delivers late still gets the fire it missed, once); a resumed job skips what it missed
- * while paused; a changed schedule starts afresh; anything else keeps its place.
+ * sweep delivers late still gets what it missed, by its misfire policy); a changed schedule
+ * starts afresh from now; anything else, a resume included, keeps its place: fires missed
+ * while paused are then due, and the misfire policy decides what becomes of them.
  */
 export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now: number): number | null {
   if (def.deleted) return null;
   if (!held) return firstFire(def.spec.schedule, def.createdAt);
   if (JSON.stringify(held.spec.schedule) !== JSON.stringify(def.spec.schedule)) return firstFire(def.spec.schedule, now);
-  if (held.paused && !def.paused && def.spec.schedule.at === undefined) {
-    return nextFireAfter(def.spec.schedule, def.createdAt, now);
-  }
   return held.nextFireAt;
 }
 

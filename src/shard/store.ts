@@ -1,5 +1,5 @@
 import type { JobSpec } from "../model/job";
-import { RUN_STATE_SQL_LIST, transition, type RunEvent, type RunState } from "./run-states";
+import { RUN_STATE_SQL_LIST, RUN_TRIGGER_SQL_LIST, RUN_TRIGGERS, transition, type RunEvent, type RunState } from "./run-states";
 
 /**
  * The shard's SQLite storage: one named operation per statement group. Every method is
@@ -16,14 +16,16 @@ CREATE TABLE IF NOT EXISTS jobs (
   paused INTEGER NOT NULL,
   deleted INTEGER NOT NULL,
   created_at INTEGER NOT NULL,
-  next_fire_at INTEGER
+  next_fire_at INTEGER,              -- the next fire's nominal instant (what its run is scheduled at)
+  next_due_at INTEGER,               -- when it is acted on: next_fire_at plus the job's jitter offset
+  fires INTEGER NOT NULL DEFAULT 0   -- scheduled fires so far, for maxRuns
 );
-CREATE INDEX IF NOT EXISTS jobs_next_fire ON jobs (next_fire_at) WHERE next_fire_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY,
   job_id TEXT NOT NULL,
   job_version INTEGER NOT NULL,
-  trigger TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual')),
+  trigger TEXT NOT NULL CHECK (trigger IN (${RUN_TRIGGER_SQL_LIST})),
   scheduled_at INTEGER NOT NULL,
   state TEXT NOT NULL CHECK (state IN (${RUN_STATE_SQL_LIST})),
   attempt INTEGER NOT NULL,          -- the attempt being dispatched or run (1-based)
@@ -34,8 +36,10 @@ CREATE TABLE IF NOT EXISTS runs (
   finished_at INTEGER,
   status INTEGER,
   error TEXT,
-  result TEXT                        -- what a long-running target sent with its completion
+  result TEXT,                       -- what a long-running target sent with its completion
+  catch_up INTEGER NOT NULL DEFAULT 0 -- the fire was missed and this run catches it up
 );
+CREATE INDEX IF NOT EXISTS runs_buffered ON runs (job_id) WHERE state = 'buffered';
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
 CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
@@ -71,14 +75,19 @@ export interface JobDefinition {
 
 export interface ShardJob extends JobDefinition {
   nextFireAt: number | null;
+  fires: number;
 }
+
+/** A run about to be created. */
+export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
 
 export interface RunRow {
   id: string;
   jobId: string;
   jobVersion: number;
-  trigger: "schedule" | "manual";
+  trigger: (typeof RUN_TRIGGERS)[number];
   scheduledAt: number;
+  catchUp: boolean;
   state: RunState;
   attempt: number;
   fence: number;
@@ -91,7 +100,7 @@ export interface RunRow {
   result: string | null;
 }
 
-export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out"] as const;
+export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out", "cancelled"] as const;
 
 export interface AttemptRow {
   attempt: number;
@@ -130,6 +139,7 @@ const toJob = (r: Row): ShardJob => ({
   deleted: r.deleted === 1,
   createdAt: r.created_at as number,
   nextFireAt: r.next_fire_at as number | null,
+  fires: r.fires as number,
 });
 
 const toRun = (r: Row): RunRow => ({
@@ -138,6 +148,7 @@ const toRun = (r: Row): RunRow => ({
   jobVersion: r.job_version as number,
   trigger: r.trigger as RunRow["trigger"],
   scheduledAt: r.scheduled_at as number,
+  catchUp: r.catch_up === 1,
   state: r.state as RunState,
   attempt: r.attempt as number,
   fence: r.fence as number,
@@ -197,25 +208,30 @@ export class ShardStore {
     return new Map(this.getJobs(ids).map((j) => [j.id, j.version]));
   }
 
-  putJob(job: ShardJob): void {
+  /** Inserts or replaces a job's definition; its fire count carries over. */
+  putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null): void {
     this.sql.exec(
-      `INSERT INTO jobs (id, version, spec, paused, deleted, created_at, next_fire_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO jobs (id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
-         deleted = excluded.deleted, next_fire_at = excluded.next_fire_at`,
-      job.id, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.deleted ? 1 : 0, job.createdAt, job.nextFireAt,
+         deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at`,
+      job.id, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.deleted ? 1 : 0, job.createdAt, nextFireAt, nextDueAt,
     );
   }
 
   /** Jobs whose next fire is due, earliest first. Paused and deleted jobs never fire. */
   dueJobs(now: number, limit: number): ShardJob[] {
     return this.sql
-      .exec("SELECT * FROM jobs WHERE next_fire_at <= ? AND paused = 0 AND deleted = 0 ORDER BY next_fire_at LIMIT ?", now, limit)
+      .exec("SELECT * FROM jobs WHERE next_due_at <= ? AND paused = 0 AND deleted = 0 ORDER BY next_due_at LIMIT ?", now, limit)
       .toArray()
       .map(toJob);
   }
 
-  setNextFire(jobId: string, nextFireAt: number | null): void {
-    this.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", nextFireAt, jobId);
+  /** Moves a job to its next fire, counting the fires just made. */
+  setNextFire(jobId: string, nextFireAt: number | null, nextDueAt: number | null, firesMade: number): void {
+    this.sql.exec(
+      "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = fires + ? WHERE id = ?",
+      nextFireAt, nextDueAt, firesMade, jobId,
+    );
   }
 
   // ---- runs ----
@@ -225,16 +241,37 @@ export class ShardStore {
     return row ? toRun(row) : null;
   }
 
-  /** Inserts a queued run with its outbox row; false (and nothing written) if the run exists. */
-  createRun(run: Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt">, now: number, claimDeadline: number): boolean {
+  /**
+   * Inserts a run: `queued` with its outbox row (dispatched after commit), `buffered` (waiting
+   * for the job's unfinished run), or `skipped` (final). False, and nothing written, if the run
+   * exists: run ids are derived, so this is what makes a repeated fire harmless.
+   */
+  createRun(run: NewRun, now: number, as: { state: "queued"; claimDeadline: number } | { state: "buffered" } | { state: "skipped"; reason: string }): boolean {
+    const queued = as.state === "queued";
     const inserted = this.sql.exec(
-      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at)
-       VALUES (?, ?, ?, ?, ?, 'queued', 1, 1, ?, ?) ON CONFLICT (id) DO NOTHING`,
-      run.id, run.jobId, run.jobVersion, run.trigger, run.scheduledAt, claimDeadline, now,
+      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+      run.id, run.jobId, run.jobVersion, run.trigger, run.scheduledAt, run.catchUp ? 1 : 0, as.state,
+      queued ? as.claimDeadline : null, now, as.state === "skipped" ? now : null, as.state === "skipped" ? as.reason : null,
     ).rowsWritten;
     if (inserted === 0) return false;
-    this.addOutbox(run.id, 1);
+    if (queued) this.addOutbox(run.id, 1);
     return true;
+  }
+
+  /** A job's runs that have not ended: the ones an overlap policy looks at. */
+  unfinishedRuns(jobId: string): RunRow[] {
+    return this.sql
+      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('queued', 'running', 'retry_wait') ORDER BY scheduled_at", jobId)
+      .toArray()
+      .map(toRun);
+  }
+
+  bufferedRuns(jobId?: string): RunRow[] {
+    const rows = jobId === undefined
+      ? this.sql.exec("SELECT * FROM runs WHERE state = 'buffered'")
+      : this.sql.exec("SELECT * FROM runs WHERE state = 'buffered' AND job_id = ?", jobId);
+    return rows.toArray().map(toRun);
   }
 
   /** Runs whose due time has come (claim deadline, lease expiry or retry time). */
@@ -245,7 +282,7 @@ export class ShardStore {
   /** Runs of a job that have not started an attempt yet or wait for their next one. */
   pendingRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('queued', 'retry_wait')", jobId)
+      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('queued', 'retry_wait', 'buffered')", jobId)
       .toArray()
       .map(toRun);
   }
@@ -268,15 +305,16 @@ export class ShardStore {
   moveRun(
     run: RunRow,
     event: RunEvent,
-    changes: Partial<Pick<RunRow, "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result">>,
+    changes: Partial<Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result">>,
   ): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
     this.sql.exec(
-      `UPDATE runs SET state = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?, error = ?, result = ?
-       WHERE id = ?`,
-      next.state, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error, next.result, run.id,
+      `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
+         error = ?, result = ? WHERE id = ?`,
+      next.state, next.jobVersion, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error,
+      next.result, run.id,
     );
     return next;
   }
@@ -407,7 +445,7 @@ export class ShardStore {
     const row = this.sql
       .exec(
         `SELECT MIN(t) AS t FROM (
-           SELECT MIN(next_fire_at) AS t FROM jobs WHERE paused = 0 AND deleted = 0
+           SELECT MIN(next_due_at) AS t FROM jobs WHERE paused = 0 AND deleted = 0
            UNION ALL SELECT MIN(due_at) FROM runs)`,
       )
       .one();

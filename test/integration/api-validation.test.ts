@@ -13,7 +13,7 @@ async function jobCount(): Promise<number> {
 const BAD_BODIES: Array<[string, unknown, string, string]> = [
   ["no schedule", { target }, "schedule", ""],
   ["no target", { schedule: { every: "30s" } }, "target", ""],
-  ["empty schedule", { schedule: {}, target }, "schedule", "exactly one of cron, at or every"],
+  ["empty schedule", { schedule: {}, target }, "schedule", "exactly one of cron, at, delay or every"],
   ["two kinds", { schedule: { every: "30s", cron: "* * * * *" }, target }, "schedule", "exactly one"],
   ["invalid cron", { schedule: { cron: "61 * * * *" }, target }, "schedule.cron", "invalid cron expression"],
   ["garbage cron", { schedule: { cron: "every day" }, target }, "schedule.cron", "cron"],

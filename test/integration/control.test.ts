@@ -4,7 +4,7 @@ import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
 import { newJobId, shardFor } from "../../src/model/ids";
 import type { Env } from "../../src/env";
-import { DEFAULT_RETRY, type Job } from "../../src/model/job";
+import { CreateJobSchema, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
@@ -30,7 +30,7 @@ describe("pause and resume", () => {
 
     // A fire that comes due while paused does nothing.
     await runInDurableObject(stub, (_s: Shard, state) => {
-      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
       return state.storage.setAlarm(Date.now() - 1);
     });
     await runDurableObjectAlarm(stub);
@@ -120,7 +120,7 @@ describe("delete", () => {
 
     // Even a fire time left behind does nothing.
     await runInDurableObject(stub, (_s: Shard, state) => {
-      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
       return state.storage.setAlarm(Date.now() - 1);
     });
     await runDurableObjectAlarm(stub);
@@ -186,7 +186,7 @@ describe("the reconciliation sweep", () => {
       name: "orphan",
       shard,
       version: 1,
-      spec: { schedule: { at: new Date(now - 1_000).toISOString() }, target: { url, method: "POST" }, retry: DEFAULT_RETRY, timeoutMs: 30_000 },
+      spec: CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } }),
       paused: false,
       createdAt: now,
       updatedAt: now,
@@ -221,7 +221,7 @@ describe("the reconciliation sweep", () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
     const stub = shardOf(job);
     await runInDurableObject(stub, async (_s: Shard, state) => {
-      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
       await state.storage.deleteAlarm(); // the alarm is lost
     });
     await runSweep();

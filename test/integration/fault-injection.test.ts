@@ -49,7 +49,7 @@ async function shardRuns(job: Job) {
 /** Makes the job's next fire due and runs the alarm; the alarm may throw (an injected fault). */
 async function fireDue(job: Job): Promise<void> {
   await runInDurableObject(shardOf(job), (_s: Shard, state) => {
-    state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", Date.now() - 1, job.id);
+    state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
     return state.storage.setAlarm(Date.now() - 1);
   });
   await runAlarm(job);

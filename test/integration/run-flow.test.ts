@@ -54,7 +54,7 @@ describe("alarm → queue → consumer → recorded result", () => {
     // As if the alarm ran, then ran again from the same state (a retried alarm after a crash).
     for (let i = 0; i < 2; i++) {
       await runInDurableObject(stub, (_s: Shard, state) => {
-        state.storage.sql.exec("UPDATE jobs SET next_fire_at = ? WHERE id = ?", due, job.id);
+        state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", due, job.id);
         return state.storage.setAlarm(due);
       });
       await runDurableObjectAlarm(stub);

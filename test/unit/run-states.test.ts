@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, FINAL_STATES, RUN_STATES, transition, TRANSITIONS, type RunEvent } from "../../src/shard/run-states";
 import { retryDelay } from "../../src/schedule/backoff";
 
-const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel", "abandon", "revive"];
+const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel", "abandon", "revive", "start"];
 
 describe("the run state table", () => {
   it("allows exactly the lifecycle's transitions", () => {
@@ -14,6 +14,8 @@ describe("the run state table", () => {
         "queued --cancel--> cancelled",
         "queued --abandon--> failed",
         "dead --revive--> queued",
+        "buffered --start--> queued",
+        "buffered --cancel--> cancelled",
         "failed --revive--> queued",
         "running --succeed--> succeeded",
         "running --retry--> retry_wait",
@@ -27,12 +29,12 @@ describe("the run state table", () => {
   });
 
   it("final states have no way out but a person's retry of a dead letter", () => {
-    expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "succeeded"]);
+    expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "skipped", "succeeded"]);
     for (const s of FINAL_STATES) for (const e of EVENTS) expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && e === "revive" ? "queued" : null);
   });
 
-  it("every state is reachable from queued", () => {
-    const seen = new Set(["queued"]);
+  it("every state is reachable from a state runs are born in (queued; buffered and skipped by overlap policies)", () => {
+    const seen = new Set(["queued", "buffered", "skipped"]);
     for (let grew = true; grew; ) {
       grew = false;
       for (const from of [...seen]) for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) (seen.add(to!), (grew = true));
