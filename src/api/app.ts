@@ -5,6 +5,7 @@ import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
 import { metrics } from "./metrics";
 import { runs } from "./runs";
+import { schedules } from "./schedules";
 
 export const app = new OpenAPIHono<{ Bindings: Env }>();
 
@@ -19,6 +20,7 @@ app.use("/v1/*", requireToken, requireJsonBody);
 app.route("/v1", jobs);
 app.route("/v1", runs);
 app.route("/v1", metrics);
+app.route("/v1", schedules);
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
 app.doc31("/openapi.json", {

@@ -4,11 +4,10 @@ import { getJob, insertJob, listJobs, toDefinition, updateJob, type CatalogJob }
 import { shardStub, type Env } from "../env";
 import { PageQuery, pageOf } from "../model/common";
 import { newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
-import { CreateJobSchema, JobSchema, ScheduleSchema } from "../model/job";
+import { BackfillSchema, canonicalSchedule, CreateJobSchema, JobSchema, PatchJobSchema, type JobSpec } from "../model/job";
 import { RunSchema } from "../model/run";
-import { parseDuration } from "../schedule/duration";
-import { firstFire, type Schedule } from "../schedule/next-fire";
-import type { JobRuntime } from "../shard/shard";
+import { firstFire } from "../schedule/next-fire";
+import { MAX_BACKFILL, type JobRuntime } from "../shard/shard";
 import { failpoint } from "../faults";
 import { ApiError, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
@@ -40,7 +39,7 @@ jobs.openapi(
       name: name ?? null,
       shard: shardFor(id, Number(c.env.SHARD_COUNT)),
       version: 1,
-      spec: { ...fields, schedule: normalizeSchedule(fields.schedule, now) },
+      spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now) },
       paused: false,
       createdAt: now,
       updatedAt: now,
@@ -92,18 +91,6 @@ async function runtimesOf(env: Env, page: CatalogJob[]): Promise<Map<string, Job
   return new Map(answers.flat().map((r) => [r.id, r]));
 }
 
-/**
- * Schedules are stored in one canonical form: `delay` becomes the `at` it means, and instants
- * are UTC ISO strings, so the shard and the sweep never depend on when a request was made.
- */
-function normalizeSchedule(schedule: z.infer<typeof ScheduleSchema>, now: number): Schedule {
-  const { delay, ...rest } = schedule;
-  const utc = (instant: string | undefined) => (instant === undefined ? undefined : new Date(instant).toISOString());
-  const out: Schedule = { ...rest, at: delay !== undefined ? new Date(now + parseDuration(delay)!).toISOString() : utc(rest.at) };
-  if (rest.startAt !== undefined) out.startAt = utc(rest.startAt);
-  if (rest.endAt !== undefined) out.endAt = utc(rest.endAt);
-  return Object.fromEntries(Object.entries(out).filter(([, v]) => v !== undefined)) as Schedule;
-}
 
 jobs.openapi(
   createRoute({
@@ -179,6 +166,64 @@ jobs.openapi(
   async (c) => {
     const { job } = await changeJob(c, c.req.valid("param").id, { deleted: true });
     return c.json({ id: job.id, deleted: true as const }, 200);
+  },
+);
+
+// ---- change the definition ----
+
+jobs.openapi(
+  createRoute({
+    method: "patch",
+    path: "/jobs/{id}",
+    summary: "Change a job's definition atomically",
+    description: "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.",
+    security,
+    request: { params: IdParam, body: { content: { "application/json": { schema: PatchJobSchema } }, required: true } },
+    responses: { 200: json(JobSchema, "the job at its new version"), ...errors(400, 404, 503) },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const { name, ...fields } = c.req.valid("json");
+    const current = await loadJob(c, id);
+    const now = Date.now();
+    const { jitter, ...rest } = fields;
+    const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
+    if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
+    if (jitter === null) delete spec.jitter; // null clears it
+    else if (jitter !== undefined) spec.jitter = jitter;
+    const job = await updateJob(c.env.DB, id, { spec, ...(name !== undefined && { name }) }, now);
+    if (!job) throw notFound("job", id);
+    return c.json(presentJob(job, await confirmWithShard(c, job)), 200);
+  },
+);
+
+function definedOnly<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+// ---- backfill ----
+
+jobs.openapi(
+  createRoute({
+    method: "post",
+    path: "/jobs/{id}/backfill",
+    summary: "Create the runs of every fire in a past (or any) range",
+    description: `Idempotent: a fire that already has a run (scheduled or backfilled) is not run again, because run ids are derived from (job, instant). At most ${MAX_BACKFILL} fires per call.`,
+    security,
+    request: { params: IdParam, body: { content: { "application/json": { schema: BackfillSchema } }, required: true } },
+    responses: {
+      202: json(z.object({ created: z.array(z.string()), existing: z.array(z.string()) }), "run ids created, and those that already existed"),
+      ...errors(400, 404, 409),
+    },
+  }),
+  async (c) => {
+    const job = await loadJob(c, c.req.valid("param").id);
+    const { from, to } = c.req.valid("json");
+    const answer = await shardStub(c.env, job.shard).backfill(job.shard, job.id, Date.parse(from), Date.parse(to));
+    if (answer === null) throw notFound("job", job.id);
+    if (answer === "paused") throw new ApiError(409, "job_paused", "the job is paused: resume it to backfill");
+    if (answer === "too_many") throw new ApiError(400, "invalid_request", `to: the range holds more than ${MAX_BACKFILL} fires; split it`);
+    return c.json(answer, 202);
   },
 );
 

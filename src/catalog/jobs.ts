@@ -88,16 +88,26 @@ export async function listJobs(db: D1Database, limit: number, before?: string): 
 export async function updateJob(
   db: D1Database,
   id: string,
-  change: { paused?: boolean; deleted?: boolean },
+  change: { paused?: boolean; deleted?: boolean; name?: string | null; spec?: JobSpec },
   now: number,
 ): Promise<CatalogJob | null> {
   const row = await guard("update", () => db
     .prepare(
       `UPDATE jobs SET version = version + 1, updated_at = ?,
-         paused = COALESCE(?, paused), deleted_at = CASE WHEN ? THEN ? ELSE deleted_at END
+         paused = COALESCE(?, paused), deleted_at = CASE WHEN ? THEN ? ELSE deleted_at END,
+         name = CASE WHEN ? THEN ? ELSE name END, spec = COALESCE(?, spec)
        WHERE id = ? AND deleted_at IS NULL RETURNING *`,
     )
-    .bind(now, change.paused === undefined ? null : change.paused ? 1 : 0, change.deleted ? 1 : 0, now, id)
+    .bind(
+      now,
+      change.paused === undefined ? null : change.paused ? 1 : 0,
+      change.deleted ? 1 : 0,
+      now,
+      change.name !== undefined ? 1 : 0,
+      change.name ?? null,
+      change.spec ? JSON.stringify(change.spec) : null,
+      id,
+    )
     .first<Row>());
   return row ? toJob(row) : null;
 }

@@ -3,6 +3,7 @@ import { cronError, isTimeZone } from "../schedule/cron";
 import { DEFAULT_BACKOFF } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
+import type { Schedule } from "../schedule/next-fire";
 
 /** The zod schemas are the single source of request/response types and of the OpenAPI document. */
 
@@ -207,3 +208,29 @@ export const JobSchema = z
   })
   .openapi("Job");
 export type Job = z.infer<typeof JobSchema>;
+
+export const BackfillSchema = z
+  .strictObject({ from: Instant, to: Instant })
+  .refine((b) => Date.parse(b.to) >= Date.parse(b.from), { message: "to must not be before from", path: ["to"] })
+  .openapi("Backfill");
+
+export const PreviewSchema = z
+  .strictObject({
+    schedule: ScheduleSchema,
+    from: Instant.optional().openapi({ description: "Preview as if the job were created at this instant (default: now)." }),
+    count: z.int().min(1).max(100).default(10),
+  })
+  .openapi("PreviewRequest");
+
+/**
+ * Schedules are stored in one canonical form: `delay` becomes the `at` it means, and instants
+ * are UTC ISO strings, so the shard and the sweep never depend on when a request was made.
+ */
+export function canonicalSchedule(schedule: z.infer<typeof ScheduleSchema>, now: number): Schedule {
+  const { delay, ...rest } = schedule;
+  const utc = (instant: string | undefined) => (instant === undefined ? undefined : new Date(instant).toISOString());
+  const out: Schedule = { ...rest, at: delay !== undefined ? new Date(now + parseDuration(delay)!).toISOString() : utc(rest.at) };
+  if (rest.startAt !== undefined) out.startAt = utc(rest.startAt);
+  if (rest.endAt !== undefined) out.endAt = utc(rest.endAt);
+  return Object.fromEntries(Object.entries(out).filter(([, v]) => v !== undefined)) as Schedule;
+}

@@ -54,3 +54,27 @@ export function nextFireAfter(schedule: Schedule, anchorMs: number, afterMs: num
   const endAt = schedule.endAt === undefined ? null : Date.parse(schedule.endAt);
   return next !== null && endAt !== null && next > endAt ? null : next;
 }
+
+/** The fires in [from, to], at most `limit` of them (maxRuns is the shard's to count). */
+export function firesBetween(schedule: Schedule, anchorMs: number, from: number, to: number, limit: number): number[] {
+  const fires: number[] = [];
+  if (schedule.at !== undefined) {
+    const at = Date.parse(schedule.at);
+    return at >= from && at <= to ? [at] : [];
+  }
+  for (let t = nextFireAfter(schedule, anchorMs, from - 1); t !== null && t <= to && fires.length < limit; t = nextFireAfter(schedule, anchorMs, t)) {
+    fires.push(t);
+  }
+  return fires;
+}
+
+/**
+ * The first `count` fires of a schedule for a job created at `anchorMs`: what a preview shows,
+ * computed by the same functions the shard fires by (jitter, per job, aside).
+ */
+export function upcomingFires(schedule: Schedule, anchorMs: number, count: number): number[] {
+  const limit = Math.min(count, schedule.maxRuns ?? count);
+  const fires: number[] = [];
+  for (let t = firstFire(schedule, anchorMs); t !== null && fires.length < limit; t = nextFireAfter(schedule, anchorMs, t)) fires.push(t);
+  return fires;
+}

@@ -7,7 +7,7 @@ import { retryDelay } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
 import { planDueFires, type DueFire } from "../schedule/misfire";
-import { firstFire } from "../schedule/next-fire";
+import { firesBetween, firstFire } from "../schedule/next-fire";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type NewRun, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
@@ -74,6 +74,8 @@ const SEND_RETRY_MS = 2_000;
 const TICK_BATCH = 2_000;
 const QUEUE_BATCH = 100;
 const DEFAULT_TIMEOUT_MS = 30_000;
+/** A backfill makes at most this many runs per call. */
+export const MAX_BACKFILL = 1_000;
 
 /**
  * One shard: the single writer of its jobs' runtime state. Each method is a thin shell over
@@ -358,6 +360,33 @@ export class Shard extends DurableObject<Env> {
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return this.getRun(runId);
+  }
+
+  /**
+   * Runs for every fire of the job in [from, to]. Idempotent: a fire that already has a run
+   * keeps it (run ids are derived from job and instant). Backfills ignore the overlap policy:
+   * the user asked for each of them.
+   */
+  async backfill(shard: string, jobId: string, from: number, to: number): Promise<{ created: string[]; existing: string[] } | "paused" | "too_many" | null> {
+    this.rememberName(shard);
+    const job = this.store.getJob(jobId);
+    if (!job || job.deleted) return null;
+    if (job.paused) return "paused";
+    const fires = firesBetween(job.spec.schedule, job.createdAt, from, to, MAX_BACKFILL + 1);
+    if (fires.length > MAX_BACKFILL) return "too_many";
+    const now = Date.now();
+    const created: string[] = [];
+    const existing: string[] = [];
+    this.ctx.storage.transactionSync(() => {
+      for (const at of fires) {
+        const id = scheduledRunId(job.id, at);
+        const run = { id, jobId, jobVersion: job.version, trigger: "backfill" as const, scheduledAt: at, catchUp: false };
+        (this.startRun(job, run, now) ? created : existing).push(id);
+      }
+    });
+    const sent = await this.flushOutbox();
+    await this.armAlarm(sent);
+    return { created, existing };
   }
 
   // ---- RPC: the consumer's side ----

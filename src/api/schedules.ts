@@ -1,0 +1,25 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import type { Env } from "../env";
+import { canonicalSchedule, PreviewSchema } from "../model/job";
+import { upcomingFires } from "../schedule/next-fire";
+import { bearer, errors, json } from "./route-parts";
+import { validationHook } from "./validation";
+
+export const schedules = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+
+schedules.openapi(
+  createRoute({
+    method: "post",
+    path: "/schedules/preview",
+    summary: "The next fire instants of a schedule, exactly as a job with it would fire",
+    security: bearer,
+    request: { body: { content: { "application/json": { schema: PreviewSchema } }, required: true } },
+    responses: { 200: json(z.object({ instants: z.array(z.string()) }), "the next fires, in order"), ...errors(400) },
+  }),
+  (c) => {
+    const { schedule, from, count } = c.req.valid("json");
+    const anchor = from === undefined ? Date.now() : Date.parse(from);
+    const instants = upcomingFires(canonicalSchedule(schedule, anchor), anchor, count).map((t) => new Date(t).toISOString());
+    return c.json({ instants }, 200);
+  },
+);
