@@ -40,6 +40,13 @@ export function shardOf(job: Pick<Job, "shard">) {
   return env.SHARD.get(env.SHARD.idFromName(job.shard));
 }
 
+/** Runs a job's shard alarm now, leaving its fire times as they are. */
+export async function runAlarmNow(job: Pick<Job, "shard">): Promise<void> {
+  const stub = shardOf(job);
+  await runInDurableObject(stub, (_shard: Shard, state) => state.storage.setAlarm(Date.now() - 1));
+  await runDurableObjectAlarm(stub);
+}
+
 /** Makes a job's next fire due now and runs its shard's alarm: no waiting on the wall clock. */
 export async function fireNow(job: Job): Promise<number> {
   const stub = shardOf(job);
@@ -85,7 +92,21 @@ export async function fireHeld(job: Job): Promise<number> {
   // Every send while firing fails: the runtime may run the past-due alarm itself as well.
   armFault("shard.queueSend", Infinity, job.shard);
   try {
-    return await fireNow(job);
+    const due = await fireNow(job);
+    // The runtime may run the past-due alarm by itself, concurrently: wait until the shard has
+    // made the run and, its send refused, re-armed for a retry, before lifting the fault.
+    await vi.waitFor(
+      async () => {
+        const state = await runInDurableObject(shardOf(job), (_s: Shard, st) => ({
+          runs: st.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND scheduled_at = ?", job.id, due).one().n as number,
+          alarm: st.storage.getAlarm(),
+        }));
+        const alarm = await state.alarm;
+        if (state.runs !== 1 || alarm === null || alarm < Date.now() + 500) throw new Error("the held fire is not settled yet");
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+    return due;
   } finally {
     disarmFault("shard.queueSend", job.shard);
   }
