@@ -27,6 +27,17 @@ const BAD_BODIES: Array<[string, unknown, string, string]> = [
   ["every in weeks", { schedule: { every: "1w" }, target }, "schedule.every", "unit"],
   ["every zero", { schedule: { every: "0s" }, target }, "schedule.every", "unit"],
   ["unknown schedule field", { schedule: { every: "1m", cronn: "x" }, target }, "schedule", ""],
+  ["delay and at", { schedule: { delay: "1m", at: "2030-01-01T00:00:00Z" }, target }, "schedule", "exactly one"],
+  ["delay without unit", { schedule: { delay: "10" }, target }, "schedule.delay", "unit"],
+  ["startAt on a one-off", { schedule: { at: "2030-01-01T00:00:00Z", startAt: "2030-01-01T00:00:00Z" }, target }, "schedule.startAt", "only to cron and every"],
+  ["maxRuns on a one-off", { schedule: { delay: "1m", maxRuns: 2 }, target }, "schedule.maxRuns", "only to cron and every"],
+  ["endAt before startAt", { schedule: { every: "1m", startAt: "2030-01-02T00:00:00Z", endAt: "2030-01-01T00:00:00Z" }, target }, "schedule.endAt", "after startAt"],
+  ["maxRuns zero", { schedule: { every: "1m", maxRuns: 0 }, target }, "schedule.maxRuns", ""],
+  ["overlap unknown", { ...valid, overlap: "queue" }, "overlap", ""],
+  ["misfire unknown", { ...valid, misfire: "all" }, "misfire", ""],
+  ["catchupWindow too long", { ...valid, catchupWindow: "30d" }, "catchupWindow", "between"],
+  ["jitter not a duration", { ...valid, jitter: "lots" }, "jitter", "unit"],
+  ["jitter over an hour", { ...valid, jitter: "2h" }, "jitter", "between"],
   ["url missing", { schedule: { every: "1m" }, target: {} }, "target.url", ""],
   ["url relative", { schedule: { every: "1m" }, target: { url: "/hook" } }, "target.url", "http or https"],
   ["url ftp", { schedule: { every: "1m" }, target: { url: "ftp://example.com/x" } }, "target.url", "http or https"],
@@ -130,10 +141,10 @@ describe("auth", () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths)).toEqual(
-      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}", "/v1/runs/{id}/retry", "/v1/runs/{id}/complete", "/v1/runs/{id}/heartbeat", "/v1/dead-letters", "/v1/metrics"]),
+      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}", "/v1/runs/{id}/retry", "/v1/runs/{id}/complete", "/v1/runs/{id}/heartbeat", "/v1/dead-letters", "/v1/metrics", "/v1/jobs/{id}/backfill", "/v1/schedules/preview"]),
     );
     expect(Object.keys(doc.components.schemas)).toEqual(
-      expect.arrayContaining(["CreateJob", "Job", "Run", "Attempt", "Schedule", "Target", "Retry", "Backoff", "Completion", "Heartbeat", "Metrics", "Error"]),
+      expect.arrayContaining(["CreateJob", "Job", "Run", "Attempt", "Schedule", "Target", "Retry", "Backoff", "Completion", "Heartbeat", "Metrics", "Error", "PatchJob", "Backfill", "PreviewRequest"]),
     );
   });
 });
