@@ -8,6 +8,7 @@ import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
 import { planDueFires, type DueFire } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
+import { decideOverlap } from "./overlap";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type NewRun, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
@@ -148,31 +149,18 @@ export class Shard extends DurableObject<Env> {
     return job.spec.jitter === undefined ? 0 : jitterOffset(job.id, instant, parseDuration(job.spec.jitter)!);
   }
 
-  /**
-   * Creates a run as the job's overlap policy says, given its unfinished runs: allow starts it;
-   * forbid records it skipped; buffer_one keeps at most one waiting; replace cancels the
-   * unfinished ones (their late outcomes are stale) and starts it. Backfills always start.
-   */
+  /** Creates a run as the job's overlap policy decides (backfills always start). */
   private startRun(job: ShardJob, run: NewRun, now: number): boolean {
-    const queued = { state: "queued" as const, claimDeadline: now + this.claimTimeoutMs() };
     const policy = run.trigger === "backfill" ? "allow" : (job.spec.overlap ?? "allow");
     const unfinished = policy === "allow" ? [] : this.store.unfinishedRuns(job.id);
-    if (unfinished.length === 0) return this.store.createRun(run, now, queued);
-    const previous = unfinished[unfinished.length - 1]!;
-    switch (policy) {
-      case "forbid":
-        return this.store.createRun(run, now, { state: "skipped", reason: `overlap forbid: run ${previous.id} is still ${previous.state}` });
-      case "buffer_one":
-        return this.store.bufferedRuns(job.id).length > 0
-          ? this.store.createRun(run, now, { state: "skipped", reason: "overlap buffer_one: a fire already waits" })
-          : this.store.createRun(run, now, { state: "buffered" });
-      case "replace":
-        if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
-        for (const old of unfinished) this.cancelRun(old, `replaced by run ${run.id}`, now);
-        return this.store.createRun(run, now, queued);
-      default:
-        return this.store.createRun(run, now, queued);
+    const decision = decideOverlap(policy, unfinished, policy === "buffer_one" && this.store.bufferedRuns(job.id).length > 0);
+    if (decision.run === "skipped") return this.store.createRun(run, now, { state: "skipped", reason: decision.reason });
+    if (decision.run === "buffered") return this.store.createRun(run, now, { state: "buffered" });
+    if (decision.cancel.length > 0) {
+      if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
+      for (const old of unfinished) this.cancelRun(old, `replaced by run ${run.id}`, now);
     }
+    return this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
   }
 
   /** Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale. */
