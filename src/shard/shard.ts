@@ -145,7 +145,7 @@ export class Shard extends DurableObject<Env> {
     }
   }
 
-  private jitterOf(job: ShardJob, instant: number): number {
+  private jitterOf(job: Pick<JobDefinition, "id" | "spec">, instant: number): number {
     return job.spec.jitter === undefined ? 0 : jitterOffset(job.id, instant, parseDuration(job.spec.jitter)!);
   }
 
@@ -308,8 +308,7 @@ export class Shard extends DurableObject<Env> {
         const held = this.store.getJob(def.id);
         if (held && held.version >= def.version) continue;
         const next = nextFireOnChange(held, def, now);
-        const due = next === null ? null : next + (def.spec.jitter === undefined ? 0 : jitterOffset(def.id, next, parseDuration(def.spec.jitter)!));
-        this.store.putJob(def, next, due);
+        this.store.putJob(def, next, next === null ? null : next + this.jitterOf(def, next));
         const stopped = stoppedReason(def);
         if (stopped) this.cancelPending(def.id, stopped, now);
       }

@@ -6,7 +6,7 @@ import { newJobId, shardFor } from "../../src/model/ids";
 import type { Env } from "../../src/env";
 import { CreateJobSchema, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, fireHeld, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 async function post(path: string): Promise<Response> {
   return api(path, { method: "POST" });
