@@ -170,13 +170,16 @@ export class Shard extends DurableObject<Env> {
     this.store.removeOutboxOfRun(run.id);
   }
 
-  /** buffer_one: a waiting fire starts once its job has no unfinished run left. */
-  private startBufferedRuns(now: number): void {
+  /** buffer_one: a waiting fire starts once its job has no unfinished run left. Returns how many started. */
+  private startBufferedRuns(now: number): number {
+    let started = 0;
     for (const run of this.store.bufferedRuns()) {
       if (this.store.unfinishedRuns(run.jobId).length > 0) continue;
       const next = this.store.moveRun(run, "start", { dueAt: now + this.claimTimeoutMs() });
       this.store.addOutbox(next.id, next.fence);
+      started++;
     }
+    return started;
   }
 
   /** Runs whose due time passed: lost dispatches go out again, retries start, expired leases fail. */
@@ -272,13 +275,8 @@ export class Shard extends DurableObject<Env> {
 
   /** Runs ended: a buffered fire may start now; then the alarm is re-pointed. */
   private async afterRunsEnded(now: number): Promise<void> {
-    let started = false;
-    this.ctx.storage.transactionSync(() => {
-      const before = this.store.outboxSize();
-      this.startBufferedRuns(now);
-      started = this.store.outboxSize() > before;
-    });
-    const sent = started ? await this.flushOutbox() : true;
+    const started = this.ctx.storage.transactionSync(() => this.startBufferedRuns(now));
+    const sent = started > 0 ? await this.flushOutbox() : true;
     await this.armAlarm(sent);
   }
 
