@@ -1,4 +1,4 @@
-import { createExecutionContext, createScheduledController, env, runDurableObjectAlarm, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import { createExecutionContext, createScheduledController, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
@@ -6,7 +6,7 @@ import { newJobId, shardFor } from "../../src/model/ids";
 import type { Env } from "../../src/env";
 import { CreateJobSchema, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireHeld, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 async function post(path: string): Promise<Response> {
   return api(path, { method: "POST" });
@@ -29,17 +29,13 @@ describe("pause and resume", () => {
     expect(await getRun(run!.id)).toMatchObject({ state: "cancelled", error: "job paused" });
 
     // A fire that comes due while paused does nothing.
-    await runInDurableObject(stub, (_s: Shard, state) => {
-      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
-      return state.storage.setAlarm(Date.now() - 1);
-    });
-    await runDurableObjectAlarm(stub);
+    await fireNow(job);
     expect(await listRuns(job.id)).toHaveLength(1);
     await new Promise((r) => setTimeout(r, 1_500)); // one queue batch window
     expect(await hitsOf(url)).toHaveLength(0);
   });
 
-  it("resume schedules the next fire from now, skipping what was missed", async () => {
+  it("resume keeps the job's place on its schedule (missed fires follow the misfire policy)", async () => {
     const job = await createJob({ schedule: { every: "1h" }, target: { url: receiverPath("resume") } });
     expect((await post(`/v1/jobs/${job.id}/pause`)).status).toBe(200);
     const before = Date.now();
@@ -119,11 +115,7 @@ describe("delete", () => {
     expect((await post(`/v1/jobs/${job.id}/trigger`)).status).toBe(404);
 
     // Even a fire time left behind does nothing.
-    await runInDurableObject(stub, (_s: Shard, state) => {
-      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
-      return state.storage.setAlarm(Date.now() - 1);
-    });
-    await runDurableObjectAlarm(stub);
+    await fireNow(job);
     expect(await listRuns(job.id)).toHaveLength(1);
     await new Promise((r) => setTimeout(r, 1_500));
     expect(await hitsOf(url)).toHaveLength(0);
