@@ -1,42 +1,56 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-plugin";
-import { defineConfig } from "vitest/config";
+import { defineConfig, type TestProjectInlineConfiguration } from "vitest/config";
+
+/** Test-only secrets; production sets its own with `wrangler secret put`. */
+const TEST_ENCRYPTION_KEYS = "t1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const TEST_SIGNING_SECRET = "test-signing-secret-0123456789abcdef";
+
+/** A project inside workerd, against miniflare's real D1, Durable Objects (with alarms) and Queues. */
+function workerdProject(name: string, include: string[], allowPrivateTargets: boolean): TestProjectInlineConfiguration {
+  return {
+    plugins: [
+      cloudflareTest(async ({ inject }) => ({
+        wrangler: { configPath: "./wrangler.toml" },
+        miniflare: {
+          bindings: {
+            API_TOKEN: "test-token",
+            ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
+            SIGNING_SECRET: TEST_SIGNING_SECRET,
+            ALLOW_PRIVATE_TARGETS: String(allowPrivateTargets),
+            // Many shards, so that tests rarely share one and each can drive its own alarm.
+            SHARD_COUNT: "4096",
+            TEST_MIGRATIONS: await readD1Migrations("./migrations"),
+            RECEIVER_URL: inject<string>("receiverUrl"),
+          },
+        },
+      })),
+    ],
+    test: {
+      name,
+      include,
+      globalSetup: ["test/support/receiver-setup.ts"],
+      setupFiles: ["test/support/apply-migrations.ts"],
+      testTimeout: 30_000,
+      // One file at a time: fault points are armed per isolate, and a file's fault must
+      // not fire in another file's test.
+      fileParallelism: false,
+    },
+  };
+}
 
 /**
- * Two layers:
- * - `workers`: pure unit tests and integration tests inside workerd, against miniflare's real
- *   D1, Durable Objects (with alarms) and Queues, configured from wrangler.toml;
+ * Three layers:
+ * - `workers`: pure unit tests and integration tests inside workerd. Every receiver is on
+ *   127.0.0.1, so private targets are allowed here, as `npm start` allows them;
+ * - `strict`: the same workerd stack as deployed, private targets refused (the SSRF guard);
  * - `e2e`: Node tests that start the real `wrangler dev` the way `npm start` does.
- * Both talk to real HTTP receivers on 127.0.0.1, never to a mock of a binding.
+ * All talk to real HTTP receivers on 127.0.0.1, never to a mock of a binding.
  */
 export default defineConfig({
   test: {
     projects: [
-      {
-        plugins: [
-          cloudflareTest(async ({ inject }) => ({
-            wrangler: { configPath: "./wrangler.toml" },
-            miniflare: {
-              bindings: {
-                API_TOKEN: "test-token",
-                // Many shards, so that tests rarely share one and each can drive its own alarm.
-                SHARD_COUNT: "4096",
-                TEST_MIGRATIONS: await readD1Migrations("./migrations"),
-                RECEIVER_URL: inject<string>("receiverUrl"),
-              },
-            },
-          })),
-        ],
-        test: {
-          name: "workers",
-          include: ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"],
-          globalSetup: ["test/support/receiver-setup.ts"],
-          setupFiles: ["test/support/apply-migrations.ts"],
-          testTimeout: 30_000,
-          // One file at a time: fault points are armed per isolate, and a file's fault must
-          // not fire in another file's test.
-          fileParallelism: false,
-        },
-      },
+      workerdProject("workers", ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"], true),
+      workerdProject("strict", ["test/strict/**/*.test.ts"], false),
       {
         test: {
           name: "e2e",

@@ -3,6 +3,7 @@ import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
 import type { DispatchMessage, Env } from "./env";
 import { sweep } from "./reconcile/sweep";
 
+export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";
 
 /** Named in wrangler.toml as the dispatch queue's dead_letter_queue. */

@@ -1,13 +1,14 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import type { Env } from "../env";
-import { requireJsonBody, requireToken } from "./auth";
+import { authenticate, limitBody, requireJsonBody } from "./auth";
+import type { AppEnv } from "./context";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
 import { metrics } from "./metrics";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
+import { tenants } from "./tenants";
 
-export const app = new OpenAPIHono<{ Bindings: Env }>();
+export const app = new OpenAPIHono<AppEnv>();
 
 app.onError(errorResponse);
 app.notFound(() => {
@@ -16,11 +17,12 @@ app.notFound(() => {
 
 app.get("/healthz", (c) => c.json({ ok: true }));
 
-app.use("/v1/*", requireToken, requireJsonBody);
+app.use("/v1/*", authenticate, limitBody, requireJsonBody);
 app.route("/v1", jobs);
 app.route("/v1", runs);
 app.route("/v1", metrics);
 app.route("/v1", schedules);
+app.route("/v1", tenants);
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
 app.doc31("/openapi.json", {
@@ -28,6 +30,7 @@ app.doc31("/openapi.json", {
   info: {
     title: "edgecron",
     version: "1",
-    description: "A distributed job scheduler on Cloudflare Workers. Every /v1 route needs Authorization: Bearer <API token>.",
+    description:
+      "A distributed job scheduler on Cloudflare Workers. Every /v1 route needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs and dead letters.",
   },
 });

@@ -1,27 +1,49 @@
 import type { MiddlewareHandler } from "hono";
-import type { Env } from "../env";
+import { bodyLimit } from "hono/body-limit";
+import { hashKey, tenantOfKey } from "../catalog/tenants";
+import { gateStub } from "../env";
+import type { AppEnv } from "./context";
 import { ApiError } from "./errors";
 
 const encoder = new TextEncoder();
 const TOKEN_CALLBACK = /^\/v1\/runs\/[^/]+\/(complete|heartbeat)$/;
+/** Largest request body the API reads; a job definition is a few KiB. */
+export const MAX_BODY_BYTES = 256 * 1024;
+
+const unauthorized = () =>
+  new ApiError(401, "unauthorized", "send Authorization: Bearer <API key or admin token>", { "WWW-Authenticate": 'Bearer realm="edgecron"' });
 
 /**
- * Bearer-token check for /v1. Hono's bearerAuth answers a malformed header with 400 and a
- * plain-text body; this API promises 401 with a JSON body for any missing or wrong token.
- * Tokens are compared as SHA-256 digests with a constant-time compare, so neither length nor
- * content leaks through timing.
+ * Who is calling: the admin token, or a tenant's API key (looked up by its hash). Hono's
+ * bearerAuth answers a malformed header with 400 and a plain-text body; this API promises 401
+ * with a JSON body for any missing or wrong credential. The admin token is compared as SHA-256
+ * digests in constant time, so neither its length nor its content leaks through timing.
  */
-export const requireToken: MiddlewareHandler<{ Bindings: Env }> = async (c, next) => {
+export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   // A long-running target completes its attempt with the completion token it was given; it
-  // holds no API token. Those two routes check that token themselves.
+  // holds no API key. Those two routes check that token themselves.
   if (c.req.method === "POST" && TOKEN_CALLBACK.test(c.req.path)) return next();
-  const header = c.req.header("Authorization") ?? "";
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  const expected = c.env.API_TOKEN;
-  if (!match || !expected || !(await sameSecret(match[1]!, expected))) {
-    throw new ApiError(401, "unauthorized", "send Authorization: Bearer <API token>", { "WWW-Authenticate": 'Bearer realm="edgecron"' });
+  const match = /^Bearer\s+(\S{1,200})\s*$/i.exec(c.req.header("Authorization") ?? "");
+  if (!match) throw unauthorized();
+  const presented = match[1]!;
+  const admin = c.env.API_TOKEN;
+  if (admin && (await sameSecret(presented, admin))) {
+    c.set("caller", { admin: true });
+    return next();
   }
-  await next();
+  const tenant = await tenantOfKey(c.env.DB, await hashKey(presented));
+  if (!tenant) throw unauthorized();
+  c.set("caller", { admin: false, tenant });
+  const rps = tenant.limits.requestsPerSecond;
+  if (rps !== null) {
+    const { ok, retryAfterMs } = await gateStub(c.env, tenant.id).takeRequest(rps);
+    if (!ok) {
+      throw new ApiError(429, "rate_limited", `this tenant may make ${rps} requests per second; retry after the Retry-After seconds`, {
+        "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+      });
+    }
+  }
+  return next();
 };
 
 async function sameSecret(a: string, b: string): Promise<boolean> {
@@ -29,13 +51,35 @@ async function sameSecret(a: string, b: string): Promise<boolean> {
   return crypto.subtle.timingSafeEqual(da!, db!);
 }
 
-/** Bodies must be JSON: a form-encoded body (curl -d without a header) would otherwise look empty. */
-export const requireJsonBody: MiddlewareHandler = async (c, next) => {
+/** Bodies larger than MAX_BODY_BYTES are refused before they are read whole (413). */
+export const limitBody = bodyLimit({
+  maxSize: MAX_BODY_BYTES,
+  onError: () => {
+    throw new ApiError(413, "payload_too_large", `the request body may be at most ${MAX_BODY_BYTES} bytes`);
+  },
+});
+
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+/**
+ * Bodies must be JSON in valid UTF-8. A form-encoded body (curl -d without a header) would
+ * otherwise look empty, and invalid UTF-8 would be stored with replacement characters that
+ * the client never sent. Reading the body here caches it for the route's validator.
+ */
+export const requireJsonBody: MiddlewareHandler<AppEnv> = async (c, next) => {
+  if (!["POST", "PUT", "PATCH"].includes(c.req.method)) return next();
   const length = c.req.header("Content-Length");
   const hasBody = (length !== undefined && length !== "0") || c.req.header("Transfer-Encoding") !== undefined;
+  if (!hasBody) return next();
   const type = (c.req.header("Content-Type") ?? "").split(";")[0]!.trim().toLowerCase();
-  if (hasBody && ["POST", "PUT", "PATCH"].includes(c.req.method) && type !== "application/json") {
+  if (type !== "application/json") {
     throw new ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json");
   }
-  await next();
+  try {
+    utf8.decode(await c.req.arrayBuffer());
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    throw new ApiError(400, "invalid_request", "(body): not valid UTF-8");
+  }
+  return next();
 };

@@ -11,10 +11,15 @@ export class ApiError extends Error {
     readonly code: string,
     message: string,
     readonly headers: Record<string, string> = {},
+    readonly issues?: Issue[],
   ) {
     super(message);
   }
 }
+
+/** A 400 about one field, shaped like a validation failure. */
+export const invalidField = (path: string, message: string) =>
+  new ApiError(400, "invalid_request", `${path}: ${message}`, {}, [{ path, message }]);
 
 export const notFound = (what: string, id: string) => new ApiError(404, "not_found", `no ${what} with id ${id}`);
 
@@ -40,6 +45,7 @@ export function validationResponse(c: Context, error: ZodError) {
 const CODES: Partial<Record<number, string>> = {
   400: "bad_request",
   401: "unauthorized",
+  403: "forbidden",
   404: "not_found",
   405: "method_not_allowed",
   413: "payload_too_large",
@@ -49,7 +55,7 @@ const CODES: Partial<Record<number, string>> = {
 export function errorResponse(err: Error, c: Context): Response {
   if (err instanceof ApiError) {
     for (const [name, value] of Object.entries(err.headers)) c.header(name, value);
-    return c.json({ error: { code: err.code, message: err.message } }, err.status);
+    return c.json({ error: { code: err.code, message: err.message, ...(err.issues && { issues: err.issues }) } }, err.status);
   }
   if (err instanceof CatalogUnavailable) {
     console.error(err.message);

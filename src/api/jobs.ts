@@ -1,20 +1,23 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import type { Context } from "hono";
 import { getJob, insertJob, listJobs, toDefinition, updateJob, type CatalogJob } from "../catalog/jobs";
+import { getTenant, settingsOf } from "../catalog/tenants";
 import { shardStub, type Env } from "../env";
 import { PageQuery, pageOf } from "../model/common";
-import { newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
-import { BackfillSchema, canonicalSchedule, CreateJobSchema, JobSchema, PatchJobSchema, type JobSpec } from "../model/job";
+import { DEFAULT_TENANT, newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
+import { BackfillSchema, canonicalSchedule, CreateJobSchema, JobSchema, PatchJobSchema, type JobSpec, type Target } from "../model/job";
 import { RunSchema } from "../model/run";
 import { firstFire } from "../schedule/next-fire";
 import { MAX_BACKFILL, type JobRuntime } from "../shard/shard";
 import { failpoint } from "../faults";
-import { ApiError, notFound } from "./errors";
+import { allowPrivateTargets, targetRefusal } from "../security/target-guard";
+import { sealTarget, viewTarget } from "../security/targets";
+import { ownsTenant, scopeOf, type AppContext, type AppEnv } from "./context";
+import { ApiError, invalidField, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
 import { bearer, errors, json, pathId } from "./route-parts";
 import { validationHook } from "./validation";
 
-export const jobs = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+export const jobs = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const IdParam = pathId("job_0mihx2k3f8a1b2c3d4e5");
 const security = bearer;
@@ -28,37 +31,54 @@ jobs.openapi(
     summary: "Create a job",
     security,
     request: { body: { content: { "application/json": { schema: CreateJobSchema } }, required: true } },
-    responses: { 201: json(JobSchema, "the job, with its first fire"), ...errors(400) },
+    responses: { 201: json(JobSchema, "the job, with its first fire"), ...errors(400, 403) },
   }),
   async (c) => {
     const { name, ...fields } = c.req.valid("json");
+    const caller = c.var.caller;
+    const tenant = caller.admin ? await getTenant(c.env.DB, DEFAULT_TENANT) : caller.tenant;
+    if (!tenant) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
     const now = Date.now();
     const id = newJobId(now);
     const job: CatalogJob = {
       id,
+      tenantId: tenant.id,
       name: name ?? null,
       shard: shardFor(id, Number(c.env.SHARD_COUNT)),
       version: 1,
-      spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now) },
+      spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now), target: await acceptTarget(c, fields.target, id) },
       paused: false,
       createdAt: now,
       updatedAt: now,
       deletedAt: null,
     };
-    await insertJob(c.env.DB, job);
+    if (!(await insertJob(c.env.DB, job, tenant.limits.maxJobs))) {
+      throw new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
+    }
     failpoint("api.afterCatalogWrite");
     let runtime: JobRuntime | undefined;
     try {
-      [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
+      [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)], [settingsOf(tenant)]);
     } catch (err) {
       // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
       // the same pure function the shard uses, so the answer stays true.
       console.error(`job ${id}: shard ${job.shard} unreachable, left to the sweep`, err);
       runtime = { id, version: 1, nextRunAt: firstFire(job.spec.schedule, now), completed: false };
     }
-    return c.json(presentJob(job, runtime), 201);
+    return c.json(await present(c, job, runtime), 201);
   },
 );
+
+/** The SSRF guard's verdict at creation, then the target sealed for storage. */
+async function acceptTarget(c: AppContext, target: Target, jobId: string) {
+  const refusal = targetRefusal(target.url, { allowPrivate: allowPrivateTargets(c.env.ALLOW_PRIVATE_TARGETS) });
+  if (refusal) throw invalidField("target.url", refusal);
+  return sealTarget(c.env.ENCRYPTION_KEYS, target, jobId);
+}
+
+async function present(c: AppContext, job: CatalogJob, runtime: JobRuntime | undefined) {
+  return presentJob(job, await viewTarget(c.env.ENCRYPTION_KEYS, job.spec.target, job.id), runtime);
+}
 
 // ---- read ----
 
@@ -74,11 +94,11 @@ jobs.openapi(
   async (c) => {
     const { limit, cursor } = c.req.valid("query");
     if (cursor !== undefined && !JOB_ID.test(cursor)) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
-    const rows = await listJobs(c.env.DB, limit + 1, cursor);
+    const rows = await listJobs(c.env.DB, scopeOf(c), limit + 1, cursor);
     const page = rows.slice(0, limit);
     const runtimes = await runtimesOf(c.env, page);
     return c.json({
-      items: page.map((job) => presentJob(job, runtimes.get(job.id))),
+      items: await Promise.all(page.map((job) => present(c, job, runtimes.get(job.id)))),
       nextCursor: rows.length > limit ? page[page.length - 1]!.id : null,
     }, 200);
   },
@@ -104,7 +124,7 @@ jobs.openapi(
   async (c) => {
     const job = await loadJob(c, c.req.valid("param").id);
     const runtimes = await runtimesOf(c.env, [job]);
-    return c.json(presentJob(job, runtimes.get(job.id)), 200);
+    return c.json(await present(c, job, runtimes.get(job.id)), 200);
   },
 );
 
@@ -115,9 +135,8 @@ jobs.openapi(
  * applied it, so once a pause or delete is answered no run of the job starts. If the shard
  * cannot be reached the client gets 503 and may repeat the call: repeating is harmless.
  */
-async function changeJob(c: Context<{ Bindings: Env }>, id: string, change: { paused?: boolean; deleted?: boolean }) {
-  const current = await getJob(c.env.DB, id, { includeDeleted: change.deleted === true });
-  if (!current) throw notFound("job", id);
+async function changeJob(c: AppContext, id: string, change: { paused?: boolean; deleted?: boolean }) {
+  const current = await loadJob(c, id, { includeDeleted: change.deleted === true });
   const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
   const job = alreadyThere ? current : await updateJob(c.env.DB, id, change, Date.now());
   if (!job) throw notFound("job", id);
@@ -125,7 +144,7 @@ async function changeJob(c: Context<{ Bindings: Env }>, id: string, change: { pa
 }
 
 /** Hands a changed job to its shard; 503 (safe to repeat) when the shard cannot confirm. */
-async function confirmWithShard(c: Context<{ Bindings: Env }>, job: CatalogJob): Promise<JobRuntime | undefined> {
+async function confirmWithShard(c: AppContext, job: CatalogJob): Promise<JobRuntime | undefined> {
   try {
     const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
     return runtime;
@@ -149,7 +168,7 @@ for (const action of ["pause", "resume"] as const) {
     }),
     async (c) => {
       const { job, runtime } = await changeJob(c, c.req.valid("param").id, { paused: action === "pause" });
-      return c.json(presentJob(job, runtime), 200);
+      return c.json(await present(c, job, runtime), 200);
     },
   );
 }
@@ -186,14 +205,18 @@ jobs.openapi(
     const { name, ...fields } = c.req.valid("json");
     const current = await loadJob(c, id);
     const now = Date.now();
-    const { jitter, ...rest } = fields;
+    const { jitter, maxConcurrency, ratePerSecond, target, ...rest } = fields;
     const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
     if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
-    if (jitter === null) delete spec.jitter; // null clears it
-    else if (jitter !== undefined) spec.jitter = jitter;
+    if (target) spec.target = await acceptTarget(c, target, id);
+    // null clears an optional setting; absent leaves it as it is.
+    for (const [key, value] of [["jitter", jitter], ["maxConcurrency", maxConcurrency], ["ratePerSecond", ratePerSecond]] as const) {
+      if (value === null) delete spec[key];
+      else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
+    }
     const job = await updateJob(c.env.DB, id, { spec, ...(name !== undefined && { name }) }, now);
     if (!job) throw notFound("job", id);
-    return c.json(presentJob(job, await confirmWithShard(c, job)), 200);
+    return c.json(await present(c, job, await confirmWithShard(c, job)), 200);
   },
 );
 
@@ -282,8 +305,9 @@ jobs.openapi(
   },
 );
 
-export async function loadJob(c: Context<{ Bindings: Env }>, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob> {
+/** A job the caller may see, or 404: another tenant's job is answered exactly like an unknown one. */
+export async function loadJob(c: AppContext, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob> {
   const job = JOB_ID.test(id) ? await getJob(c.env.DB, id, opts) : null;
-  if (!job) throw notFound("job", id);
+  if (!job || !ownsTenant(c, job.tenantId)) throw notFound("job", id);
   return job;
 }

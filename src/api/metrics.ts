@@ -1,12 +1,13 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { shardsInUse } from "../catalog/jobs";
-import { shardStub, type Env } from "../env";
+import { shardStub } from "../env";
 import { ErrorSchema } from "../model/common";
 import { parseDuration } from "../schedule/duration";
 import type { ShardMetrics } from "../shard/store";
+import { scopeOf, type AppEnv } from "./context";
 import { validationHook } from "./validation";
 
-export const metrics = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+export const metrics = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const MAX_WINDOW_MS = 86_400_000;
 
@@ -37,7 +38,7 @@ metrics.openapi(
   createRoute({
     method: "get",
     path: "/metrics",
-    summary: "Scheduler health: fire lag, backlog, failure rate",
+    summary: "Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only)",
     security: [{ bearer: [] }],
     request: {
       query: z.object({
@@ -55,8 +56,9 @@ metrics.openapi(
   }),
   async (c) => {
     const windowMs = parseDuration(c.req.valid("query").window)!;
-    const shards = await shardsInUse(c.env.DB);
-    const all: ShardMetrics[] = await Promise.all(shards.map((s) => shardStub(c.env, s).metrics(windowMs)));
+    const tenantId = scopeOf(c);
+    const shards = await shardsInUse(c.env.DB, tenantId);
+    const all: ShardMetrics[] = await Promise.all(shards.map((s) => shardStub(c.env, s).metrics(windowMs, tenantId)));
     const sum = (pick: (m: ShardMetrics) => Record<string, number>) => {
       const total: Record<string, number> = {};
       for (const m of all) for (const [k, v] of Object.entries(pick(m))) total[k] = (total[k] ?? 0) + v;

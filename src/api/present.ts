@@ -1,18 +1,20 @@
 import type { CatalogJob } from "../catalog/jobs";
-import type { Job } from "../model/job";
+import type { Job, TargetView } from "../model/job";
 import type { Run } from "../model/run";
 import type { RunView } from "../shard/shard";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
 
-/** A job as the API shows it: the catalog's definition and the shard's runtime view of it. */
-export function presentJob(job: CatalogJob, runtime: { nextRunAt: number | null; completed: boolean } | undefined): Job {
+/** A job as the API shows it: the catalog's definition, its target as shown, and the shard's runtime view. */
+export function presentJob(job: CatalogJob, target: TargetView, runtime: { nextRunAt: number | null; completed: boolean } | undefined): Job {
   const nextRunAt = runtime?.nextRunAt ?? null;
   return {
     id: job.id,
+    tenantId: job.tenantId,
     name: job.name,
     ...job.spec,
+    target,
     paused: job.paused,
     completed: runtime?.completed ?? false,
     version: job.version,

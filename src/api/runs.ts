@@ -1,23 +1,23 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import type { Context } from "hono";
 import { shardsInUse, type CatalogJob } from "../catalog/jobs";
-import { shardStub, type Env } from "../env";
+import { shardStub } from "../env";
 import { PageQuery, pageOf } from "../model/common";
 import { JOB_ID, jobIdOfRun, parseCompletionToken } from "../model/ids";
 import { RunSchema } from "../model/run";
 import type { RunView, TokenVerdict } from "../shard/shard";
+import { scopeOf, type AppContext, type AppEnv } from "./context";
 import { ApiError, notFound } from "./errors";
 import { loadJob } from "./jobs";
 import { presentRun } from "./present";
 import { bearer, errors, json, pathId } from "./route-parts";
 import { validationHook } from "./validation";
 
-export const runs = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+export const runs = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const IdParam = pathId("run_0mihx2k3f8a1b2c3d4e5_mj3k2a00");
 
 /** The job a run belongs to (deleted jobs included: their runs stay readable), or 404. */
-async function jobOfRun(c: Context<{ Bindings: Env }>, runId: string): Promise<CatalogJob> {
+async function jobOfRun(c: AppContext, runId: string): Promise<CatalogJob> {
   const jobId = jobIdOfRun(runId);
   if (!jobId) throw notFound("run", runId);
   return loadJob(c, jobId, { includeDeleted: true }).catch(() => {
@@ -156,9 +156,11 @@ runs.openapi(
       if (!match) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
       before = { finishedAt: parseInt(match[1]!, 36), id: match[2]! };
     }
-    const shards = jobId ? [(await loadJob(c, jobId, { includeDeleted: true })).shard] : await shardsInUse(c.env.DB);
+    const tenantId = scopeOf(c);
+    const shards = jobId ? [(await loadJob(c, jobId, { includeDeleted: true })).shard] : await shardsInUse(c.env.DB, tenantId);
     // Each shard returns its newest `limit + 1`; merged, the newest `limit + 1` overall are among them.
-    const pages = await Promise.all(shards.map((s) => shardStub(c.env, s).deadLetters(jobId ?? null, limit + 1, before)));
+    const scope = { tenantId, jobId: jobId ?? null };
+    const pages = await Promise.all(shards.map((s) => shardStub(c.env, s).deadLetters(scope, limit + 1, before)));
     const merged = pages.flat().sort(newestFailureFirst);
     const page = merged.slice(0, limit);
     const last = page.at(-1);

@@ -1,11 +1,11 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import type { Env } from "../env";
+import type { AppEnv } from "./context";
 import { canonicalSchedule, PreviewSchema } from "../model/job";
 import { upcomingFires } from "../schedule/next-fire";
 import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
 
-export const schedules = new OpenAPIHono<{ Bindings: Env }>({ defaultHook: validationHook });
+export const schedules = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 schedules.openapi(
   createRoute({

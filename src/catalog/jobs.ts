@@ -6,6 +6,7 @@ import type { JobDefinition } from "../shard/shard";
 
 export interface CatalogJob {
   id: string;
+  tenantId: string;
   name: string | null;
   shard: string;
   version: number;
@@ -21,7 +22,7 @@ type Row = Record<string, unknown>;
 /** D1 could not answer. The API turns it into 503 + Retry-After; shards never depend on D1. */
 export class CatalogUnavailable extends Error {}
 
-async function guard<T>(operation: string, call: () => Promise<T>): Promise<T> {
+export async function guard<T>(operation: string, call: () => Promise<T>): Promise<T> {
   try {
     failpoint("catalog.unavailable");
     return await call();
@@ -32,6 +33,7 @@ async function guard<T>(operation: string, call: () => Promise<T>): Promise<T> {
 
 const toJob = (r: Row): CatalogJob => ({
   id: r.id as string,
+  tenantId: r.tenant_id as string,
   name: (r.name as string | null) ?? null,
   shard: r.shard as string,
   version: r.version as number,
@@ -46,6 +48,7 @@ const toJob = (r: Row): CatalogJob => ({
 export function toDefinition(job: CatalogJob): JobDefinition {
   return {
     id: job.id,
+    tenantId: job.tenantId,
     version: job.version,
     spec: job.spec,
     paused: job.paused,
@@ -54,14 +57,23 @@ export function toDefinition(job: CatalogJob): JobDefinition {
   };
 }
 
-export async function insertJob(db: D1Database, job: CatalogJob): Promise<void> {
-  await guard("insert", () => db
+/**
+ * Inserts a job unless its tenant is at `maxJobs` live jobs: the count and the insert are one
+ * statement, so concurrent creations cannot overshoot. False when the quota refused it.
+ */
+export async function insertJob(db: D1Database, job: CatalogJob, maxJobs: number | null): Promise<boolean> {
+  const result = await guard("insert", () => db
     .prepare(
-      `INSERT INTO jobs (id, name, shard, version, spec, paused, created_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at)
+       SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?
+       WHERE ? IS NULL OR (SELECT COUNT(*) FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL) < ?`,
     )
-    .bind(job.id, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt)
+    .bind(
+      job.id, job.tenantId, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt,
+      maxJobs, job.tenantId, maxJobs,
+    )
     .run());
+  return result.meta.changes > 0;
 }
 
 /** A job by id; deleted jobs only when asked (their runs stay readable). */
@@ -72,11 +84,14 @@ export async function getJob(db: D1Database, id: string, opts: { includeDeleted?
   return job.deletedAt !== null && !opts.includeDeleted ? null : job;
 }
 
-/** Newest first; the cursor is the last id of the previous page. */
-export async function listJobs(db: D1Database, limit: number, before?: string): Promise<CatalogJob[]> {
-  const stmt = before
-    ? db.prepare("SELECT * FROM jobs WHERE deleted_at IS NULL AND id < ? ORDER BY id DESC LIMIT ?").bind(before, limit)
-    : db.prepare("SELECT * FROM jobs WHERE deleted_at IS NULL ORDER BY id DESC LIMIT ?").bind(limit);
+/** Newest first; the cursor is the last id of the previous page. `tenantId` null: every tenant's. */
+export async function listJobs(db: D1Database, tenantId: string | null, limit: number, before?: string): Promise<CatalogJob[]> {
+  const stmt = db
+    .prepare(
+      `SELECT * FROM jobs WHERE deleted_at IS NULL AND (?1 IS NULL OR tenant_id = ?1) AND (?2 IS NULL OR id < ?2)
+       ORDER BY id DESC LIMIT ?3`,
+    )
+    .bind(tenantId, before ?? null, limit);
   const { results } = await guard("list", () => stmt.all<Row>());
   return results.map(toJob);
 }
@@ -112,9 +127,11 @@ export async function updateJob(
   return row ? toJob(row) : null;
 }
 
-/** Every shard name the catalog has recorded, deleted jobs included. */
-export async function shardsInUse(db: D1Database): Promise<string[]> {
-  const { results } = await guard("shards", () => db.prepare("SELECT DISTINCT shard FROM jobs").all<{ shard: string }>());
+/** Every shard name the catalog has recorded (of one tenant's jobs, or of all), deleted jobs included. */
+export async function shardsInUse(db: D1Database, tenantId: string | null = null): Promise<string[]> {
+  const { results } = await guard("shards", () =>
+    db.prepare("SELECT DISTINCT shard FROM jobs WHERE ?1 IS NULL OR tenant_id = ?1").bind(tenantId).all<{ shard: string }>(),
+  );
   return results.map((r) => r.shard);
 }
 

@@ -1,7 +1,7 @@
 import { shardStub, type DispatchMessage, type Env } from "../env";
 import type { Outcome } from "../shard/shard";
 import { failpoint } from "../faults";
-import { executeTarget } from "./execute";
+import { executeContext, executeTarget } from "./execute";
 
 const REPORT_TRIES = 3;
 
@@ -30,7 +30,8 @@ async function runShardGroup(env: Env, shard: string, messages: Message<Dispatch
     for (const m of messages) m.retry();
     return;
   }
-  const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c, env.PUBLIC_URL)] : [])));
+  const context = executeContext(env);
+  const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c, context)] : [])));
   failpoint("consumer.beforeReport", shard);
   if (outcomes.length > 0) await reportOutcomes(stub, shard, outcomes);
   for (const m of messages) m.ack();

@@ -1,9 +1,33 @@
+import type { Env } from "../env";
+import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
+import { allowPrivateTargets, targetRefusal, type TargetPolicy } from "../security/target-guard";
+import { openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/shard";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
 
 /** Longest error text kept on a run; a target's error page can be megabytes. */
 const MAX_ERROR_CHARS = 500;
+/** Redirects followed by hand, each checked by the SSRF guard (fetch would follow them unchecked). */
+const MAX_REDIRECTS = 5;
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+
+/** What executing needs from the Worker's environment, read once per batch. */
+export interface ExecuteContext {
+  publicUrl?: string;
+  encryptionKeys: string;
+  signingSecret: string;
+  policy: TargetPolicy;
+}
+
+export function executeContext(env: Env): ExecuteContext {
+  return {
+    publicUrl: env.PUBLIC_URL,
+    encryptionKeys: env.ENCRYPTION_KEYS,
+    signingSecret: env.SIGNING_SECRET,
+    policy: { allowPrivate: allowPrivateTargets(env.ALLOW_PRIVATE_TARGETS) },
+  };
+}
 
 /**
  * The headers every attempt carries. Idempotency-Key is the same on every attempt of a run;
@@ -21,36 +45,50 @@ export function edgecronHeaders(claim: Claimed, publicUrl?: string): Record<stri
   };
 }
 
-/** Calls a run's target once, within its timeout, and describes what happened. Never throws. */
-export async function executeTarget(claim: Claimed, publicUrl?: string): Promise<Outcome> {
-  const { target } = claim;
-  const headers = new Headers(target.headers);
-  let body: string | undefined;
-  if (typeof target.body === "string") body = target.body;
-  else if (target.body !== undefined) {
-    body = JSON.stringify(target.body);
-    if (!headers.has("content-type")) headers.set("content-type", "application/json");
-  }
-  for (const [name, value] of Object.entries(edgecronHeaders(claim, publicUrl))) headers.set(name, value);
-
+/**
+ * Calls a run's target once, within its timeout, and describes what happened. Never throws.
+ * The target's sealed headers and body are opened only here, for the request; the request is
+ * signed for the tenant; every hop (redirects included) must pass the SSRF guard.
+ */
+export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promise<Outcome> {
   const base = { runId: claim.runId, fence: claim.fence };
+  const refused = (error: string): Outcome => ({ ...base, ok: false, status: null, error, kind: "permanent" });
+  const { target } = claim;
+
+  let request: { headers: Headers; body: string | undefined };
   try {
-    const response = await fetch(target.url, {
-      method: target.method,
-      headers,
-      body,
-      signal: AbortSignal.timeout(claim.timeoutMs),
-    });
-    const ok = response.status >= 200 && response.status < 300;
-    const text = ok ? (await response.body?.cancel(), "") : await response.text();
-    return {
-      ...base,
-      ok,
-      accepted: response.status === 202,
-      status: response.status,
-      error: ok ? null : `HTTP ${response.status}${text ? `: ${text.slice(0, MAX_ERROR_CHARS)}` : ""}`,
-      retryAfterMs: parseRetryAfter(response.headers.get("retry-after"), Date.now()),
-    };
+    request = await buildRequest(claim, ctx);
+  } catch (err) {
+    // Keys missing or rotated away: nothing to send. Retryable, since fixing the keys helps.
+    return { ...base, ok: false, status: null, error: `could not prepare the request: ${(err as Error).message}`.slice(0, MAX_ERROR_CHARS) };
+  }
+
+  const signal = AbortSignal.timeout(claim.timeoutMs);
+  let url = target.url;
+  let method: string = target.method;
+  let { headers, body } = request;
+  try {
+    for (let hop = 0; ; hop++) {
+      const refusal = targetRefusal(url, ctx.policy);
+      if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${url} refused: ${refusal}`);
+      const response = await fetch(url, { method, headers, body, signal, redirect: "manual" });
+      const location = response.headers.get("location");
+      if (REDIRECTS.has(response.status) && location !== null) {
+        await response.body?.cancel();
+        if (hop >= MAX_REDIRECTS) return refused(`more than ${MAX_REDIRECTS} redirects`);
+        const next = new URL(location, url);
+        // The job's own headers (credentials, often) go to the origin the user named, no further.
+        if (next.origin !== new URL(url).origin) headers = withoutJobHeaders(headers, target.headerNames);
+        if (response.status === 303 || ((response.status === 301 || response.status === 302) && method === "POST")) {
+          method = "GET";
+          body = undefined;
+          headers.delete("content-type");
+        }
+        url = next.href;
+        continue;
+      }
+      return await describe(base, response);
+    }
   } catch (err) {
     const error = err as Error;
     const timedOut = error.name === "TimeoutError" || error.name === "AbortError";
@@ -61,6 +99,40 @@ export async function executeTarget(claim: Claimed, publicUrl?: string): Promise
       error: timedOut ? `timed out after ${claim.timeoutMs} ms` : `request failed: ${error.message}`.slice(0, MAX_ERROR_CHARS),
     };
   }
+}
+
+async function buildRequest(claim: Claimed, ctx: ExecuteContext): Promise<{ headers: Headers; body: string | undefined }> {
+  const secrets = await openTarget(ctx.encryptionKeys, claim.target, claim.jobId);
+  const headers = new Headers(secrets.headers);
+  let body: string | undefined;
+  if (typeof secrets.body === "string") body = secrets.body;
+  else if (secrets.body !== undefined) {
+    body = JSON.stringify(secrets.body);
+    if (!headers.has("content-type")) headers.set("content-type", "application/json");
+  }
+  for (const [name, value] of Object.entries(edgecronHeaders(claim, ctx.publicUrl))) headers.set(name, value);
+  const { current, next } = await signingSecrets(ctx.signingSecret, claim.tenantId, claim.signingGeneration);
+  headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, body ?? "", Date.now()));
+  return { headers, body };
+}
+
+function withoutJobHeaders(headers: Headers, names: string[]): Headers {
+  const copy = new Headers(headers);
+  for (const name of names) copy.delete(name);
+  return copy;
+}
+
+async function describe(base: { runId: string; fence: number }, response: Response): Promise<Outcome> {
+  const ok = response.status >= 200 && response.status < 300;
+  const text = ok ? (await response.body?.cancel(), "") : await response.text();
+  return {
+    ...base,
+    ok,
+    accepted: response.status === 202,
+    status: response.status,
+    error: ok ? null : `HTTP ${response.status}${text ? `: ${text.slice(0, MAX_ERROR_CHARS)}` : ""}`,
+    retryAfterMs: parseRetryAfter(response.headers.get("retry-after"), Date.now()),
+  };
 }
 
 /** Retry-After as seconds or an HTTP date, in ms from now; undefined when absent or unreadable. */

@@ -75,3 +75,13 @@ export function fnv1a32(text: string): number {
   }
   return hash;
 }
+
+/** Tenants: ten_<20 random chars>; `default` owns what the admin token creates. */
+export const DEFAULT_TENANT = "default";
+export const TENANT_ID = /^(default|ten_[0-9a-z]{20})$/;
+export const newTenantId = () => `ten_${randomChars(20)}`;
+
+/** An API key's public name (key_…) and the key itself (ek_…, ~186 random bits, shown once). */
+export const KEY_ID = /^key_[0-9a-z]{20}$/;
+export const newKeyId = () => `key_${randomChars(20)}`;
+export const newApiKey = () => `ek_${randomChars(36)}`;

@@ -4,6 +4,7 @@ import { DEFAULT_BACKOFF } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
+import type { Sealed } from "../security/sealing";
 
 /** The zod schemas are the single source of request/response types and of the OpenAPI document. */
 
@@ -82,6 +83,23 @@ const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** Set by edgecron on every request; a job may not override them. */
 export const RESERVED_HEADERS = ["idempotency-key", "x-edgecron-run-id", "x-edgecron-attempt", "x-edgecron-scheduled-at", "x-edgecron-job-id"];
 
+/** Bounds on what a target may carry, checked before anything is stored. */
+export const TARGET_LIMITS = { headers: 50, headerValueChars: 8_192, headerBytes: 32_768, bodyDepth: 32 };
+
+/** Nesting depth of a JSON value, without recursion (a hostile body must not blow the stack). */
+export function jsonDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    deepest = Math.max(deepest, depth);
+    if (depth > TARGET_LIMITS.bodyDepth) break;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
 export const TargetSchema = z
   .strictObject({
     url: z
@@ -90,21 +108,28 @@ export const TargetSchema = z
       .openapi({ example: "https://example.com/hooks/report" }),
     method: z.enum(HTTP_METHODS).default("POST"),
     headers: z
-      .record(z.string(), z.string().max(8192))
+      .record(z.string().max(256), z.string().max(TARGET_LIMITS.headerValueChars))
       .superRefine((headers, ctx) => {
-        if (Object.keys(headers).length > 50) ctx.addIssue({ code: "custom", message: "at most 50 headers" });
-        for (const name of Object.keys(headers)) {
+        const names = Object.keys(headers);
+        if (names.length > TARGET_LIMITS.headers) ctx.addIssue({ code: "custom", message: `at most ${TARGET_LIMITS.headers} headers` });
+        const bytes = names.reduce((n, name) => n + name.length + headers[name]!.length, 0);
+        if (bytes > TARGET_LIMITS.headerBytes) ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
+        for (const name of names) {
           if (!HEADER_NAME.test(name)) ctx.addIssue({ code: "custom", message: "not a valid HTTP header name", path: [name] });
           else if (RESERVED_HEADERS.includes(name.toLowerCase())) {
             ctx.addIssue({ code: "custom", message: `${name} is set by edgecron on every request`, path: [name] });
+          } else if (/[\r\n\0]/.test(headers[name]!)) {
+            ctx.addIssue({ code: "custom", message: "a header value may not contain CR, LF or NUL", path: [name] });
           }
         }
       })
-      .optional(),
+      .optional()
+      .openapi({ description: "Stored encrypted; responses show the names only." }),
     body: z
       .union([z.string(), z.record(z.string(), z.unknown()), z.array(z.unknown())])
+      .refine((b) => jsonDepth(b) <= TARGET_LIMITS.bodyDepth, `may nest at most ${TARGET_LIMITS.bodyDepth} levels deep`)
       .optional()
-      .openapi({ description: "A string is sent as is; JSON is sent as application/json." }),
+      .openapi({ description: "A string is sent as is; JSON is sent as application/json. Stored encrypted." }),
   })
   .superRefine((t, ctx) => {
     if (t.body !== undefined && t.method === "GET") {
@@ -112,6 +137,32 @@ export const TargetSchema = z
     }
   })
   .openapi("Target");
+export type Target = z.infer<typeof TargetSchema>;
+
+/** The secret part of a target, sealed (AES-GCM) in D1 and in shard storage alike. */
+export interface TargetSecrets {
+  headers?: Record<string, string>;
+  body?: Target["body"];
+}
+
+/** A target as stored: what routing and display need in the clear, the rest sealed. */
+export interface StoredTarget {
+  url: string;
+  method: Target["method"];
+  headerNames: string[];
+  secrets: Sealed | null;
+}
+
+/** A target as responses show it: header names, never their values. */
+export const TargetViewSchema = z
+  .object({
+    url: z.string(),
+    method: z.enum(HTTP_METHODS),
+    headerNames: z.array(z.string()),
+    body: TargetSchema.shape.body,
+  })
+  .openapi("TargetView");
+export type TargetView = z.infer<typeof TargetViewSchema>;
 
 export const BackoffSchema = z
   .strictObject({
@@ -160,6 +211,13 @@ const JobFields = {
   jitter: Duration("jitter", 0, 3_600_000, "30s")
     .optional()
     .openapi({ description: "Spread each fire over this window, deterministically per (job, instant)." }),
+  maxConcurrency: z.int().min(1).max(1_000).optional().openapi({ description: "At most this many of the job's runs dispatched or running at once; the rest wait." }),
+  ratePerSecond: z
+    .number()
+    .min(0.001)
+    .max(1_000)
+    .optional()
+    .openapi({ description: "Runs start toward the target at most this often (evenly spaced), so a burst does not hammer it." }),
 };
 
 export const CreateJobSchema = z
@@ -167,8 +225,8 @@ export const CreateJobSchema = z
   .openapi("CreateJob");
 
 export type CreateJob = z.infer<typeof CreateJobSchema>;
-/** What the shard needs to run a job: the accepted definition minus presentation. */
-export type JobSpec = Omit<CreateJob, "name">;
+/** What the shard needs to run a job: the accepted definition minus presentation, its target sealed. */
+export type JobSpec = Omit<CreateJob, "name" | "target"> & { target: StoredTarget };
 
 /** PATCH: any of the fields, replaced whole; the rest stay as they are. */
 export const PatchJobSchema = z
@@ -182,6 +240,8 @@ export const PatchJobSchema = z
     misfire: z.enum(MISFIRE_POLICIES).optional(),
     catchupWindow: JobFields.catchupWindow.unwrap().optional(),
     jitter: JobFields.jitter.unwrap().nullable().optional(),
+    maxConcurrency: JobFields.maxConcurrency.unwrap().nullable().optional(),
+    ratePerSecond: JobFields.ratePerSecond.unwrap().nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
@@ -189,15 +249,18 @@ export const PatchJobSchema = z
 export const JobSchema = z
   .object({
     id: z.string().openapi({ example: "job_0mihx2k3f8a1b2c3d4e5" }),
+    tenantId: z.string(),
     name: z.string().nullable(),
     schedule: ScheduleSchema,
-    target: TargetSchema,
+    target: TargetViewSchema,
     retry: RetrySchema,
     timeoutMs: z.int(),
     overlap: z.enum(OVERLAP_POLICIES),
     misfire: z.enum(MISFIRE_POLICIES),
     catchupWindow: z.string(),
     jitter: z.string().optional(),
+    maxConcurrency: z.int().optional(),
+    ratePerSecond: z.number().optional(),
     paused: z.boolean(),
     completed: z.boolean().openapi({ description: "No fire is left: a one-off fired, or endAt or maxRuns was reached." }),
     version: z.int().openapi({ description: "Bumped on every change." }),

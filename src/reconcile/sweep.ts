@@ -1,4 +1,5 @@
 import { getJobsByIds, shardEntries, shardsInUse, toDefinition } from "../catalog/jobs";
+import { tenantsOfShard } from "../catalog/tenants";
 import { shardStub, type Env } from "../env";
 
 /** D1's bound-parameter limit is 100 per statement; pages stay under it. */
@@ -14,7 +15,8 @@ export interface SweepReport {
 /**
  * The reconciliation sweep (the cron trigger): every shard receives the catalog's jobs it
  * lacks or holds at an older version (a crash between the D1 write and the shard call loses
- * nothing), and every shard re-asserts its alarm (alarms can be lost or late).
+ * nothing) and its tenants' current settings (a rotation or limit change it missed), and every
+ * shard re-asserts its alarm (alarms can be lost or late).
  */
 export async function sweep(env: Env): Promise<SweepReport> {
   // Every shard that ever held a job; a shard never handed one has nothing to do.
@@ -23,6 +25,7 @@ export async function sweep(env: Env): Promise<SweepReport> {
   await Promise.all(
     shards.map(async (shard) => {
       const stub = shardStub(env, shard);
+      await stub.applyTenants(shard, await tenantsOfShard(env.DB, shard));
       for (let after = ""; ; ) {
         const entries = await shardEntries(env.DB, shard, after, PAGE);
         if (entries.length === 0) break;

@@ -11,9 +11,13 @@
  *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted, run replaced)
  *   buffered ──start──▶ queued   (overlap buffer_one: the previous run ended)
  *   skipped                       (overlap forbid: born final)
+ *   waiting ──admit──▶ queued    (flow control: the job's maxConcurrency or ratePerSecond, or
+ *                                 the tenant's maxRunsInFlight, left room for it)
+ *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
+ *                                 revive, for a job under flow control)
  * A lease that expires counts as a retryable failure of the running attempt.
  */
-export const RUN_STATES = ["queued", "running", "retry_wait", "buffered", "succeeded", "failed", "dead", "cancelled", "skipped"] as const;
+export const RUN_STATES = ["waiting", "queued", "running", "retry_wait", "buffered", "succeeded", "failed", "dead", "cancelled", "skipped"] as const;
 export type RunState = (typeof RUN_STATES)[number];
 
 export type RunEvent =
@@ -27,16 +31,19 @@ export type RunEvent =
   | "cancel"
   | "abandon"
   | "revive"
-  | "start";
+  | "start"
+  | "hold"
+  | "admit";
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
+  waiting: { admit: "queued", cancel: "cancelled" },
   queued: { claim: "running", redispatch: "queued", cancel: "cancelled", abandon: "failed" },
   running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
-  retry_wait: { requeue: "queued", cancel: "cancelled" },
-  buffered: { start: "queued", cancel: "cancelled" },
+  retry_wait: { requeue: "queued", hold: "waiting", cancel: "cancelled" },
+  buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },
   succeeded: {},
-  failed: { revive: "queued" },
-  dead: { revive: "queued" },
+  failed: { revive: "queued", hold: "waiting" },
+  dead: { revive: "queued", hold: "waiting" },
   cancelled: {},
   skipped: {},
 };
@@ -44,6 +51,8 @@ export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, Run
 /** States a run ends in unless a person retries it (dead and failed are the dead letters). */
 export const FINAL_STATES: readonly RunState[] = ["succeeded", "failed", "dead", "cancelled", "skipped"];
 export const DEAD_LETTER_STATES: readonly RunState[] = ["dead", "failed"];
+/** States that hold a tenant's run-in-flight permit, when it has a limit: dispatched or running. */
+export const IN_FLIGHT_STATES: readonly RunState[] = ["queued", "running"];
 
 /** The state `event` leads to from `from`, or null when the table has no such transition. */
 export function transition(from: RunState, event: RunEvent): RunState | null {

@@ -1,7 +1,8 @@
 import { DurableObject } from "cloudflare:workers";
-import type { DispatchMessage, Env } from "../env";
+import type { TenantSettings } from "../catalog/tenants";
+import { gateStub, type DispatchMessage, type Env } from "../env";
 import { failpoint } from "../faults";
-import { DEFAULT_RETRY, type JobSpec } from "../model/job";
+import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
 import { newCompletionToken, parseCompletionToken, scheduledRunId, triggeredRunId } from "../model/ids";
 import { retryDelay } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
@@ -10,6 +11,7 @@ import { planDueFires, type DueFire } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { decideOverlap } from "./overlap";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
+import { planAdmission } from "./admission";
 import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type NewRun, type RunRow, type ShardJob, type ShardMetrics } from "./store";
 
 export type { JobDefinition };
@@ -29,9 +31,12 @@ export type ClaimResult =
       runId: string;
       fence: number;
       jobId: string;
+      tenantId: string;
+      /** The tenant's signing generation as this shard last heard it: the consumer signs with it and the next. */
+      signingGeneration: number;
       attempt: number;
       scheduledAt: number;
-      target: JobSpec["target"];
+      target: StoredTarget;
       timeoutMs: number;
       completionToken: string;
     };
@@ -47,6 +52,8 @@ export interface Outcome {
   error: string | null;
   /** From the target's Retry-After header, when it sent one. */
   retryAfterMs?: number;
+  /** Set when the status alone does not say it (a target the SSRF guard refused will not improve). */
+  kind?: FailureKind;
 }
 
 /** What a long-running target reports through POST /v1/runs/:id/complete. */
@@ -74,6 +81,12 @@ const SEND_RETRY_MS = 2_000;
 /** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
 const TICK_BATCH = 2_000;
 const QUEUE_BATCH = 100;
+/**
+ * A run refused by its tenant's gate or by its job's maxConcurrency is woken when capacity
+ * frees (the gate calls back; a run of the job ends here); this re-check is only the backstop
+ * for a wake-up that was lost.
+ */
+const ADMISSION_RECHECK_MS = 15_000;
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** A backfill makes at most this many runs per call. */
 export const MAX_BACKFILL = 1_000;
@@ -110,6 +123,7 @@ export class Shard extends DurableObject<Env> {
       this.startBufferedRuns(now);
     });
     failpoint("shard.afterCommit", this.faultScope());
+    await this.admit(now);
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
@@ -160,7 +174,83 @@ export class Shard extends DurableObject<Env> {
       if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
       for (const old of unfinished) this.cancelRun(old, `replaced by run ${run.id}`, now);
     }
+    if (this.underFlowControl(job)) return this.store.createRun(run, now, { state: "waiting" });
     return this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
+  }
+
+  /** Runs of this job wait for admission: its own limits, or its tenant's runs-in-flight limit. */
+  private underFlowControl(job: Pick<ShardJob, "spec" | "tenantId">): boolean {
+    return (
+      job.spec.maxConcurrency !== undefined ||
+      job.spec.ratePerSecond !== undefined ||
+      (this.store.getTenant(job.tenantId)?.maxRunsInFlight ?? null) !== null
+    );
+  }
+
+  /**
+   * Sends a run on (`queued` with its dispatch) along `event`, or, for a job under flow
+   * control, moves it to `waiting` for admission. `changes` apply either way.
+   */
+  private sendOn(run: RunRow, event: "start" | "requeue" | "revive", changes: Parameters<ShardStore["moveRun"]>[2], now: number): void {
+    const job = this.store.getJob(run.jobId);
+    if (job && this.underFlowControl(job)) {
+      this.store.moveRun(run, "hold", { ...changes, dueAt: now });
+      return;
+    }
+    const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs() });
+    this.store.addOutbox(next.id, next.fence);
+  }
+
+  /**
+   * Admits waiting runs as far as flow control allows: the jobs' own limits are decided here
+   * (pure, in `planAdmission`), then the tenants' gates grant permits (across shards), then
+   * one transaction moves the admitted runs to `queued` with their dispatches. A run cancelled
+   * during the gate call is skipped, and its permit given back.
+   */
+  private async admit(now: number): Promise<void> {
+    const waiting = this.store.waitingRuns(TICK_BATCH);
+    if (waiting.length === 0) return;
+    const jobs = new Map(this.store.getJobs([...new Set(waiting.map((r) => r.jobId))]).map((j) => [j.id, j]));
+    const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS);
+    const granted = new Set<string>();
+    const gated = Map.groupBy(
+      plan.candidates.filter((r) => this.tenantLimit(jobs.get(r.jobId)!.tenantId) !== null),
+      (r) => jobs.get(r.jobId)!.tenantId,
+    );
+    await Promise.all(
+      [...gated].map(async ([tenantId, runs]) => {
+        const leaseMs = this.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
+        try {
+          const ids = await gateStub(this.env, tenantId).acquire(this.shardName(), runs.map((r) => r.id), this.tenantLimit(tenantId)!, leaseMs);
+          for (const id of ids) granted.add(id);
+        } catch (err) {
+          console.error(`shard ${this.shardName()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
+        }
+      }),
+    );
+    this.ctx.storage.transactionSync(() => {
+      for (const candidate of plan.candidates) {
+        const job = jobs.get(candidate.jobId)!;
+        const needsPermit = gated.has(job.tenantId);
+        const run = this.store.getRun(candidate.id);
+        if (run?.state !== "waiting") {
+          if (granted.has(candidate.id)) this.store.releasePermitLater(candidate.id, job.tenantId);
+        } else if (needsPermit && !granted.has(run.id)) {
+          this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
+        } else {
+          const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), holdsPermit: needsPermit });
+          this.store.addOutbox(next.id, next.fence);
+          if (job.spec.ratePerSecond !== undefined) this.store.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
+        }
+      }
+      for (const { run, dueAt } of plan.deferred) {
+        if (this.store.getRun(run.id)?.state === "waiting") this.store.setDueAt(run.id, dueAt);
+      }
+    });
+  }
+
+  private tenantLimit(tenantId: string): number | null {
+    return this.store.getTenant(tenantId)?.maxRunsInFlight ?? null;
   }
 
   /** Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale. */
@@ -175,8 +265,7 @@ export class Shard extends DurableObject<Env> {
     let started = 0;
     for (const run of this.store.bufferedRuns()) {
       if (this.store.unfinishedRuns(run.jobId).length > 0) continue;
-      const next = this.store.moveRun(run, "start", { dueAt: now + this.claimTimeoutMs() });
-      this.store.addOutbox(next.id, next.fence);
+      this.sendOn(run, "start", {}, now);
       started++;
     }
     return started;
@@ -186,7 +275,7 @@ export class Shard extends DurableObject<Env> {
   private advanceDueRuns(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) {
       const stopped = stoppedReason(this.store.getJob(run.jobId));
-      if (stopped && (run.state === "queued" || run.state === "retry_wait")) {
+      if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
         // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
         this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: stopped });
         this.store.removeOutboxOfRun(run.id);
@@ -194,12 +283,7 @@ export class Shard extends DurableObject<Env> {
         const next = this.store.moveRun(run, "redispatch", { fence: run.fence + 1, dueAt: now + this.claimTimeoutMs() });
         this.store.addOutbox(next.id, next.fence);
       } else if (run.state === "retry_wait") {
-        const next = this.store.moveRun(run, "requeue", {
-          attempt: run.attempt + 1,
-          fence: run.fence + 1,
-          dueAt: now + this.claimTimeoutMs(),
-        });
-        this.store.addOutbox(next.id, next.fence);
+        this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
       } else if (run.state === "running") {
         const error = "timed out: no outcome before the lease expired";
         this.store.finishAttempt(run.id, run.fence, "timed_out", now, null, error);
@@ -237,7 +321,7 @@ export class Shard extends DurableObject<Env> {
    */
   private async flushOutbox(): Promise<boolean> {
     while (this.flushing) await this.flushing;
-    this.flushing = this.sendOutbox();
+    this.flushing = this.sendOutbox().then(async (sent) => (await this.sendPermitReleases()) && sent);
     try {
       return await this.flushing;
     } finally {
@@ -273,10 +357,26 @@ export class Shard extends DurableObject<Env> {
     }
   }
 
-  /** Runs ended: a buffered fire may start now; then the alarm is re-pointed. */
+  /** Gives permits back to their tenants' gates, deleting each row only once its gate took it. */
+  private async sendPermitReleases(): Promise<boolean> {
+    const pending = this.store.permitReleases(TICK_BATCH);
+    if (pending.length === 0) return true;
+    const results = await Promise.allSettled(
+      [...Map.groupBy(pending, (p) => p.tenantId)].map(async ([tenantId, list]) => {
+        const ids = list.map((p) => p.runId);
+        await gateStub(this.env, tenantId).release(ids);
+        return ids;
+      }),
+    );
+    this.store.removePermitReleases(results.flatMap((r) => (r.status === "fulfilled" ? r.value : [])));
+    return results.every((r) => r.status === "fulfilled");
+  }
+
+  /** Runs ended: a buffered fire may start, a waiting run may be admitted, permits go back; then the alarm is re-pointed. */
   private async afterRunsEnded(now: number): Promise<void> {
-    const started = this.ctx.storage.transactionSync(() => this.startBufferedRuns(now));
-    const sent = started > 0 ? await this.flushOutbox() : true;
+    this.ctx.storage.transactionSync(() => this.startBufferedRuns(now));
+    await this.admit(now);
+    const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
 
@@ -298,10 +398,11 @@ export class Shard extends DurableObject<Env> {
   // ---- RPC: jobs ----
 
   /** Applies definitions newer than what the shard holds; older or equal versions change nothing. */
-  async applyJobs(shard: string, definitions: JobDefinition[]): Promise<JobRuntime[]> {
+  async applyJobs(shard: string, definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
     this.rememberName(shard);
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
+      for (const tenant of tenants) this.store.putTenant(tenant);
       for (const def of definitions) {
         const held = this.store.getJob(def.id);
         if (held && held.version >= def.version) continue;
@@ -313,6 +414,26 @@ export class Shard extends DurableObject<Env> {
     });
     await this.armAlarm();
     return this.jobRuntimes(definitions.map((d) => d.id));
+  }
+
+  /**
+   * Newer settings of tenants (a rotated signing secret, a changed runs-in-flight limit). A
+   * raised limit may let waiting runs start, so admission runs at once.
+   */
+  async applyTenants(shard: string, tenants: TenantSettings[]): Promise<void> {
+    this.rememberName(shard);
+    this.ctx.storage.transactionSync(() => {
+      for (const tenant of tenants) this.store.putTenant(tenant);
+    });
+    await this.admitWaiting();
+  }
+
+  /** Called by a tenant gate when capacity freed (and harmless at any other time). */
+  async admitWaiting(): Promise<void> {
+    if (this.store.getMeta("name") === null) return; // never handed a job: nothing waits here
+    await this.admit(Date.now());
+    const sent = await this.flushOutbox();
+    await this.armAlarm(sent);
   }
 
   async jobRuntimes(ids: string[]): Promise<JobRuntime[]> {
@@ -342,6 +463,7 @@ export class Shard extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       this.startRun(job, { id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now, catchUp: false }, now);
     });
+    await this.admit(now);
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return this.getRun(runId);
@@ -369,6 +491,7 @@ export class Shard extends DurableObject<Env> {
         (this.startRun(job, run, now) ? created : existing).push(id);
       }
     });
+    await this.admit(now);
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return { created, existing };
@@ -396,6 +519,8 @@ export class Shard extends DurableObject<Env> {
           runId: run.id,
           fence: run.fence,
           jobId: run.jobId,
+          tenantId: job.tenantId,
+          signingGeneration: this.store.getTenant(job.tenantId)?.signingGeneration ?? 1,
           attempt: run.attempt,
           scheduledAt: run.scheduledAt,
           target: job.spec.target,
@@ -510,8 +635,8 @@ export class Shard extends DurableObject<Env> {
 
   // ---- RPC: dead letters ----
 
-  async deadLetters(jobId: string | null, limit: number, before?: { finishedAt: number; id: string }): Promise<RunView[]> {
-    return this.withAttemptCounts(this.store.deadLetters(jobId, limit, before));
+  async deadLetters(scope: { tenantId: string | null; jobId: string | null }, limit: number, before?: { finishedAt: number; id: string }): Promise<RunView[]> {
+    return this.withAttemptCounts(this.store.deadLetters(scope, limit, before));
   }
 
   /** Gives a dead or failed run a fresh set of attempts. */
@@ -522,16 +647,9 @@ export class Shard extends DurableObject<Env> {
     if (stoppedReason(job) || !DEAD_LETTER_STATES.includes(run.state)) return "not_retryable";
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
-      const next = this.store.moveRun(run, "revive", {
-        attempt: 1,
-        fence: run.fence + 1,
-        dueAt: now + this.claimTimeoutMs(),
-        finishedAt: null,
-        status: null,
-        error: null,
-      });
-      this.store.addOutbox(next.id, next.fence);
+      this.sendOn(run, "revive", { attempt: 1, fence: run.fence + 1, finishedAt: null, status: null, error: null }, now);
     });
+    await this.admit(now);
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return this.getRun(runId);
@@ -577,9 +695,10 @@ export class Shard extends DurableObject<Env> {
 
   // ---- RPC: metrics ----
 
-  async metrics(windowMs: number): Promise<ShardMetrics> {
+  /** Of one tenant's runs, or of all (null). */
+  async metrics(windowMs: number, tenantId: string | null = null): Promise<ShardMetrics> {
     const now = Date.now();
-    return this.store.metrics(now - windowMs, now, 1_000);
+    return this.store.metrics(now - windowMs, now, 1_000, tenantId);
   }
 
   // ---- RPC: the sweep ----

@@ -1,5 +1,6 @@
+import type { TenantSettings } from "../catalog/tenants";
 import type { JobSpec } from "../model/job";
-import { RUN_STATE_SQL_LIST, RUN_TRIGGER_SQL_LIST, RUN_TRIGGERS, transition, type RunEvent, type RunState } from "./run-states";
+import { IN_FLIGHT_STATES, RUN_STATE_SQL_LIST, RUN_TRIGGER_SQL_LIST, RUN_TRIGGERS, transition, type RunEvent, type RunState } from "./run-states";
 
 /**
  * The shard's SQLite storage: one named operation per statement group. Every method is
@@ -11,6 +12,7 @@ const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY,
+  tenant_id TEXT NOT NULL DEFAULT 'default',
   version INTEGER NOT NULL,
   spec TEXT NOT NULL,
   paused INTEGER NOT NULL,
@@ -18,7 +20,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   created_at INTEGER NOT NULL,
   next_fire_at INTEGER,              -- the next fire's nominal instant (what its run is scheduled at)
   next_due_at INTEGER,               -- when it is acted on: next_fire_at plus the job's jitter offset
-  fires INTEGER NOT NULL DEFAULT 0   -- scheduled fires so far, for maxRuns
+  fires INTEGER NOT NULL DEFAULT 0,  -- scheduled fires so far, for maxRuns
+  rate_next_at INTEGER               -- ratePerSecond: the earliest the job's next run may be admitted
 );
 CREATE INDEX IF NOT EXISTS jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS runs (
@@ -37,8 +40,10 @@ CREATE TABLE IF NOT EXISTS runs (
   status INTEGER,
   error TEXT,
   result TEXT,                       -- what a long-running target sent with its completion
-  catch_up INTEGER NOT NULL DEFAULT 0 -- the fire was missed and this run catches it up
+  catch_up INTEGER NOT NULL DEFAULT 0, -- the fire was missed and this run catches it up
+  holds_permit INTEGER NOT NULL DEFAULT 0 -- holds one of its tenant's run-in-flight permits
 );
+CREATE INDEX IF NOT EXISTS runs_waiting ON runs (scheduled_at, id) WHERE state = 'waiting';
 CREATE INDEX IF NOT EXISTS runs_buffered ON runs (job_id) WHERE state = 'buffered';
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
 CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
@@ -61,11 +66,28 @@ CREATE TABLE IF NOT EXISTS outbox (
   fence INTEGER NOT NULL,
   PRIMARY KEY (run_id, fence)
 );
+-- Tenants of this shard's jobs, as the catalog last said: how to sign, how many may be in flight.
+CREATE TABLE IF NOT EXISTS tenants (
+  id TEXT PRIMARY KEY,
+  version INTEGER NOT NULL,
+  signing_generation INTEGER NOT NULL,
+  max_in_flight INTEGER
+);
+-- Permits to give back to tenant gates: an outbox too, written with the run's change.
+CREATE TABLE IF NOT EXISTS permit_releases (run_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);
 `;
+
+/** Columns added after a table was first created: a shard created before them gains them on start. */
+const ADDED_COLUMNS: Array<[table: string, column: string, definition: string]> = [
+  ["jobs", "tenant_id", "TEXT NOT NULL DEFAULT 'default'"],
+  ["jobs", "rate_next_at", "INTEGER"],
+  ["runs", "holds_permit", "INTEGER NOT NULL DEFAULT 0"],
+];
 
 /** What the API (or the sweep) hands a shard: a job definition at a version. */
 export interface JobDefinition {
   id: string;
+  tenantId: string;
   version: number;
   spec: JobSpec;
   paused: boolean;
@@ -76,6 +98,7 @@ export interface JobDefinition {
 export interface ShardJob extends JobDefinition {
   nextFireAt: number | null;
   fires: number;
+  rateNextAt: number | null;
 }
 
 /** A run about to be created. */
@@ -98,6 +121,7 @@ export interface RunRow {
   status: number | null;
   error: string | null;
   result: string | null;
+  holdsPermit: boolean;
 }
 
 export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out", "cancelled"] as const;
@@ -133,6 +157,7 @@ type Row = Record<string, SqlStorageValue>;
 
 const toJob = (r: Row): ShardJob => ({
   id: r.id as string,
+  tenantId: r.tenant_id as string,
   version: r.version as number,
   spec: JSON.parse(r.spec as string) as JobSpec,
   paused: r.paused === 1,
@@ -140,6 +165,7 @@ const toJob = (r: Row): ShardJob => ({
   createdAt: r.created_at as number,
   nextFireAt: r.next_fire_at as number | null,
   fires: r.fires as number,
+  rateNextAt: r.rate_next_at as number | null,
 });
 
 const toRun = (r: Row): RunRow => ({
@@ -159,6 +185,7 @@ const toRun = (r: Row): RunRow => ({
   status: r.status as number | null,
   error: r.error as string | null,
   result: r.result as string | null,
+  holdsPermit: r.holds_permit === 1,
 });
 
 const toAttempt = (r: Row): AttemptRow => ({
@@ -175,6 +202,11 @@ const toAttempt = (r: Row): AttemptRow => ({
 
 export class ShardStore {
   constructor(private readonly sql: SqlStorage) {
+    for (const [table, column, definition] of ADDED_COLUMNS) {
+      const exists = sql.exec(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`, table).toArray().length > 0;
+      const has = exists && sql.exec(`SELECT 1 FROM pragma_table_info(?) WHERE name = ?`, table, column).toArray().length > 0;
+      if (exists && !has) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${definition}`);
+    }
     sql.exec(SCHEMA);
   }
 
@@ -211,10 +243,10 @@ export class ShardStore {
   /** Inserts or replaces a job's definition; its fire count carries over. */
   putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null): void {
     this.sql.exec(
-      `INSERT INTO jobs (id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
          deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at`,
-      job.id, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.deleted ? 1 : 0, job.createdAt, nextFireAt, nextDueAt,
+      job.id, job.tenantId, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.deleted ? 1 : 0, job.createdAt, nextFireAt, nextDueAt,
     );
   }
 
@@ -242,27 +274,32 @@ export class ShardStore {
   }
 
   /**
-   * Inserts a run: `queued` with its outbox row (dispatched after commit), `buffered` (waiting
-   * for the job's unfinished run), or `skipped` (final). False, and nothing written, if the run
-   * exists: run ids are derived, so this is what makes a repeated fire harmless.
+   * Inserts a run: `queued` with its outbox row (dispatched after commit), `waiting` (for flow
+   * control to admit it), `buffered` (for the job's unfinished run), or `skipped` (final). False,
+   * and nothing written, if the run exists: run ids are derived, so this is what makes a
+   * repeated fire harmless.
    */
-  createRun(run: NewRun, now: number, as: { state: "queued"; claimDeadline: number } | { state: "buffered" } | { state: "skipped"; reason: string }): boolean {
-    const queued = as.state === "queued";
+  createRun(
+    run: NewRun,
+    now: number,
+    as: { state: "queued"; claimDeadline: number } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+  ): boolean {
+    const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
     const inserted = this.sql.exec(
       `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error)
        VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id, run.jobId, run.jobVersion, run.trigger, run.scheduledAt, run.catchUp ? 1 : 0, as.state,
-      queued ? as.claimDeadline : null, now, as.state === "skipped" ? now : null, as.state === "skipped" ? as.reason : null,
+      dueAt, now, as.state === "skipped" ? now : null, as.state === "skipped" ? as.reason : null,
     ).rowsWritten;
     if (inserted === 0) return false;
-    if (queued) this.addOutbox(run.id, 1);
+    if (as.state === "queued") this.addOutbox(run.id, 1);
     return true;
   }
 
   /** A job's runs that have not ended: the ones an overlap policy looks at. */
   unfinishedRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('queued', 'running', 'retry_wait') ORDER BY scheduled_at", jobId)
+      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('waiting', 'queued', 'running', 'retry_wait') ORDER BY scheduled_at", jobId)
       .toArray()
       .map(toRun);
   }
@@ -279,10 +316,63 @@ export class ShardStore {
     return this.sql.exec("SELECT * FROM runs WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit).toArray().map(toRun);
   }
 
+  /** Runs waiting for flow control to admit them, oldest fire first. */
+  waitingRuns(limit: number): RunRow[] {
+    return this.sql.exec("SELECT * FROM runs WHERE state = 'waiting' ORDER BY scheduled_at, id LIMIT ?", limit).toArray().map(toRun);
+  }
+
+  /** A job's runs dispatched or running: what its maxConcurrency counts. */
+  inFlightCount(jobId: string): number {
+    return this.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state IN ('queued', 'running')", jobId).one().n as number;
+  }
+
+  /** When a waiting run is looked at again by the alarm (null: when one of its job's runs ends). */
+  setDueAt(runId: string, dueAt: number | null): void {
+    this.sql.exec("UPDATE runs SET due_at = ? WHERE id = ?", dueAt, runId);
+  }
+
+  setRateNext(jobId: string, at: number): void {
+    this.sql.exec("UPDATE jobs SET rate_next_at = ? WHERE id = ?", at, jobId);
+  }
+
+  /** A permit granted to a run that stopped waiting meanwhile: given back like any other. */
+  releasePermitLater(runId: string, tenantId: string): void {
+    this.sql.exec("INSERT INTO permit_releases (run_id, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", runId, tenantId);
+  }
+
+  // ---- tenants ----
+
+  putTenant(t: TenantSettings): void {
+    this.sql.exec(
+      `INSERT INTO tenants (id, version, signing_generation, max_in_flight) VALUES (?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
+         max_in_flight = excluded.max_in_flight WHERE excluded.version > tenants.version`,
+      t.id, t.version, t.signingGeneration, t.maxRunsInFlight,
+    );
+  }
+
+  getTenant(id: string): TenantSettings | null {
+    const row = this.sql.exec("SELECT * FROM tenants WHERE id = ?", id).toArray()[0];
+    if (!row) return null;
+    return { id, version: row.version as number, signingGeneration: row.signing_generation as number, maxRunsInFlight: row.max_in_flight as number | null };
+  }
+
+  /** Permits a changed run must give back, to send after commit. */
+  permitReleases(limit: number): Array<{ runId: string; tenantId: string }> {
+    return this.sql
+      .exec("SELECT run_id, tenant_id FROM permit_releases LIMIT ?", limit)
+      .toArray()
+      .map((r) => ({ runId: r.run_id as string, tenantId: r.tenant_id as string }));
+  }
+
+  removePermitReleases(runIds: string[]): void {
+    for (const id of runIds) this.sql.exec("DELETE FROM permit_releases WHERE run_id = ?", id);
+  }
+
   /** Runs of a job that have not started an attempt yet or wait for their next one. */
   pendingRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('queued', 'retry_wait', 'buffered')", jobId)
+      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('waiting', 'queued', 'retry_wait', 'buffered')", jobId)
       .toArray()
       .map(toRun);
   }
@@ -305,16 +395,24 @@ export class ShardStore {
   moveRun(
     run: RunRow,
     event: RunEvent,
-    changes: Partial<Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result">>,
+    changes: Partial<Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "holdsPermit">>,
   ): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
+    // A run that stops being in flight gives its tenant's permit back, in this same transaction.
+    if (run.holdsPermit && !IN_FLIGHT_STATES.includes(to)) {
+      next.holdsPermit = false;
+      this.sql.exec(
+        "INSERT INTO permit_releases (run_id, tenant_id) SELECT ?, tenant_id FROM jobs WHERE id = ? ON CONFLICT DO NOTHING",
+        run.id, run.jobId,
+      );
+    }
     this.sql.exec(
       `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
-         error = ?, result = ? WHERE id = ?`,
+         error = ?, result = ?, holds_permit = ? WHERE id = ?`,
       next.state, next.jobVersion, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error,
-      next.result, run.id,
+      next.result, next.holdsPermit ? 1 : 0, run.id,
     );
     return next;
   }
@@ -324,11 +422,12 @@ export class ShardStore {
     this.sql.exec("UPDATE runs SET due_at = ? WHERE id = ? AND state = 'running'", until, runId);
   }
 
-  /** Dead letters (dead and failed runs), newest failure first, of one job or of all. */
-  deadLetters(jobId: string | null, limit: number, before?: { finishedAt: number; id: string }): RunRow[] {
+  /** Dead letters (dead and failed runs), newest failure first, of one job, one tenant's, or all. */
+  deadLetters(scope: { tenantId: string | null; jobId: string | null }, limit: number, before?: { finishedAt: number; id: string }): RunRow[] {
     const where = ["state IN ('dead', 'failed')"];
     const args: SqlStorageValue[] = [];
-    if (jobId !== null) (where.push("job_id = ?"), args.push(jobId));
+    if (scope.jobId !== null) (where.push("job_id = ?"), args.push(scope.jobId));
+    if (scope.tenantId !== null) (where.push("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)"), args.push(scope.tenantId));
     if (before) (where.push("(finished_at < ? OR (finished_at = ? AND id < ?))"), args.push(before.finishedAt, before.finishedAt, before.id));
     return this.sql
       .exec(`SELECT * FROM runs WHERE ${where.join(" AND ")} ORDER BY finished_at DESC, id DESC LIMIT ?`, ...args, limit)
@@ -401,37 +500,41 @@ export class ShardStore {
     this.sql.exec("DELETE FROM outbox WHERE run_id = ?", runId);
   }
 
-  outboxSize(): number {
-    return this.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n as number;
-  }
-
   // ---- metrics ----
 
   /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
-  metrics(since: number, now: number, maxLagSamples: number): ShardMetrics {
+  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): ShardMetrics {
+    // ?1 is the tenant (null: all); a run belongs to it through its job.
+    const ofTenant = (runIdColumn: string) =>
+      `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;
     const byState = Object.fromEntries(
-      this.sql.exec("SELECT state, COUNT(*) AS n FROM runs GROUP BY state").toArray().map((r) => [r.state as string, r.n as number]),
+      this.sql
+        .exec(`SELECT state, COUNT(*) AS n FROM runs WHERE ${ofTenant("id")} GROUP BY state`, tenantId)
+        .toArray()
+        .map((r) => [r.state as string, r.n as number]),
     );
     const attempts = Object.fromEntries(
       this.sql
-        .exec("SELECT outcome, COUNT(*) AS n FROM attempts WHERE finished_at >= ? GROUP BY outcome", since)
+        .exec(`SELECT outcome, COUNT(*) AS n FROM attempts WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`, tenantId, since)
         .toArray()
         .map((r) => [r.outcome as string, r.n as number]),
     );
     // Lag: first claim minus scheduled instant, both read on the shard's clock.
     const lagsMs = this.sql
       .exec(
-        "SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ? ORDER BY started_at DESC LIMIT ?",
-        since, maxLagSamples,
+        `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND ${ofTenant("id")}
+         ORDER BY started_at DESC LIMIT ?3`,
+        tenantId, since, maxLagSamples,
       )
       .toArray()
       .map((r) => r.lag as number);
-    const oldest = this.sql.exec("SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued'").one().t as number | null;
+    const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as number | null;
+    const outbox = this.sql.exec(`SELECT COUNT(*) AS n FROM outbox WHERE ${ofTenant("run_id")}`, tenantId).one().n as number;
     return {
       runsByState: byState,
       attemptsByOutcome: attempts,
       lagsMs,
-      outbox: this.outboxSize(),
+      outbox,
       awaitingClaim: byState.queued ?? 0,
       oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
     };
@@ -441,7 +544,7 @@ export class ShardStore {
 
   /** The earliest instant the shard must act: a fire, a run's due time, or now for unsent dispatches. */
   earliestWork(now: number): number | null {
-    if (this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0) return now;
+    if (this.sql.exec("SELECT 1 FROM outbox UNION ALL SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0) return now;
     const row = this.sql
       .exec(
         `SELECT MIN(t) AS t FROM (

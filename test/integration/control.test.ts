@@ -2,7 +2,8 @@ import { createExecutionContext, createScheduledController, env, runInDurableObj
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
-import { newJobId, shardFor } from "../../src/model/ids";
+import { DEFAULT_TENANT, newJobId, shardFor } from "../../src/model/ids";
+import { sealTarget } from "../../src/security/targets";
 import type { Env } from "../../src/env";
 import { CreateJobSchema, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
@@ -173,17 +174,19 @@ describe("the reconciliation sweep", () => {
     const id = newJobId(now);
     const url = receiverPath("sweep");
     const shard = shardFor(id, Number(env.SHARD_COUNT));
+    const { target, ...spec } = CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } });
     await insertJob(env.DB, {
       id,
+      tenantId: DEFAULT_TENANT,
       name: "orphan",
       shard,
       version: 1,
-      spec: CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } }),
+      spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
       paused: false,
       createdAt: now,
       updatedAt: now,
       deletedAt: null,
-    });
+    }, null);
     expect(await listRuns(id)).toHaveLength(0);
 
     await runSweep();

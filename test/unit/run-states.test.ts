@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, FINAL_STATES, RUN_STATES, transition, TRANSITIONS, type RunEvent } from "../../src/shard/run-states";
 import { retryDelay } from "../../src/schedule/backoff";
 
-const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel", "abandon", "revive", "start"];
+const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel", "abandon", "revive", "start", "hold", "admit"];
 
 describe("the run state table", () => {
   it("allows exactly the lifecycle's transitions", () => {
@@ -24,17 +24,26 @@ describe("the run state table", () => {
         "running --cancel--> cancelled",
         "retry_wait --requeue--> queued",
         "retry_wait --cancel--> cancelled",
+        "retry_wait --hold--> waiting",
+        "buffered --hold--> waiting",
+        "dead --hold--> waiting",
+        "failed --hold--> waiting",
+        "waiting --admit--> queued",
+        "waiting --cancel--> cancelled",
       ].sort(),
     );
   });
 
   it("final states have no way out but a person's retry of a dead letter", () => {
     expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "skipped", "succeeded"]);
-    for (const s of FINAL_STATES) for (const e of EVENTS) expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && e === "revive" ? "queued" : null);
+    for (const s of FINAL_STATES) for (const e of EVENTS) {
+      const revived = { revive: "queued", hold: "waiting" }[e as string];
+      expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && revived ? revived : null);
+    }
   });
 
-  it("every state is reachable from a state runs are born in (queued; buffered and skipped by overlap policies)", () => {
-    const seen = new Set(["queued", "buffered", "skipped"]);
+  it("every state is reachable from a state runs are born in (queued; waiting by flow control; buffered and skipped by overlap policies)", () => {
+    const seen = new Set(["queued", "waiting", "buffered", "skipped"]);
     for (let grew = true; grew; ) {
       grew = false;
       for (const from of [...seen]) for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) (seen.add(to!), (grew = true));

@@ -1,0 +1,195 @@
+import { guard } from "./jobs";
+
+/** Tenants and their API keys in D1. Keys are kept only as hashes: a leaked table grants nothing. */
+
+export interface TenantLimits {
+  /** Live (not deleted) jobs at once. */
+  maxJobs: number | null;
+  /** Runs dispatched or running at once, over all the tenant's jobs; the rest wait. */
+  maxRunsInFlight: number | null;
+  /** API requests per second with this tenant's keys. */
+  requestsPerSecond: number | null;
+}
+
+export interface Tenant {
+  id: string;
+  name: string | null;
+  limits: TenantLimits;
+  signingGeneration: number;
+  version: number;
+  createdAt: number;
+}
+
+/** What a shard needs to know of a tenant: how to sign its requests and how many may be in flight. */
+export interface TenantSettings {
+  id: string;
+  version: number;
+  signingGeneration: number;
+  maxRunsInFlight: number | null;
+}
+
+export interface ApiKeyRow {
+  id: string;
+  tenantId: string;
+  prefix: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
+
+type Row = Record<string, unknown>;
+
+const toTenant = (r: Row): Tenant => ({
+  id: r.id as string,
+  name: (r.name as string | null) ?? null,
+  limits: {
+    maxJobs: (r.max_jobs as number | null) ?? null,
+    maxRunsInFlight: (r.max_runs_in_flight as number | null) ?? null,
+    requestsPerSecond: (r.requests_per_second as number | null) ?? null,
+  },
+  signingGeneration: r.signing_generation as number,
+  version: r.version as number,
+  createdAt: r.created_at as number,
+});
+
+const toKey = (r: Row): ApiKeyRow => ({
+  id: r.id as string,
+  tenantId: r.tenant_id as string,
+  prefix: r.prefix as string,
+  createdAt: r.created_at as number,
+  revokedAt: (r.revoked_at as number | null) ?? null,
+});
+
+export const settingsOf = (t: Tenant): TenantSettings => ({
+  id: t.id,
+  version: t.version,
+  signingGeneration: t.signingGeneration,
+  maxRunsInFlight: t.limits.maxRunsInFlight,
+});
+
+/** Hex SHA-256: API keys carry ~186 random bits, so a fast hash is as good as a slow one here. */
+export async function hashKey(key: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(key));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** A tenant and its first key, in one batch: a tenant never exists without a way in. */
+export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: string; hash: string; prefix: string }): Promise<void> {
+  await guard("insert tenant", () =>
+    db.batch([
+      db
+        .prepare(
+          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, signing_generation, version, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        )
+        .bind(tenant.id, tenant.name, tenant.limits.maxJobs, tenant.limits.maxRunsInFlight, tenant.limits.requestsPerSecond, tenant.signingGeneration, tenant.version, tenant.createdAt),
+      insertKeyStatement(db, tenant.id, key, tenant.createdAt),
+    ]),
+  );
+}
+
+function insertKeyStatement(db: D1Database, tenantId: string, key: { id: string; hash: string; prefix: string }, now: number) {
+  return db
+    .prepare("INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)")
+    .bind(key.id, tenantId, key.hash, key.prefix, now);
+}
+
+export async function insertKey(db: D1Database, tenantId: string, key: { id: string; hash: string; prefix: string }, now: number): Promise<void> {
+  await guard("insert key", () => insertKeyStatement(db, tenantId, key, now).run());
+}
+
+export async function getTenant(db: D1Database, id: string): Promise<Tenant | null> {
+  const row = await guard("read tenant", () => db.prepare("SELECT * FROM tenants WHERE id = ?").bind(id).first<Row>());
+  return row ? toTenant(row) : null;
+}
+
+/** Oldest first; the cursor is the last id of the previous page. */
+export async function listTenants(db: D1Database, limit: number, after?: string): Promise<Tenant[]> {
+  const { results } = await guard("list tenants", () =>
+    db.prepare("SELECT * FROM tenants WHERE id > ? ORDER BY id LIMIT ?").bind(after ?? "", limit).all<Row>(),
+  );
+  return results.map(toTenant);
+}
+
+/** The tenant an unrevoked key belongs to, or null. */
+export async function tenantOfKey(db: D1Database, hash: string): Promise<Tenant | null> {
+  const row = await guard("read key", () =>
+    db
+      .prepare("SELECT t.* FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.hash = ? AND k.revoked_at IS NULL")
+      .bind(hash)
+      .first<Row>(),
+  );
+  return row ? toTenant(row) : null;
+}
+
+export async function listKeys(db: D1Database, tenantId: string): Promise<ApiKeyRow[]> {
+  const { results } = await guard("list keys", () =>
+    db.prepare("SELECT * FROM api_keys WHERE tenant_id = ? ORDER BY id").bind(tenantId).all<Row>(),
+  );
+  return results.map(toKey);
+}
+
+/**
+ * Revokes a key. `keepOne` refuses to revoke the tenant's last live key (a tenant revoking its
+ * own last key would lock itself out); the check and the write are one statement.
+ */
+export async function revokeKey(
+  db: D1Database,
+  tenantId: string,
+  keyId: string,
+  now: number,
+  keepOne: boolean,
+): Promise<"revoked" | "already" | "last_key" | null> {
+  const key = await guard("read key", () =>
+    db.prepare("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?").bind(keyId, tenantId).first<Row>(),
+  );
+  if (!key) return null;
+  if (key.revoked_at !== null) return "already";
+  const result = await guard("revoke key", () =>
+    db
+      .prepare(
+        `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ? AND revoked_at IS NULL
+           AND (? = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ? AND revoked_at IS NULL) > 1)`,
+      )
+      .bind(now, keyId, tenantId, keepOne ? 1 : 0, tenantId)
+      .run(),
+  );
+  return result.meta.changes > 0 ? "revoked" : "last_key";
+}
+
+/** Changes limits and/or bumps the signing generation, and the version with them. */
+export async function updateTenant(
+  db: D1Database,
+  id: string,
+  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean },
+): Promise<Tenant | null> {
+  const l = change.limits ?? {};
+  const has = (k: keyof TenantLimits) => (k in l ? 1 : 0);
+  const row = await guard("update tenant", () =>
+    db
+      .prepare(
+        `UPDATE tenants SET version = version + 1,
+           max_jobs = CASE WHEN ? THEN ? ELSE max_jobs END,
+           max_runs_in_flight = CASE WHEN ? THEN ? ELSE max_runs_in_flight END,
+           requests_per_second = CASE WHEN ? THEN ? ELSE requests_per_second END,
+           signing_generation = signing_generation + ?
+         WHERE id = ? RETURNING *`,
+      )
+      .bind(
+        has("maxJobs"), l.maxJobs ?? null,
+        has("maxRunsInFlight"), l.maxRunsInFlight ?? null,
+        has("requestsPerSecond"), l.requestsPerSecond ?? null,
+        change.rotateSigning ? 1 : 0,
+        id,
+      )
+      .first<Row>(),
+  );
+  return row ? toTenant(row) : null;
+}
+
+/** Settings of every tenant with jobs on a shard: what the sweep hands that shard. */
+export async function tenantsOfShard(db: D1Database, shard: string): Promise<TenantSettings[]> {
+  const { results } = await guard("tenants of shard", () =>
+    db.prepare("SELECT * FROM tenants WHERE id IN (SELECT DISTINCT tenant_id FROM jobs WHERE shard = ?)").bind(shard).all<Row>(),
+  );
+  return results.map((r) => settingsOf(toTenant(r)));
+}

@@ -1,0 +1,53 @@
+import type { RunRow, ShardJob } from "./store";
+
+/**
+ * Flow control a shard decides alone: a job's `maxConcurrency` (its runs dispatched or running)
+ * and `ratePerSecond` (runs admitted no closer together than 1/rate). The tenant's
+ * runs-in-flight limit spans shards and is its gate's to decide, for the candidates this plan
+ * leaves. Pure: the shard supplies the counts and applies the plan.
+ */
+export interface AdmissionPlan {
+  /** May start as far as their jobs are concerned, oldest fire first. */
+  candidates: RunRow[];
+  /** Must wait; `dueAt` is when the shard looks again (a run ending looks sooner). */
+  deferred: Array<{ run: RunRow; dueAt: number }>;
+}
+
+type AdmissionJob = Pick<ShardJob, "spec" | "rateNextAt" | "paused" | "deleted">;
+
+export function planAdmission(
+  waiting: readonly RunRow[],
+  jobs: ReadonlyMap<string, AdmissionJob>,
+  inFlight: (jobId: string) => number,
+  now: number,
+  recheckMs: number,
+): AdmissionPlan {
+  const plan: AdmissionPlan = { candidates: [], deferred: [] };
+  const counts = new Map<string, number>();
+  const rateTaken = new Set<string>();
+  for (const run of waiting) {
+    const job = jobs.get(run.jobId);
+    if (!job || job.paused || job.deleted) continue; // the alarm cancels these
+    const { maxConcurrency, ratePerSecond } = job.spec;
+    const count = counts.get(run.jobId) ?? inFlight(run.jobId);
+    if (maxConcurrency !== undefined && count >= maxConcurrency) {
+      plan.deferred.push({ run, dueAt: now + recheckMs });
+      continue;
+    }
+    if (ratePerSecond !== undefined) {
+      const spacing = 1000 / ratePerSecond;
+      if (rateTaken.has(run.jobId)) {
+        plan.deferred.push({ run, dueAt: now + spacing });
+        continue;
+      }
+      if (job.rateNextAt !== null && job.rateNextAt > now) {
+        plan.deferred.push({ run, dueAt: job.rateNextAt });
+        continue;
+      }
+      rateTaken.add(run.jobId);
+    }
+    counts.set(run.jobId, count + 1);
+    plan.candidates.push(run);
+  }
+  return plan;
+}
