@@ -19,8 +19,18 @@ export function api(path: string, init: RequestInit & { json?: unknown } = {}): 
   return SELF.fetch(`https://edgecron.test${path}`, { ...init, headers, body });
 }
 
-export async function createJob(body: Record<string, unknown>): Promise<Job> {
-  const res = await api("/v1/jobs", { method: "POST", json: body });
+/** A new tenant (through the admin token) and a function that calls the API with its key. */
+export async function createTenant(limits: Record<string, number | null> = {}) {
+  const res = await api("/v1/tenants", { method: "POST", json: { name: `t-${crypto.randomUUID()}`, limits } });
+  expect(res.status, await res.clone().text()).toBe(201);
+  const tenant = (await res.json()) as { id: string; apiKey: string; keyId: string };
+  const call = (path: string, init: RequestInit & { json?: unknown } = {}) =>
+    api(path, { ...init, headers: { ...Object.fromEntries(new Headers(init.headers)), Authorization: `Bearer ${tenant.apiKey}` } });
+  return { ...tenant, api: call };
+}
+
+export async function createJob(body: Record<string, unknown>, as: typeof api = api): Promise<Job> {
+  const res = await as("/v1/jobs", { method: "POST", json: body });
   expect(res.status, await res.clone().text()).toBe(201);
   return res.json();
 }

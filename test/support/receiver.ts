@@ -6,8 +6,9 @@ export type { Hit };
 
 /**
  * A real HTTP target on 127.0.0.1 for tests and benchmarks. Any request to /hit/<name>
- * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0);
- * GET /log/<name> returns what <name> received, in order of arrival.
+ * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0), with a
+ * Location header when ?location= is given (a redirect); GET /log/<name> returns what <name>
+ * received, in order of arrival.
  */
 export async function startReceiver(): Promise<{ url: string; server: Server; hits: Map<string, Hit[]> }> {
   const hits = new Map<string, Hit[]>();
@@ -35,6 +36,8 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
       const delay = Number(url.searchParams.get("delayMs") ?? 0);
       setTimeout(() => {
         res.statusCode = Number(url.searchParams.get("status") ?? 200);
+        const location = url.searchParams.get("location");
+        if (location !== null) res.setHeader("location", location);
         res.end("ok");
       }, delay);
     });
