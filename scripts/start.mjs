@@ -3,6 +3,9 @@
 // API token, and fires the cron trigger on its schedule, which `wrangler dev` does not do by
 // itself: without it the reconciliation sweep would never run locally.
 import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
 import { createServer } from "node:net";
 
 const port = Number(process.env.PORT ?? 8787);
@@ -22,8 +25,29 @@ const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "appl
 });
 if (migrate.status !== 0) process.exit(migrate.status ?? 1);
 
-// PUBLIC_URL lets targets that answer 202 find POST /v1/runs/:id/complete (X-Edgecron-Complete-Url).
-const vars = { API_TOKEN: token, PUBLIC_URL: `http://localhost:${port}` };
+/**
+ * Local secrets: made once and kept beside the local state, because targets sealed with one
+ * ENCRYPTION_KEYS must open after a restart. Production sets its own with `wrangler secret put`.
+ */
+function devSecrets() {
+  const path = persistTo ? `${persistTo}/dev-secrets.json` : new URL("../.wrangler/dev-secrets.json", import.meta.url).pathname;
+  if (!existsSync(path)) {
+    mkdirSync(dirname(path), { recursive: true });
+    const secrets = { ENCRYPTION_KEYS: `dev1:${randomBytes(32).toString("base64")}`, SIGNING_SECRET: randomBytes(32).toString("hex") };
+    writeFileSync(path, JSON.stringify(secrets, null, 2), { mode: 0o600 });
+  }
+  return JSON.parse(readFileSync(path, "utf8"));
+}
+
+const vars = {
+  API_TOKEN: token,
+  // PUBLIC_URL lets targets that answer 202 find POST /v1/runs/:id/complete (X-Edgecron-Complete-Url).
+  PUBLIC_URL: `http://localhost:${port}`,
+  // Local targets live on loopback; a deployed Worker leaves this off.
+  ALLOW_PRIVATE_TARGETS: "true",
+  ...devSecrets(),
+};
+for (const name of ["ENCRYPTION_KEYS", "SIGNING_SECRET"]) if (process.env[name]) vars[name] = process.env[name];
 for (const name of ["CLAIM_TIMEOUT_MS", "SHARD_COUNT"]) if (process.env[name]) vars[name] = process.env[name];
 // wrangler's devtools port defaults to 9229 for every `wrangler dev`; two stacks started at
 // once would fight over it, so each takes a free one.

@@ -1,0 +1,120 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { Job } from "../../src/model/job";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, createTenant, FAR_CRON, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+
+/** Every attempt of a job as the shard recorded it (its clock): [started, finished]. */
+async function attemptSpans(job: Job): Promise<Array<[number, number]>> {
+  return runInDurableObject(shardOf(job), (_s: Shard, state) =>
+    state.storage.sql
+      .exec("SELECT a.started_at, a.finished_at FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
+      .toArray()
+      .map((r) => [r.started_at as number, r.finished_at as number] as [number, number]),
+  );
+}
+
+/** The most spans open at one instant. */
+function maxOverlap(spans: Array<[number, number]>): number {
+  const edges = spans.flatMap(([a, b]) => [[a, 1] as const, [b, -1] as const]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  let open = 0;
+  let most = 0;
+  for (const [, step] of edges) most = Math.max(most, (open += step));
+  return most;
+}
+
+async function trigger(job: Job, as: typeof api = api): Promise<string> {
+  const res = await as(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
+  expect(res.status, await res.clone().text()).toBe(202);
+  return ((await res.json()) as { id: string }).id;
+}
+
+describe("a job's maxConcurrency", () => {
+  it("keeps at most that many runs in flight; the rest wait and all of them run", async () => {
+    const url = receiverPath("maxconc", "delayMs=300");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, maxConcurrency: 2 });
+    const ids = [];
+    for (let i = 0; i < 6; i++) ids.push(await trigger(job));
+    const states = (await listRuns(job.id)).map((r) => r.state);
+    expect(states.filter((s) => s === "waiting").length).toBeGreaterThanOrEqual(4);
+
+    for (const id of ids) await waitForRun(id, ["succeeded"], 20_000);
+    expect(maxOverlap(await attemptSpans(job))).toBeLessThanOrEqual(2);
+    expect(await hitsOf(url)).toHaveLength(6);
+  });
+
+  it("a paused job's waiting runs are cancelled, not left waiting", async () => {
+    const url = receiverPath("maxconc-pause", "delayMs=500");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, maxConcurrency: 1 });
+    const first = await trigger(job);
+    const second = await trigger(job);
+    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
+    const waited = await waitForRun(second, ["cancelled"]);
+    expect(waited.error).toMatch(/paused/);
+    await waitForRun(first, ["succeeded", "cancelled"]);
+  });
+
+  it("can be changed and cleared by PATCH", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("maxconc-patch") }, maxConcurrency: 3, ratePerSecond: 2 });
+    expect(job).toMatchObject({ maxConcurrency: 3, ratePerSecond: 2 });
+    const patched = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { maxConcurrency: null, ratePerSecond: 0.5 } });
+    expect(await patched.json()).toMatchObject({ ratePerSecond: 0.5 });
+    const again = (await (await api(`/v1/jobs/${job.id}`)).json()) as Job;
+    expect(again.maxConcurrency).toBeUndefined();
+  });
+});
+
+describe("a job's ratePerSecond", () => {
+  it("spaces its runs toward the target at 1/rate", async () => {
+    const url = receiverPath("rate");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, ratePerSecond: 10 });
+    const ids = [];
+    for (let i = 0; i < 6; i++) ids.push(await trigger(job));
+    for (const id of ids) await waitForRun(id, ["succeeded"], 20_000);
+    const arrivals = (await hitsOf(url)).map((h) => h.receivedAt).sort((a, b) => a - b);
+    expect(arrivals).toHaveLength(6);
+    // Admissions are 100 ms apart; delivery jitter can only shorten the span by one delivery's delay.
+    expect(arrivals.at(-1)! - arrivals[0]!).toBeGreaterThanOrEqual(400);
+  });
+});
+
+describe("a tenant's maxRunsInFlight", () => {
+  it("holds over all the tenant's jobs on every shard; waiting runs start as others finish, none is lost", async () => {
+    const tenant = await createTenant({ maxRunsInFlight: 2 });
+    const url = receiverPath("tenant-inflight", "delayMs=300");
+    const jobs: Job[] = [];
+    for (let i = 0; i < 4; i++) jobs.push(await createJob({ schedule: FAR_CRON, target: { url } }, tenant.api));
+    expect(new Set(jobs.map((j) => j.shard)).size).toBeGreaterThan(1);
+
+    const ids: string[] = [];
+    for (const job of jobs) for (let i = 0; i < 2; i++) ids.push(await trigger(job, tenant.api));
+    // Woken by the gate as capacity frees: well before the 15 s backstop re-check.
+    for (const id of ids) await waitForRun(id, ["succeeded"], 12_000);
+
+    const spans = (await Promise.all(jobs.map(attemptSpans))).flat();
+    expect(spans).toHaveLength(8);
+    expect(maxOverlap(spans)).toBeLessThanOrEqual(2);
+    expect(await hitsOf(url)).toHaveLength(8);
+    // Every permit was given back.
+    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
+    await expect.poll(() => gate.inFlight()).toBe(0);
+  });
+
+  it("a tenant without the limit is not held back by another's", async () => {
+    const limited = await createTenant({ maxRunsInFlight: 1 });
+    const free = await createTenant({ maxRunsInFlight: null });
+    const slow = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("limited", "delayMs=1000") } }, limited.api);
+    const fast = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("free") } }, free.api);
+    // A trigger answers after admission: `queued` went on to the queue, `waiting` was held back.
+    const states = async (job: Job, as: typeof api, n: number) => {
+      const runs = [];
+      for (let i = 0; i < n; i++) runs.push((await (await as(`/v1/jobs/${job.id}/trigger`, { method: "POST" })).json()) as { id: string; state: string });
+      return runs;
+    };
+    const [blocking, held] = await states(slow, limited.api, 2);
+    expect([blocking!.state, held!.state]).toEqual(["queued", "waiting"]);
+    const others = await states(fast, free.api, 3);
+    expect(others.map((r) => r.state)).toEqual(["queued", "queued", "queued"]);
+    for (const run of [blocking!, held!, ...others]) await waitForRun(run.id, ["succeeded"]);
+  });
+});
