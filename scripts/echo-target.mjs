@@ -1,18 +1,28 @@
 #!/usr/bin/env node
 // A local HTTP target for trying edgecron: prints every request it receives and answers 200
 // (or the status in ?status=, to watch retries). `npm run target`; PORT defaults to 9000.
+// With SIGNING_SECRETS=<current>,<next> (from GET /v1/signing-keys) it also checks each
+// request's Edgecron-Signature, the way a real target should.
 import { createServer } from "node:http";
+import { verifySignature } from "../src/verify.ts";
 
 const port = Number(process.env.PORT ?? 9000);
+const secrets = (process.env.SIGNING_SECRETS ?? "").split(",").filter(Boolean);
+
 createServer((req, res) => {
   let body = "";
   req.on("data", (chunk) => (body += chunk));
-  req.on("end", () => {
+  req.on("end", async () => {
     const status = Number(new URL(req.url, "http://target").searchParams.get("status") ?? 200);
     const h = req.headers;
+    let signature = "";
+    if (secrets.length > 0) {
+      const check = await verifySignature({ header: h["edgecron-signature"], runId: h["x-edgecron-run-id"], body, secrets });
+      signature = check.ok ? "  signature=valid" : `  signature=INVALID (${check.reason})`;
+    }
     console.log(
       `${new Date().toISOString()} ${req.method} ${req.url} -> ${status}  run=${h["x-edgecron-run-id"]} ` +
-        `attempt=${h["x-edgecron-attempt"]} scheduled=${h["x-edgecron-scheduled-at"]}${body ? `  body=${body}` : ""}`,
+        `attempt=${h["x-edgecron-attempt"]} scheduled=${h["x-edgecron-scheduled-at"]}${signature}${body ? `  body=${body}` : ""}`,
     );
     res.statusCode = status;
     res.end();
