@@ -19,12 +19,26 @@ export async function sealTarget(keys: string | undefined, target: Target, jobId
   };
 }
 
-export async function openTarget(keys: string | undefined, target: StoredTarget, jobId: string): Promise<TargetSecrets> {
+/** A job saved before targets were sealed holds its headers and body in clear, in the target itself. */
+type LegacyTarget = Target & { secrets?: never };
+const isLegacy = (target: StoredTarget | LegacyTarget): target is LegacyTarget => !("secrets" in target);
+
+export async function openTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetSecrets> {
+  if (isLegacy(target)) return { headers: target.headers, body: target.body }; // sealed at its next change
   return target.secrets === null ? {} : open<TargetSecrets>(await loadKeyRing(keys), target.secrets, jobId);
 }
 
-/** What a response shows: header names, never their values. */
-export async function viewTarget(keys: string | undefined, target: StoredTarget, jobId: string): Promise<TargetView> {
-  const { body } = await openTarget(keys, target, jobId);
-  return { url: target.url, method: target.method, headerNames: target.headerNames, ...(body !== undefined && { body }) };
+/**
+ * What a response shows: header names, never their values. A body that cannot be opened (its
+ * key was dropped from ENCRYPTION_KEYS) is left out rather than failing the whole answer.
+ */
+export async function viewTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetView> {
+  const headerNames = isLegacy(target) ? Object.keys(target.headers ?? {}) : target.headerNames;
+  let body: TargetSecrets["body"];
+  try {
+    body = (await openTarget(keys, target, jobId)).body;
+  } catch (err) {
+    console.error(`job ${jobId}: target body not shown: ${(err as Error).message}`);
+  }
+  return { url: target.url, method: target.method, headerNames, ...(body !== undefined && { body }) };
 }

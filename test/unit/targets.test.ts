@@ -1,0 +1,36 @@
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { StoredTarget } from "../../src/model/job";
+import { openTarget, sealTarget, viewTarget } from "../../src/security/targets";
+
+const target = { url: "https://example.com/hook", method: "POST" as const, headers: { Authorization: "Bearer s3cret" }, body: { a: 1 } };
+
+describe("targets at rest", () => {
+  it("seal keeps URL, method and header names readable, and nothing else", async () => {
+    const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
+    expect(stored).toMatchObject({ url: target.url, method: "POST", headerNames: ["Authorization"] });
+    expect(JSON.stringify(stored)).not.toContain("s3cret");
+    expect(await openTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ headers: target.headers, body: target.body });
+  });
+
+  it("a sealed target does not open under another job's id", async () => {
+    const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
+    await expect(openTarget(env.ENCRYPTION_KEYS, stored, "job_b")).rejects.toThrow(/cannot decrypt/);
+  });
+
+  it("the view shows header names and the body, never header values; an unopenable body is left out", async () => {
+    const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ url: target.url, method: "POST", headerNames: ["Authorization"], body: { a: 1 } });
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other")).toEqual({ url: target.url, method: "POST", headerNames: ["Authorization"] });
+  });
+
+  it("a target without headers or body seals to nothing", async () => {
+    expect((await sealTarget(env.ENCRYPTION_KEYS, { url: target.url, method: "GET" }, "job_a")).secrets).toBeNull();
+  });
+
+  it("a job saved before sealing (headers and body in clear) still runs and shows names only", async () => {
+    const legacy = target as unknown as StoredTarget;
+    expect(await openTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).toEqual({ headers: target.headers, body: target.body });
+    expect((await viewTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).headerNames).toEqual(["Authorization"]);
+  });
+});
