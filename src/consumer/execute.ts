@@ -55,7 +55,7 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
   const refused = (error: string): Outcome => ({ ...base, ok: false, status: null, error, kind: "permanent" });
   const { target } = claim;
 
-  let request: { headers: Headers; body: string | undefined };
+  let request: Awaited<ReturnType<typeof buildRequest>>;
   try {
     request = await buildRequest(claim, ctx);
   } catch (err) {
@@ -66,11 +66,13 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
   const signal = AbortSignal.timeout(claim.timeoutMs);
   let url = target.url;
   let method: string = target.method;
-  let { headers, body } = request;
+  const { headers } = request;
+  let body = request.body;
   try {
     for (let hop = 0; ; hop++) {
       const refusal = targetRefusal(url, ctx.policy);
       if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${url} refused: ${refusal}`);
+      await request.sign(body);
       const response = await fetch(url, { method, headers, body, signal, redirect: "manual" });
       const location = response.headers.get("location");
       if (REDIRECTS.has(response.status) && location !== null) {
@@ -78,7 +80,7 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
         if (hop >= MAX_REDIRECTS) return refused(`more than ${MAX_REDIRECTS} redirects`);
         const next = new URL(location, url);
         // The job's own headers (credentials, often) go to the origin the user named, no further.
-        if (next.origin !== new URL(url).origin) headers = withoutJobHeaders(headers, target.headerNames);
+        if (next.origin !== new URL(url).origin) for (const name of target.headerNames) headers.delete(name);
         if (response.status === 303 || ((response.status === 301 || response.status === 302) && method === "POST")) {
           method = "GET";
           body = undefined;
@@ -101,7 +103,7 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
   }
 }
 
-async function buildRequest(claim: Claimed, ctx: ExecuteContext): Promise<{ headers: Headers; body: string | undefined }> {
+async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
   const secrets = await openTarget(ctx.encryptionKeys, claim.target, claim.jobId);
   const headers = new Headers(secrets.headers);
   let body: string | undefined;
@@ -112,14 +114,9 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext): Promise<{ head
   }
   for (const [name, value] of Object.entries(edgecronHeaders(claim, ctx.publicUrl))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, claim.tenantId, claim.signingGeneration);
-  headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, body ?? "", Date.now()));
-  return { headers, body };
-}
-
-function withoutJobHeaders(headers: Headers, names: string[]): Headers {
-  const copy = new Headers(headers);
-  for (const name of names) copy.delete(name);
-  return copy;
+  /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
+  const sign = async (sent: string | undefined) => headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, sent ?? "", Date.now()));
+  return { headers, body, sign };
 }
 
 async function describe(base: { runId: string; fence: number }, response: Response): Promise<Outcome> {

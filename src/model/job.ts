@@ -81,7 +81,16 @@ export const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const;
 
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** Set by edgecron on every request; a job may not override them. */
-export const RESERVED_HEADERS = ["idempotency-key", "x-edgecron-run-id", "x-edgecron-attempt", "x-edgecron-scheduled-at", "x-edgecron-job-id"];
+export const RESERVED_HEADERS = [
+  "idempotency-key",
+  "x-edgecron-run-id",
+  "x-edgecron-attempt",
+  "x-edgecron-scheduled-at",
+  "x-edgecron-job-id",
+  "x-edgecron-completion-token",
+  "x-edgecron-complete-url",
+  "edgecron-signature",
+];
 
 /** Bounds on what a target may carry, checked before anything is stored. */
 export const TARGET_LIMITS = { headers: 50, headerValueChars: 8_192, headerBytes: 32_768, bodyDepth: 32 };
