@@ -61,6 +61,13 @@ export class TenantGate extends DurableObject<Env> {
     return granted;
   }
 
+  /** Extends permits still held (a long-running attempt heartbeats; a dispatch is sent again). */
+  async renew(runIds: string[], leaseMs: number): Promise<void> {
+    const until = Date.now() + leaseMs;
+    for (const runId of runIds) this.sql.exec("UPDATE permits SET expires_at = MAX(expires_at, ?) WHERE run_id = ?", until, runId);
+    await this.armAlarm();
+  }
+
   /** Gives permits back; waiting shards are woken to use the freed capacity. */
   async release(runIds: string[]): Promise<void> {
     for (const runId of runIds) this.sql.exec("DELETE FROM permits WHERE run_id = ?", runId);

@@ -98,6 +98,11 @@ export const MAX_BACKFILL = 1_000;
 export class Shard extends DurableObject<Env> {
   private readonly store: ShardStore;
   private flushing: Promise<boolean> | null = null;
+  /**
+   * Permits to extend at the next flush. Kept in memory only: a renewal lost to a restart lets
+   * that permit lapse at its lease, which can only let the tenant briefly exceed its limit.
+   */
+  private permitRenewals: Array<{ runId: string; tenantId: string; leaseMs: number }> = [];
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -282,6 +287,7 @@ export class Shard extends DurableObject<Env> {
       } else if (run.state === "queued") {
         const next = this.store.moveRun(run, "redispatch", { fence: run.fence + 1, dueAt: now + this.claimTimeoutMs() });
         this.store.addOutbox(next.id, next.fence);
+        this.renewPermitLater(run, this.claimTimeoutMs() + this.timeoutOf(run) + LEASE_GRACE_MS);
       } else if (run.state === "retry_wait") {
         this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
       } else if (run.state === "running") {
@@ -321,7 +327,11 @@ export class Shard extends DurableObject<Env> {
    */
   private async flushOutbox(): Promise<boolean> {
     while (this.flushing) await this.flushing;
-    this.flushing = this.sendOutbox().then(async (sent) => (await this.sendPermitReleases()) && sent);
+    this.flushing = (async () => {
+      const sent = await this.sendOutbox();
+      await this.sendPermitRenewals();
+      return (await this.sendPermitReleases()) && sent;
+    })();
     try {
       return await this.flushing;
     } finally {
@@ -355,6 +365,21 @@ export class Shard extends DurableObject<Env> {
         return false;
       }
     }
+  }
+
+  private renewPermitLater(run: RunRow, leaseMs: number): void {
+    const tenantId = run.holdsPermit ? this.store.getJob(run.jobId)?.tenantId : undefined;
+    if (tenantId) this.permitRenewals.push({ runId: run.id, tenantId, leaseMs });
+  }
+
+  /** Extends the permits of attempts that outlive their first lease; best effort (see permitRenewals). */
+  private async sendPermitRenewals(): Promise<void> {
+    const renewals = this.permitRenewals.splice(0);
+    await Promise.allSettled(
+      [...Map.groupBy(renewals, (r) => r.tenantId)].map(([tenantId, list]) =>
+        gateStub(this.env, tenantId).renew(list.map((r) => r.runId), Math.max(...list.map((r) => r.leaseMs))),
+      ),
+    );
   }
 
   /** Gives permits back to their tenants' gates, deleting each row only once its gate took it. */
@@ -551,6 +576,7 @@ export class Shard extends DurableObject<Env> {
           // The target took the work on: the lease restarts from its answer, and heartbeats extend it.
           this.store.acceptAttempt(run.id, run.fence, o.status ?? 202);
           this.store.extendLease(run.id, now + this.timeoutOf(run) + LEASE_GRACE_MS);
+          this.renewPermitLater(run, this.timeoutOf(run) + LEASE_GRACE_MS);
         } else {
           this.recordOutcome(run, o, now);
         }
@@ -626,10 +652,12 @@ export class Shard extends DurableObject<Env> {
       const checked = this.checkToken(runId, token, "heartbeat");
       if (typeof checked === "string") return checked;
       this.store.extendLease(runId, now + extendMs);
+      this.renewPermitLater(checked.run, extendMs + LEASE_GRACE_MS);
       return null;
     });
     if (verdict !== null) return verdict;
-    await this.armAlarm();
+    const sent = await this.flushOutbox();
+    await this.armAlarm(sent);
     return { leaseUntil: now + extendMs };
   }
 

@@ -1,5 +1,5 @@
 import { env, runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
@@ -116,5 +116,37 @@ describe("a tenant's maxRunsInFlight", () => {
     const others = await states(fast, free.api, 3);
     expect(others.map((r) => r.state)).toEqual(["queued", "queued", "queued"]);
     for (const run of [blocking!, held!, ...others]) await waitForRun(run.id, ["succeeded"]);
+  });
+});
+
+describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
+  it("keeps its permit while it heartbeats, and gives it back when it completes", async () => {
+    const tenant = await createTenant({ maxRunsInFlight: 1 });
+    const url = receiverPath("inflight-202", "status=202");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
+    const runId = await trigger(job, tenant.api);
+    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
+    const permitExpiry = () =>
+      runInDurableObject(gate, (_g, state) => state.storage.sql.exec("SELECT expires_at FROM permits WHERE run_id = ?", runId).toArray()[0]?.expires_at as number | undefined);
+
+    const hit = await vi.waitFor(async () => {
+      const [first] = await hitsOf(url);
+      if (!first) throw new Error("the target has not been called yet");
+      return first;
+    });
+    const token = hit.headers["x-edgecron-completion-token"]!;
+    await expect.poll(async () => (await api(`/v1/runs/${runId}`).then((r) => r.json())).attemptLog?.[0]?.outcome).toBe("accepted");
+
+    const beat = await api(`/v1/runs/${runId}/heartbeat`, { method: "POST", json: { token, extendMs: 3_600_000 } });
+    expect(beat.status, await beat.clone().text()).toBe(200);
+    expect(await permitExpiry()).toBeGreaterThan(Date.now() + 3_500_000);
+    // While it runs, the tenant's other runs wait.
+    const second = await trigger(job, tenant.api);
+    expect((await api(`/v1/runs/${second}`).then((r) => r.json())).state).toBe("waiting");
+
+    const done = await api(`/v1/runs/${runId}/complete`, { method: "POST", json: { token, ok: true } });
+    expect(done.status, await done.clone().text()).toBe(200);
+    await expect.poll(permitExpiry).toBeUndefined();
+    await waitForRun(second, ["running", "succeeded"]);
   });
 });
