@@ -2,7 +2,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /** Every attempt of a job as the shard recorded it (its clock): [started, finished]. */
 async function attemptSpans(job: Job): Promise<Array<[number, number]>> {
@@ -135,14 +135,14 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
       return first;
     });
     const token = hit.headers["x-edgecron-completion-token"]!;
-    await expect.poll(async () => (await api(`/v1/runs/${runId}`).then((r) => r.json())).attemptLog?.[0]?.outcome).toBe("accepted");
+    await expect.poll(async () => (await getRun(runId)).attemptLog?.[0]?.outcome).toBe("accepted");
 
     const beat = await api(`/v1/runs/${runId}/heartbeat`, { method: "POST", json: { token, extendMs: 3_600_000 } });
     expect(beat.status, await beat.clone().text()).toBe(200);
     expect(await permitExpiry()).toBeGreaterThan(Date.now() + 3_500_000);
     // While it runs, the tenant's other runs wait.
     const second = await trigger(job, tenant.api);
-    expect((await api(`/v1/runs/${second}`).then((r) => r.json())).state).toBe("waiting");
+    expect((await getRun(second)).state).toBe("waiting");
 
     const done = await api(`/v1/runs/${runId}/complete`, { method: "POST", json: { token, ok: true } });
     expect(done.status, await done.clone().text()).toBe(200);
