@@ -265,15 +265,11 @@ export class Shard extends DurableObject<Env> {
     this.store.removeOutboxOfRun(run.id);
   }
 
-  /** buffer_one: a waiting fire starts once its job has no unfinished run left. Returns how many started. */
-  private startBufferedRuns(now: number): number {
-    let started = 0;
+  /** buffer_one: a buffered fire starts once its job has no unfinished run left. */
+  private startBufferedRuns(now: number): void {
     for (const run of this.store.bufferedRuns()) {
-      if (this.store.unfinishedRuns(run.jobId).length > 0) continue;
-      this.sendOn(run, "start", {}, now);
-      started++;
+      if (this.store.unfinishedRuns(run.jobId).length === 0) this.sendOn(run, "start", {}, now);
     }
-    return started;
   }
 
   /** Runs whose due time passed: lost dispatches go out again, retries start, expired leases fail. */
