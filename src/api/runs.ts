@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { shardsInUse, type CatalogJob } from "../catalog/jobs";
 import { shardStub } from "../env";
-import { PageQuery, pageOf } from "../model/common";
+import { PageQuery, pageOf, Text } from "../model/common";
 import { JOB_ID, jobIdOfRun, parseCompletionToken } from "../model/ids";
 import { RunSchema } from "../model/run";
 import type { RunView, TokenVerdict } from "../shard/shard";
@@ -70,8 +70,8 @@ const CompleteBody = z
   .strictObject({
     ...TokenBody,
     ok: z.boolean(),
-    result: z.string().max(65_536).optional().openapi({ description: "Kept on the run (at most 64 KiB)." }),
-    error: z.string().max(2_000).optional(),
+    result: Text(65_536).optional().openapi({ description: "Kept on the run (at most 64 KiB)." }),
+    error: Text(2_000).optional(),
     retry: z.boolean().default(true).openapi({ description: "For a failure: may another attempt help? false fails the run at once." }),
   })
   .openapi("Completion");

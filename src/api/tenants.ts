@@ -14,7 +14,7 @@ import {
   type Tenant,
 } from "../catalog/tenants";
 import { shardStub } from "../env";
-import { pageOf } from "../model/common";
+import { pageOf, Text } from "../model/common";
 import { DEFAULT_TENANT, KEY_ID, newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
 import { signingSecrets, SIGNATURE_HEADER } from "../security/signing";
 import { ownsTenant, scopeOf, type AppContext, type AppEnv } from "./context";
@@ -111,7 +111,7 @@ tenants.openapi(
     security: bearer,
     request: {
       body: {
-        content: { "application/json": { schema: z.strictObject({ name: z.string().min(1).max(200).optional(), limits: LimitsSchema.optional() }) } },
+        content: { "application/json": { schema: z.strictObject({ name: Text(200).min(1).optional(), limits: LimitsSchema.optional() }) } },
         required: false,
       },
     },

@@ -20,3 +20,12 @@ export const PageQuery = z.object({
 export function pageOf<T extends z.ZodType>(item: T) {
   return z.object({ items: z.array(item), nextCursor: z.string().nullable() });
 }
+
+/**
+ * Text that is stored: a lone surrogate is valid in a JS string and in JSON, but D1 and SQLite
+ * store UTF-8 and would read it back as U+FFFD, so such a string is refused instead.
+ */
+export const Text = (max?: number) => {
+  const text = max === undefined ? z.string() : z.string().max(max);
+  return text.refine((s) => s.isWellFormed(), "must be well-formed Unicode (no lone surrogates)");
+};

@@ -5,14 +5,24 @@ import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
 import type { Sealed } from "../security/sealing";
+import { Text } from "./common";
 
 /** The zod schemas are the single source of request/response types and of the OpenAPI document. */
 
+/**
+ * Instants a schedule may name. The upper bound keeps every fire, and every alarm set for one,
+ * far inside what Durable Object alarms accept (dates before 2189) and JS dates represent.
+ */
+const LAST_INSTANT = Date.parse("2100-01-01T00:00:00Z");
+
 export const Instant = z.iso
   .datetime({ offset: true, error: "must be an ISO-8601 instant with a zone, e.g. 2026-12-01T09:00:00Z" })
+  .refine((t) => Date.parse(t) >= 0 && Date.parse(t) < LAST_INSTANT, "must be between 1970 and 2099")
   .openapi({ example: "2026-12-01T09:00:00Z" });
 
 const MIN_EVERY_MS = 1_000;
+/** Ten years: an interval's fires stay within what alarms and dates can hold (see LAST_INSTANT). */
+const MAX_EVERY_MS = 3_650 * 86_400_000;
 
 const Duration = (what: string, minMs: number, maxMs: number, example: string) =>
   z
@@ -67,8 +77,8 @@ export const ScheduleSchema = z
       const ms = parseDuration(s.every);
       if (ms === null) {
         ctx.addIssue({ code: "custom", message: 'must be a whole number and a unit s, m, h or d, e.g. "30s"', path: ["every"] });
-      } else if (ms < MIN_EVERY_MS) {
-        ctx.addIssue({ code: "custom", message: "must be at least 1s", path: ["every"] });
+      } else if (ms < MIN_EVERY_MS || ms > MAX_EVERY_MS) {
+        ctx.addIssue({ code: "custom", message: "must be between 1s and 3650d", path: ["every"] });
       }
     }
   })
@@ -109,6 +119,21 @@ export function jsonDepth(value: unknown): number {
   return deepest;
 }
 
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Why a header cannot be sent as given, or null. Values must be Latin-1: fetch refuses others. */
+function headerProblem(name: string, value: unknown): string | null {
+  if (name.length > 256 || !HEADER_NAME.test(name) || name === "__proto__") return "not a valid HTTP header name";
+  if (RESERVED_HEADERS.includes(name.toLowerCase())) return `${name} is set by edgecron on every request`;
+  if (typeof value !== "string") return "must be a string";
+  if (value.length > TARGET_LIMITS.headerValueChars) return `must be at most ${TARGET_LIMITS.headerValueChars} characters`;
+  if (/[\r\n\0]/.test(value)) return "a header value may not contain CR, LF or NUL";
+  if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) return "a header value must be Latin-1 text without control characters";
+  return null;
+}
+
 export const TargetSchema = z
   .strictObject({
     url: z
@@ -116,26 +141,27 @@ export const TargetSchema = z
       .max(2048)
       .openapi({ example: "https://example.com/hooks/report" }),
     method: z.enum(HTTP_METHODS).default("POST"),
+    // Checked by hand rather than with z.record, which drops a "__proto__" key silently (it
+    // rebuilds the object); here every own key of the parsed JSON is seen, and refused or kept.
     headers: z
-      .record(z.string().max(256), z.string().max(TARGET_LIMITS.headerValueChars))
+      .custom<Record<string, string>>(isPlainObject, "must be an object of header names to string values")
+      .openapi({ type: "object", additionalProperties: { type: "string" } })
       .superRefine((headers, ctx) => {
         const names = Object.keys(headers);
         if (names.length > TARGET_LIMITS.headers) ctx.addIssue({ code: "custom", message: `at most ${TARGET_LIMITS.headers} headers` });
-        const bytes = names.reduce((n, name) => n + name.length + headers[name]!.length, 0);
-        if (bytes > TARGET_LIMITS.headerBytes) ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
+        let chars = 0;
         for (const name of names) {
-          if (!HEADER_NAME.test(name)) ctx.addIssue({ code: "custom", message: "not a valid HTTP header name", path: [name] });
-          else if (RESERVED_HEADERS.includes(name.toLowerCase())) {
-            ctx.addIssue({ code: "custom", message: `${name} is set by edgecron on every request`, path: [name] });
-          } else if (/[\r\n\0]/.test(headers[name]!)) {
-            ctx.addIssue({ code: "custom", message: "a header value may not contain CR, LF or NUL", path: [name] });
-          }
+          const value: unknown = headers[name];
+          chars += name.length + (typeof value === "string" ? value.length : 0);
+          const problem = headerProblem(name, value);
+          if (problem) ctx.addIssue({ code: "custom", message: problem, path: [name] });
         }
+        if (chars > TARGET_LIMITS.headerBytes) ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
       })
       .optional()
       .openapi({ description: "Stored encrypted; responses show the names only." }),
     body: z
-      .union([z.string(), z.record(z.string(), z.unknown()), z.array(z.unknown())])
+      .union([Text(), z.array(z.unknown()), z.custom<Record<string, unknown>>(isPlainObject, "must be a string, an array or an object").openapi({ type: "object" })])
       .refine((b) => jsonDepth(b) <= TARGET_LIMITS.bodyDepth, `may nest at most ${TARGET_LIMITS.bodyDepth} levels deep`)
       .optional()
       .openapi({ description: "A string is sent as is; JSON is sent as application/json. Stored encrypted." }),
@@ -230,7 +256,7 @@ const JobFields = {
 };
 
 export const CreateJobSchema = z
-  .strictObject({ name: z.string().min(1).max(200).optional(), ...JobFields })
+  .strictObject({ name: Text(200).min(1).optional(), ...JobFields })
   .openapi("CreateJob");
 
 export type CreateJob = z.infer<typeof CreateJobSchema>;
@@ -240,7 +266,7 @@ export type JobSpec = Omit<CreateJob, "name" | "target"> & { target: StoredTarge
 /** PATCH: any of the fields, replaced whole; the rest stay as they are. */
 export const PatchJobSchema = z
   .strictObject({
-    name: z.string().min(1).max(200).nullable().optional(),
+    name: Text(200).min(1).nullable().optional(),
     schedule: ScheduleSchema.optional(),
     target: TargetSchema.optional(),
     retry: RetrySchema.optional(),

@@ -141,7 +141,7 @@ describe("auth", () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths)).toEqual(
-      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}", "/v1/runs/{id}/retry", "/v1/runs/{id}/complete", "/v1/runs/{id}/heartbeat", "/v1/dead-letters", "/v1/metrics", "/v1/jobs/{id}/backfill", "/v1/schedules/preview"]),
+      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}", "/v1/runs/{id}/retry", "/v1/runs/{id}/complete", "/v1/runs/{id}/heartbeat", "/v1/dead-letters", "/v1/metrics", "/v1/jobs/{id}/backfill", "/v1/schedules/preview", "/v1/tenants", "/v1/tenants/{id}/keys", "/v1/tenants/{id}/keys/{keyId}", "/v1/signing-keys", "/v1/signing-keys/rotate"]),
     );
     expect(Object.keys(doc.components.schemas)).toEqual(
       expect.arrayContaining(["CreateJob", "Job", "Run", "Attempt", "Schedule", "Target", "Retry", "Backoff", "Completion", "Heartbeat", "Metrics", "Error", "PatchJob", "Backfill", "PreviewRequest"]),
