@@ -62,17 +62,13 @@ export function toDefinition(job: CatalogJob): JobDefinition {
  * statement, so concurrent creations cannot overshoot. False when the quota refused it.
  */
 export async function insertJob(db: D1Database, job: CatalogJob, maxJobs: number | null): Promise<boolean> {
-  const result = await guard("insert", () => db
-    .prepare(
-      `INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at)
-       SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?
-       WHERE ? IS NULL OR (SELECT COUNT(*) FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL) < ?`,
-    )
-    .bind(
-      job.id, job.tenantId, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt,
-      maxJobs, job.tenantId, maxJobs,
-    )
-    .run());
+  const values = [job.id, job.tenantId, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt];
+  const insert = "INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?";
+  // Without a quota there is nothing to count (a count per insert would grow with the tenant).
+  const stmt = maxJobs === null
+    ? db.prepare(insert).bind(...values)
+    : db.prepare(`${insert} WHERE (SELECT COUNT(*) FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL) < ?`).bind(...values, job.tenantId, maxJobs);
+  const result = await guard("insert", () => stmt.run());
   return result.meta.changes > 0;
 }
 

@@ -61,8 +61,17 @@ export async function signatureHeader(secrets: string[], runId: string, body: st
   return [`t=${t}`, ...signatures].join(",");
 }
 
+// Every request is signed with the same few secrets; importing a key per request was a
+// measurable share of a consumer batch. Bounded like secretCache, resolved keys only.
+const keyCache = new Map<string, CryptoKey>();
+
 async function hmac(key: string, message: string): Promise<Uint8Array> {
-  const cryptoKey = await crypto.subtle.importKey("raw", encoder.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  let cryptoKey = keyCache.get(key);
+  if (!cryptoKey) {
+    cryptoKey = await crypto.subtle.importKey("raw", encoder.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    if (keyCache.size >= CACHE_LIMIT) keyCache.delete(keyCache.keys().next().value!);
+    keyCache.set(key, cryptoKey);
+  }
   return new Uint8Array(await crypto.subtle.sign("HMAC", cryptoKey, encoder.encode(message)));
 }
 

@@ -201,6 +201,8 @@ const toAttempt = (r: Row): AttemptRow => ({
 });
 
 export class ShardStore {
+  private readonly tenants = new Map<string, TenantSettings | null>();
+
   constructor(private readonly sql: SqlStorage) {
     for (const [table, column, definition] of ADDED_COLUMNS) {
       const exists = sql.exec(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`, table).toArray().length > 0;
@@ -343,6 +345,7 @@ export class ShardStore {
   // ---- tenants ----
 
   putTenant(t: TenantSettings): void {
+    this.tenants.delete(t.id); // read again after the write (or after its rollback)
     this.sql.exec(
       `INSERT INTO tenants (id, version, signing_generation, max_in_flight) VALUES (?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
@@ -351,10 +354,15 @@ export class ShardStore {
     );
   }
 
+  /** Asked once per run created and claimed; memoized, since only putTenant changes the table. */
   getTenant(id: string): TenantSettings | null {
+    if (this.tenants.has(id)) return this.tenants.get(id)!;
     const row = this.sql.exec("SELECT * FROM tenants WHERE id = ?", id).toArray()[0];
-    if (!row) return null;
-    return { id, version: row.version as number, signingGeneration: row.signing_generation as number, maxRunsInFlight: row.max_in_flight as number | null };
+    const tenant = row
+      ? { id, version: row.version as number, signingGeneration: row.signing_generation as number, maxRunsInFlight: row.max_in_flight as number | null }
+      : null;
+    this.tenants.set(id, tenant);
+    return tenant;
   }
 
   /** Permits a changed run must give back, to send after commit. */
