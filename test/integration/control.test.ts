@@ -7,7 +7,7 @@ import { sealTarget } from "../../src/security/targets";
 import type { Env } from "../../src/env";
 import { CreateJobSchema, type Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 async function post(path: string): Promise<Response> {
   return api(path, { method: "POST" });
@@ -209,6 +209,20 @@ describe("the reconciliation sweep", () => {
       state.storage.sql.exec("SELECT deleted, version, next_fire_at FROM jobs WHERE id = ?", job.id).one(),
     );
     expect(held).toEqual({ deleted: 1, version: 2, next_fire_at: null });
+  });
+
+  it("hands shards the tenant settings they missed (a rotation or limit change whose push was lost)", async () => {
+    const tenant = await createTenant();
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("sweep-tenant") } }, tenant.api);
+    const held = () =>
+      runInDurableObject(shardOf(job), (_s: Shard, state) =>
+        state.storage.sql.exec("SELECT signing_generation, max_in_flight FROM tenants WHERE id = ?", tenant.id).one(),
+      );
+    expect(await held()).toEqual({ signing_generation: 1, max_in_flight: 1_000 });
+    // The catalog changes; the push to the shard is lost.
+    await env.DB.prepare("UPDATE tenants SET signing_generation = 2, max_runs_in_flight = 5, version = version + 1 WHERE id = ?").bind(tenant.id).run();
+    await runSweep();
+    expect(await held()).toEqual({ signing_generation: 2, max_in_flight: 5 });
   });
 
   it("re-asserts a lost alarm: due work runs at once", async () => {
