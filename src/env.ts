@@ -36,3 +36,6 @@ export function shardStub(env: Env, shard: string): DurableObjectStub<Shard> {
 export function gateStub(env: Env, tenantId: string): DurableObjectStub<TenantGate> {
   return env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenantId));
 }
+
+/** A required secret or setting is missing or malformed: the operator's to fix, not the client's. */
+export class Misconfigured extends Error {}

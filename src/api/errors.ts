@@ -3,6 +3,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
 import { CatalogUnavailable } from "../catalog/jobs";
+import { Misconfigured } from "../env";
 
 /** The one error type handlers throw; `onError` turns it (and anything else) into the JSON body. */
 export class ApiError extends Error {
@@ -61,6 +62,10 @@ export function errorResponse(err: Error, c: Context): Response {
     console.error(err.message);
     c.header("Retry-After", "5");
     return c.json({ error: { code: "catalog_unavailable", message: "the job catalog (D1) is unavailable; scheduled runs go on; retry this request" } }, 503);
+  }
+  if (err instanceof Misconfigured) {
+    console.error(`misconfigured: ${err.message}`);
+    return c.json({ error: { code: "misconfigured", message: `the server is misconfigured: ${err.message}` } }, 500);
   }
   if (err instanceof HTTPException) {
     // Hono's own rejections (malformed JSON, …) get the same JSON shape as ours.

@@ -13,7 +13,7 @@ import {
   type ApiKeyRow,
   type Tenant,
 } from "../catalog/tenants";
-import { shardStub } from "../env";
+import { Misconfigured, shardStub } from "../env";
 import { pageOf, Text } from "../model/common";
 import { DEFAULT_TENANT, KEY_ID, newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
 import { signingSecrets, SIGNATURE_HEADER } from "../security/signing";
@@ -267,7 +267,9 @@ async function signingTenant(c: AppContext, named: string | undefined): Promise<
 }
 
 async function presentSigning(c: AppContext, tenant: Tenant) {
-  const { current, next } = await signingSecrets(c.env.SIGNING_SECRET, tenant.id, tenant.signingGeneration);
+  const { current, next } = await signingSecrets(c.env.SIGNING_SECRET, tenant.id, tenant.signingGeneration).catch((err: Error) => {
+    throw new Misconfigured(err.message);
+  });
   return { tenantId: tenant.id, header: SIGNATURE_HEADER, current, next };
 }
 

@@ -1,11 +1,20 @@
+import { Misconfigured } from "../env";
 import type { StoredTarget, Target, TargetSecrets, TargetView } from "../model/job";
-import { loadKeyRing, open, seal } from "./sealing";
+import { loadKeyRing, open, seal, type KeyRing } from "./sealing";
 
 /**
  * A target between its API form and its stored form: URL and method stay readable (routing,
  * the SSRF guard, display), headers and body are sealed under the job id, so a sealed target
  * copied onto another job (another tenant's) does not open.
  */
+
+async function keyRing(keys: string | undefined): Promise<KeyRing> {
+  try {
+    return await loadKeyRing(keys);
+  } catch (err) {
+    throw new Misconfigured((err as Error).message); // messages name the entry, never key material
+  }
+}
 
 export async function sealTarget(keys: string | undefined, target: Target, jobId: string): Promise<StoredTarget> {
   const secrets: TargetSecrets = {};
@@ -15,7 +24,7 @@ export async function sealTarget(keys: string | undefined, target: Target, jobId
     url: target.url,
     method: target.method,
     headerNames: Object.keys(target.headers ?? {}),
-    secrets: Object.keys(secrets).length === 0 ? null : await seal(await loadKeyRing(keys), secrets, jobId),
+    secrets: Object.keys(secrets).length === 0 ? null : await seal(await keyRing(keys), secrets, jobId),
   };
 }
 
@@ -25,7 +34,7 @@ const isLegacy = (target: StoredTarget | LegacyTarget): target is LegacyTarget =
 
 export async function openTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetSecrets> {
   if (isLegacy(target)) return { headers: target.headers, body: target.body }; // sealed at its next change
-  return target.secrets === null ? {} : open<TargetSecrets>(await loadKeyRing(keys), target.secrets, jobId);
+  return target.secrets === null ? {} : open<TargetSecrets>(await keyRing(keys), target.secrets, jobId);
 }
 
 /**

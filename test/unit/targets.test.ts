@@ -1,5 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { Misconfigured } from "../../src/env";
 import type { StoredTarget } from "../../src/model/job";
 import { openTarget, sealTarget, viewTarget } from "../../src/security/targets";
 
@@ -22,6 +23,13 @@ describe("targets at rest", () => {
     const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
     expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ url: target.url, method: "POST", headerNames: ["Authorization"], body: { a: 1 } });
     expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other")).toEqual({ url: target.url, method: "POST", headerNames: ["Authorization"] });
+  });
+
+  it("missing or malformed ENCRYPTION_KEYS is the operator's problem, said without key material", async () => {
+    await expect(sealTarget(undefined, target, "job_a")).rejects.toThrow(Misconfigured);
+    const bad = "k1:c2VjcmV0LWJ1dC10b28tc2hvcnQ=";
+    await expect(sealTarget(bad, target, "job_a")).rejects.toThrow(/32 bytes/);
+    await expect(sealTarget(bad, target, "job_a")).rejects.not.toThrow(/c2VjcmV0/);
   });
 
   it("a target without headers or body seals to nothing", async () => {
