@@ -43,7 +43,8 @@ function workerdProject(name: string, include: string[], allowPrivateTargets: bo
  * - `workers`: pure unit tests and integration tests inside workerd. Every receiver is on
  *   127.0.0.1, so private targets are allowed here, as `npm start` allows them;
  * - `strict`: the same workerd stack as deployed, private targets refused (the SSRF guard);
- * - `e2e`: Node tests that start the real `wrangler dev` the way `npm start` does.
+ * - `e2e`: Node tests that start the real `wrangler dev` the way `npm start` does, and Node
+ *   tests of what needs no Worker (D1 migrations upgrading a catalog that holds data).
  * All talk to real HTTP receivers on 127.0.0.1, never to a mock of a binding.
  */
 export default defineConfig({
@@ -54,7 +55,7 @@ export default defineConfig({
       {
         test: {
           name: "e2e",
-          include: ["test/e2e/**/*.test.ts"],
+          include: ["test/e2e/**/*.test.ts", "test/node/**/*.test.ts"],
           environment: "node",
           testTimeout: 180_000,
           hookTimeout: 120_000,

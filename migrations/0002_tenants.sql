@@ -24,5 +24,7 @@ CREATE TABLE api_keys (
 
 CREATE INDEX api_keys_by_tenant ON api_keys (tenant_id, id);
 
-ALTER TABLE jobs ADD COLUMN tenant_id TEXT NOT NULL DEFAULT 'default' REFERENCES tenants (id);
+-- No REFERENCES here: SQLite (and so D1, which enforces foreign keys) cannot add a referencing
+-- column with a default to a table that has rows. The API sets it from the caller's tenant.
+ALTER TABLE jobs ADD COLUMN tenant_id TEXT NOT NULL DEFAULT 'default';
 CREATE INDEX jobs_by_tenant ON jobs (tenant_id, id);
