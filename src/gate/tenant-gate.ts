@@ -18,7 +18,7 @@ export class TenantGate extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS permits (run_id TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY);
     `);
   }
@@ -36,41 +36,42 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   /**
-   * Grants permits to as many of `runIds` as `limit` allows, in order; a run that already holds
-   * one keeps it (a repeated ask is harmless). The shard is woken later if any were refused.
+   * Grants as many of the asked `permits` (one per admission of a run: run id and fence) as
+   * `limit` allows, in order; one already held is kept (a repeated ask is harmless). The shard
+   * is woken later if any were refused.
    */
-  async acquire(shard: string, runIds: string[], limit: number, leaseMs: number): Promise<string[]> {
+  async acquire(shard: string, permits: string[], limit: number, leaseMs: number): Promise<string[]> {
     const now = Date.now();
     const granted: string[] = [];
     this.ctx.storage.transactionSync(() => {
       this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", now);
       let held = this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number;
-      for (const runId of runIds) {
-        const renewed = this.sql.exec("UPDATE permits SET expires_at = ? WHERE run_id = ?", now + leaseMs, runId).rowsWritten;
+      for (const permit of permits) {
+        const renewed = this.sql.exec("UPDATE permits SET expires_at = ? WHERE permit = ?", now + leaseMs, permit).rowsWritten;
         if (renewed > 0 || held < limit) {
           if (renewed === 0) {
-            this.sql.exec("INSERT INTO permits (run_id, shard, expires_at) VALUES (?, ?, ?)", runId, shard, now + leaseMs);
+            this.sql.exec("INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?)", permit, shard, now + leaseMs);
             held++;
           }
-          granted.push(runId);
+          granted.push(permit);
         }
       }
-      if (granted.length < runIds.length) this.sql.exec("INSERT INTO waiters (shard) VALUES (?) ON CONFLICT DO NOTHING", shard);
+      if (granted.length < permits.length) this.sql.exec("INSERT INTO waiters (shard) VALUES (?) ON CONFLICT DO NOTHING", shard);
     });
     await this.armAlarm();
     return granted;
   }
 
   /** Extends permits still held (a long-running attempt heartbeats; a dispatch is sent again). */
-  async renew(runIds: string[], leaseMs: number): Promise<void> {
+  async renew(permits: string[], leaseMs: number): Promise<void> {
     const until = Date.now() + leaseMs;
-    for (const runId of runIds) this.sql.exec("UPDATE permits SET expires_at = MAX(expires_at, ?) WHERE run_id = ?", until, runId);
+    for (const permit of permits) this.sql.exec("UPDATE permits SET expires_at = MAX(expires_at, ?) WHERE permit = ?", until, permit);
     await this.armAlarm();
   }
 
   /** Gives permits back; waiting shards are woken to use the freed capacity. */
-  async release(runIds: string[]): Promise<void> {
-    for (const runId of runIds) this.sql.exec("DELETE FROM permits WHERE run_id = ?", runId);
+  async release(permits: string[]): Promise<void> {
+    for (const permit of permits) this.sql.exec("DELETE FROM permits WHERE permit = ?", permit);
     this.wakeWaiters();
     await this.armAlarm();
   }

@@ -98,15 +98,18 @@ export const MAX_BACKFILL = 1_000;
 export class Shard extends DurableObject<Env> {
   private readonly store: ShardStore;
   private flushing: Promise<boolean> | null = null;
+  /** One admission at a time: two interleaved at the gate's await would both admit one run. */
+  private admitting: Promise<void> | null = null;
   /**
    * Permits to extend at the next flush. Kept in memory only: a renewal lost to a restart lets
    * that permit lapse at its lease, which can only let the tenant briefly exceed its limit.
    */
-  private permitRenewals: Array<{ runId: string; tenantId: string; leaseMs: number }> = [];
+  private permitRenewals: Array<{ permit: string; tenantId: string; leaseMs: number }> = [];
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.store = new ShardStore(ctx.storage.sql);
+    // One transaction: a shard an earlier release created is upgraded all at once or not at all.
+    this.store = ctx.storage.transactionSync(() => new ShardStore(ctx.storage.sql));
   }
 
   // ---- the alarm: fire what is due, move runs whose time has come, send, re-arm ----
@@ -128,7 +131,7 @@ export class Shard extends DurableObject<Env> {
       this.startBufferedRuns(now);
     });
     failpoint("shard.afterCommit", this.faultScope());
-    await this.admit(now);
+    await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
@@ -209,14 +212,28 @@ export class Shard extends DurableObject<Env> {
   /**
    * Admits waiting runs as far as flow control allows: the jobs' own limits are decided here
    * (pure, in `planAdmission`), then the tenants' gates grant permits (across shards), then
-   * one transaction moves the admitted runs to `queued` with their dispatches. A run cancelled
-   * during the gate call is skipped, and its permit given back.
+   * one transaction moves the admitted runs to `queued` with their dispatches. One admission at
+   * a time; a run cancelled during the gate call is skipped, and its permit given back.
    */
-  private async admit(now: number): Promise<void> {
-    const waiting = this.store.waitingRuns(TICK_BATCH);
+  private async admit(): Promise<void> {
+    while (this.admitting) await this.admitting;
+    this.admitting = this.admitDue();
+    try {
+      await this.admitting;
+    } finally {
+      this.admitting = null;
+    }
+  }
+
+  private async admitDue(): Promise<void> {
+    const now = Date.now();
+    const waiting = this.store.waitingRuns(now, TICK_BATCH);
     if (waiting.length === 0) return;
     const jobs = new Map(this.store.getJobs([...new Set(waiting.map((r) => r.jobId))]).map((j) => [j.id, j]));
     const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS);
+    // A permit is granted for one admission of one run: the fence makes a later admission's
+    // permit a different one, so a late release of the earlier cannot take it away.
+    const permitOf = (run: RunRow) => `${run.id}#${run.fence}`;
     const granted = new Set<string>();
     const gated = Map.groupBy(
       plan.candidates.filter((r) => this.tenantLimit(jobs.get(r.jobId)!.tenantId) !== null),
@@ -226,8 +243,8 @@ export class Shard extends DurableObject<Env> {
       [...gated].map(async ([tenantId, runs]) => {
         const leaseMs = this.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
         try {
-          const ids = await gateStub(this.env, tenantId).acquire(this.shardName(), runs.map((r) => r.id), this.tenantLimit(tenantId)!, leaseMs);
-          for (const id of ids) granted.add(id);
+          const permits = await gateStub(this.env, tenantId).acquire(this.shardName(), runs.map(permitOf), this.tenantLimit(tenantId)!, leaseMs);
+          for (const permit of permits) granted.add(permit);
         } catch (err) {
           console.error(`shard ${this.shardName()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
         }
@@ -236,17 +253,17 @@ export class Shard extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       for (const candidate of plan.candidates) {
         const job = jobs.get(candidate.jobId)!;
-        const needsPermit = gated.has(job.tenantId);
+        const permit = gated.has(job.tenantId) ? permitOf(candidate) : null;
         const run = this.store.getRun(candidate.id);
-        if (run?.state !== "waiting") {
-          if (granted.has(candidate.id)) this.store.releasePermitLater(candidate.id, job.tenantId);
-        } else if (needsPermit && !granted.has(run.id)) {
-          this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
-        } else {
-          const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), holdsPermit: needsPermit });
-          this.store.addOutbox(next.id, next.fence);
-          if (job.spec.ratePerSecond !== undefined) this.store.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
+        const stillWaiting = run?.state === "waiting" && run.fence === candidate.fence;
+        if (!stillWaiting || (permit !== null && !granted.has(permit))) {
+          if (permit !== null && granted.has(permit)) this.store.releasePermitLater(permit, job.tenantId);
+          if (stillWaiting) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
+          continue;
         }
+        const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit });
+        this.store.addOutbox(next.id, next.fence);
+        if (job.spec.ratePerSecond !== undefined) this.store.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
       }
       for (const { run, dueAt } of plan.deferred) {
         if (this.store.getRun(run.id)?.state === "waiting") this.store.setDueAt(run.id, dueAt);
@@ -364,8 +381,8 @@ export class Shard extends DurableObject<Env> {
   }
 
   private renewPermitLater(run: RunRow, leaseMs: number): void {
-    const tenantId = run.holdsPermit ? this.store.getJob(run.jobId)?.tenantId : undefined;
-    if (tenantId) this.permitRenewals.push({ runId: run.id, tenantId, leaseMs });
+    const tenantId = run.permit === null ? undefined : this.store.getJob(run.jobId)?.tenantId;
+    if (tenantId) this.permitRenewals.push({ permit: run.permit!, tenantId, leaseMs });
   }
 
   /** Extends the permits of attempts that outlive their first lease; best effort (see permitRenewals). */
@@ -373,7 +390,7 @@ export class Shard extends DurableObject<Env> {
     const renewals = this.permitRenewals.splice(0);
     await Promise.allSettled(
       [...Map.groupBy(renewals, (r) => r.tenantId)].map(([tenantId, list]) =>
-        gateStub(this.env, tenantId).renew(list.map((r) => r.runId), Math.max(...list.map((r) => r.leaseMs))),
+        gateStub(this.env, tenantId).renew(list.map((r) => r.permit), Math.max(...list.map((r) => r.leaseMs))),
       ),
     );
   }
@@ -384,9 +401,9 @@ export class Shard extends DurableObject<Env> {
     if (pending.length === 0) return true;
     const results = await Promise.allSettled(
       [...Map.groupBy(pending, (p) => p.tenantId)].map(async ([tenantId, list]) => {
-        const ids = list.map((p) => p.runId);
-        await gateStub(this.env, tenantId).release(ids);
-        return ids;
+        const permits = list.map((p) => p.permit);
+        await gateStub(this.env, tenantId).release(permits);
+        return permits;
       }),
     );
     this.store.removePermitReleases(results.flatMap((r) => (r.status === "fulfilled" ? r.value : [])));
@@ -396,7 +413,7 @@ export class Shard extends DurableObject<Env> {
   /** Runs ended: a buffered fire may start, a waiting run may be admitted, permits go back; then the alarm is re-pointed. */
   private async afterRunsEnded(now: number): Promise<void> {
     this.ctx.storage.transactionSync(() => this.startBufferedRuns(now));
-    await this.admit(now);
+    await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
@@ -452,7 +469,8 @@ export class Shard extends DurableObject<Env> {
   /** Called by a tenant gate when capacity freed (and harmless at any other time). */
   async admitWaiting(): Promise<void> {
     if (this.store.getMeta("name") === null) return; // never handed a job: nothing waits here
-    await this.admit(Date.now());
+    this.store.dueAllWaiting(Date.now());
+    await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
   }
@@ -484,7 +502,7 @@ export class Shard extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       this.startRun(job, { id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now, catchUp: false }, now);
     });
-    await this.admit(now);
+    await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return this.getRun(runId);
@@ -512,7 +530,7 @@ export class Shard extends DurableObject<Env> {
         (this.startRun(job, run, now) ? created : existing).push(id);
       }
     });
-    await this.admit(now);
+    await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return { created, existing };
@@ -673,7 +691,7 @@ export class Shard extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       this.sendOn(run, "revive", { attempt: 1, fence: run.fence + 1, finishedAt: null, status: null, error: null }, now);
     });
-    await this.admit(now);
+    await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
     return this.getRun(runId);

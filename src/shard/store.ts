@@ -8,23 +8,9 @@ import { IN_FLIGHT_STATES, RUN_STATE_SQL_LIST, RUN_TRIGGER_SQL_LIST, RUN_TRIGGER
  * `transactionSync` gets one atomic change with no interleaving.
  */
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY,
-  tenant_id TEXT NOT NULL DEFAULT 'default',
-  version INTEGER NOT NULL,
-  spec TEXT NOT NULL,
-  paused INTEGER NOT NULL,
-  deleted INTEGER NOT NULL,
-  created_at INTEGER NOT NULL,
-  next_fire_at INTEGER,              -- the next fire's nominal instant (what its run is scheduled at)
-  next_due_at INTEGER,               -- when it is acted on: next_fire_at plus the job's jitter offset
-  fires INTEGER NOT NULL DEFAULT 0,  -- scheduled fires so far, for maxRuns
-  rate_next_at INTEGER               -- ratePerSecond: the earliest the job's next run may be admitted
-);
-CREATE INDEX IF NOT EXISTS jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS runs (
+/** The runs table, by name: created as `runs`, or beside it when an upgrade rebuilds it. */
+const runsTable = (name: string) => `
+CREATE TABLE IF NOT EXISTS ${name} (
   id TEXT PRIMARY KEY,
   job_id TEXT NOT NULL,
   job_version INTEGER NOT NULL,
@@ -41,9 +27,27 @@ CREATE TABLE IF NOT EXISTS runs (
   error TEXT,
   result TEXT,                       -- what a long-running target sent with its completion
   catch_up INTEGER NOT NULL DEFAULT 0, -- the fire was missed and this run catches it up
-  holds_permit INTEGER NOT NULL DEFAULT 0 -- holds one of its tenant's run-in-flight permits
+  permit TEXT                        -- the tenant run-in-flight permit it holds (its grant key), if any
+);`;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  tenant_id TEXT NOT NULL DEFAULT 'default',
+  version INTEGER NOT NULL,
+  spec TEXT NOT NULL,
+  paused INTEGER NOT NULL,
+  deleted INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  next_fire_at INTEGER,              -- the next fire's nominal instant (what its run is scheduled at)
+  next_due_at INTEGER,               -- when it is acted on: next_fire_at plus the job's jitter offset
+  fires INTEGER NOT NULL DEFAULT 0,  -- scheduled fires so far, for maxRuns
+  rate_next_at INTEGER               -- ratePerSecond: the earliest the job's next run may be admitted
 );
-CREATE INDEX IF NOT EXISTS runs_waiting ON runs (scheduled_at, id) WHERE state = 'waiting';
+CREATE INDEX IF NOT EXISTS jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
+${runsTable("runs")}
+CREATE INDEX IF NOT EXISTS runs_waiting ON runs (due_at) WHERE state = 'waiting';
 CREATE INDEX IF NOT EXISTS runs_buffered ON runs (job_id) WHERE state = 'buffered';
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
 CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
@@ -74,15 +78,38 @@ CREATE TABLE IF NOT EXISTS tenants (
   max_in_flight INTEGER
 );
 -- Permits to give back to tenant gates: an outbox too, written with the run's change.
-CREATE TABLE IF NOT EXISTS permit_releases (run_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS permit_releases (permit TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);
 `;
 
 /** Columns added after a table was first created: a shard created before them gains them on start. */
 const ADDED_COLUMNS: Array<[table: string, column: string, definition: string]> = [
   ["jobs", "tenant_id", "TEXT NOT NULL DEFAULT 'default'"],
   ["jobs", "rate_next_at", "INTEGER"],
-  ["runs", "holds_permit", "INTEGER NOT NULL DEFAULT 0"],
+  ["runs", "catch_up", "INTEGER NOT NULL DEFAULT 0"],
+  ["runs", "permit", "TEXT"],
 ];
+
+/**
+ * Brings a shard created by an earlier release up to this schema. Columns are added in place;
+ * the runs table's CHECK on states cannot be altered, so when the state list grew the table is
+ * rebuilt. The caller runs this in a transaction: an interrupted upgrade leaves nothing half done.
+ */
+function upgrade(sql: SqlStorage): void {
+  const tableSql = (name: string) =>
+    sql.exec("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray()[0]?.sql as string | undefined;
+  for (const [table, column, definition] of ADDED_COLUMNS) {
+    const has = sql.exec("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", table, column).toArray().length > 0;
+    if (tableSql(table) !== undefined && !has) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${definition}`);
+  }
+  const runs = tableSql("runs");
+  if (runs !== undefined && !runs.includes(RUN_STATE_SQL_LIST)) {
+    const columns = sql.exec("SELECT name FROM pragma_table_info('runs')").toArray().map((r) => r.name as string).join(", ");
+    sql.exec(runsTable("runs_upgraded"));
+    sql.exec(`INSERT INTO runs_upgraded (${columns}) SELECT ${columns} FROM runs`);
+    sql.exec("DROP TABLE runs"); // its indexes go with it; SCHEMA makes them again
+    sql.exec("ALTER TABLE runs_upgraded RENAME TO runs");
+  }
+}
 
 /** What the API (or the sweep) hands a shard: a job definition at a version. */
 export interface JobDefinition {
@@ -121,7 +148,8 @@ export interface RunRow {
   status: number | null;
   error: string | null;
   result: string | null;
-  holdsPermit: boolean;
+  /** The grant key of the tenant permit this run holds while in flight, if its tenant has a limit. */
+  permit: string | null;
 }
 
 export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out", "cancelled"] as const;
@@ -185,7 +213,7 @@ const toRun = (r: Row): RunRow => ({
   status: r.status as number | null,
   error: r.error as string | null,
   result: r.result as string | null,
-  holdsPermit: r.holds_permit === 1,
+  permit: (r.permit as string | null) ?? null,
 });
 
 const toAttempt = (r: Row): AttemptRow => ({
@@ -203,12 +231,9 @@ const toAttempt = (r: Row): AttemptRow => ({
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
 
+  /** Call inside a transaction (see `upgrade`). */
   constructor(private readonly sql: SqlStorage) {
-    for (const [table, column, definition] of ADDED_COLUMNS) {
-      const exists = sql.exec(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`, table).toArray().length > 0;
-      const has = exists && sql.exec(`SELECT 1 FROM pragma_table_info(?) WHERE name = ?`, table, column).toArray().length > 0;
-      if (exists && !has) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${definition}`);
-    }
+    upgrade(sql);
     sql.exec(SCHEMA);
   }
 
@@ -318,9 +343,20 @@ export class ShardStore {
     return this.sql.exec("SELECT * FROM runs WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit).toArray().map(toRun);
   }
 
-  /** Runs waiting for flow control to admit them, oldest fire first. */
-  waitingRuns(limit: number): RunRow[] {
-    return this.sql.exec("SELECT * FROM runs WHERE state = 'waiting' ORDER BY scheduled_at, id LIMIT ?", limit).toArray().map(toRun);
+  /**
+   * Waiting runs due for admission, earliest first. Runs deferred to a later time are left out,
+   * so that one job's long backlog cannot keep every other job's runs from being looked at.
+   */
+  waitingRuns(now: number, limit: number): RunRow[] {
+    return this.sql
+      .exec("SELECT * FROM runs WHERE state = 'waiting' AND due_at <= ? ORDER BY due_at, scheduled_at, id LIMIT ?", now, limit)
+      .toArray()
+      .map(toRun);
+  }
+
+  /** Capacity may have freed (a tenant's gate said so): every waiting run is looked at now. */
+  dueAllWaiting(now: number): void {
+    this.sql.exec("UPDATE runs SET due_at = ? WHERE state = 'waiting' AND due_at > ?", now, now);
   }
 
   /** A job's runs dispatched or running: what its maxConcurrency counts. */
@@ -337,9 +373,9 @@ export class ShardStore {
     this.sql.exec("UPDATE jobs SET rate_next_at = ? WHERE id = ?", at, jobId);
   }
 
-  /** A permit granted to a run that stopped waiting meanwhile: given back like any other. */
-  releasePermitLater(runId: string, tenantId: string): void {
-    this.sql.exec("INSERT INTO permit_releases (run_id, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", runId, tenantId);
+  /** A permit to give back to its tenant's gate after commit. */
+  releasePermitLater(permit: string, tenantId: string): void {
+    this.sql.exec("INSERT INTO permit_releases (permit, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", permit, tenantId);
   }
 
   // ---- tenants ----
@@ -366,15 +402,15 @@ export class ShardStore {
   }
 
   /** Permits a changed run must give back, to send after commit. */
-  permitReleases(limit: number): Array<{ runId: string; tenantId: string }> {
+  permitReleases(limit: number): Array<{ permit: string; tenantId: string }> {
     return this.sql
-      .exec("SELECT run_id, tenant_id FROM permit_releases LIMIT ?", limit)
+      .exec("SELECT permit, tenant_id FROM permit_releases LIMIT ?", limit)
       .toArray()
-      .map((r) => ({ runId: r.run_id as string, tenantId: r.tenant_id as string }));
+      .map((r) => ({ permit: r.permit as string, tenantId: r.tenant_id as string }));
   }
 
-  removePermitReleases(runIds: string[]): void {
-    for (const id of runIds) this.sql.exec("DELETE FROM permit_releases WHERE run_id = ?", id);
+  removePermitReleases(permits: string[]): void {
+    for (const permit of permits) this.sql.exec("DELETE FROM permit_releases WHERE permit = ?", permit);
   }
 
   /** Runs of a job that have not started an attempt yet or wait for their next one. */
@@ -403,24 +439,28 @@ export class ShardStore {
   moveRun(
     run: RunRow,
     event: RunEvent,
-    changes: Partial<Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "holdsPermit">>,
+    changes: Partial<Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "permit">>,
   ): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
-    // A run that stops being in flight gives its tenant's permit back, in this same transaction.
-    if (run.holdsPermit && !IN_FLIGHT_STATES.includes(to)) {
-      next.holdsPermit = false;
-      this.sql.exec(
-        "INSERT INTO permit_releases (run_id, tenant_id) SELECT ?, tenant_id FROM jobs WHERE id = ? ON CONFLICT DO NOTHING",
-        run.id, run.jobId,
-      );
+    if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
+      // It stops being in flight: its tenant permit goes back, in this same transaction, and
+      // its job's waiting runs (held by maxConcurrency) are looked at again now.
+      if (run.permit !== null) {
+        this.sql.exec(
+          "INSERT INTO permit_releases (permit, tenant_id) SELECT ?, tenant_id FROM jobs WHERE id = ? ON CONFLICT DO NOTHING",
+          run.permit, run.jobId,
+        );
+        next.permit = null;
+      }
+      this.sql.exec("UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND state = 'waiting' AND due_at > ?1", Date.now(), run.jobId);
     }
     this.sql.exec(
       `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
-         error = ?, result = ?, holds_permit = ? WHERE id = ?`,
+         error = ?, result = ?, permit = ? WHERE id = ?`,
       next.state, next.jobVersion, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error,
-      next.result, next.holdsPermit ? 1 : 0, run.id,
+      next.result, next.permit, run.id,
     );
     return next;
   }

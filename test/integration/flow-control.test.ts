@@ -1,6 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import type { Job } from "../../src/model/job";
+import { CreateJobSchema, type Job } from "../../src/model/job";
+import { sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
@@ -127,7 +128,7 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
     const runId = await trigger(job, tenant.api);
     const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
     const permitExpiry = () =>
-      runInDurableObject(gate, (_g, state) => state.storage.sql.exec("SELECT expires_at FROM permits WHERE run_id = ?", runId).toArray()[0]?.expires_at as number | undefined);
+      runInDurableObject(gate, (_g, state) => state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as number | undefined);
 
     const hit = await vi.waitFor(async () => {
       const [first] = await hitsOf(url);
@@ -148,5 +149,78 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
     expect(done.status, await done.clone().text()).toBe(200);
     await expect.poll(permitExpiry).toBeUndefined();
     await waitForRun(second, ["running", "succeeded"]);
+  });
+});
+
+describe("admission under interleaving and backlog", () => {
+  /** Two jobs of one tenant on one shard of the test's choosing, handed to it as the API would. */
+  async function twoJobsOnOneShard(limit: number | null, spec: Record<string, unknown> = {}) {
+    const tenant = await createTenant({ maxRunsInFlight: limit });
+    const shard = `shard-t${crypto.randomUUID().slice(0, 8)}`;
+    const stub = env.SHARD.get(env.SHARD.idFromName(shard));
+    const url = receiverPath("admission", "delayMs=1000");
+    const { target, ...rest } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url }, ...spec });
+    const defs = await Promise.all(
+      ["a", "b"].map(async (suffix) => {
+        const id = `job_${Date.now().toString(36).padStart(9, "0")}${suffix}${crypto.randomUUID().replace(/-/g, "").slice(0, 9)}`;
+        return { id, tenantId: tenant.id, version: 1, spec: { ...rest, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) }, paused: false, deleted: false, createdAt: Date.now() };
+      }),
+    );
+    await stub.applyJobs(shard, defs, [{ id: tenant.id, version: 1, signingGeneration: 1, maxRunsInFlight: limit }]);
+    return { tenant, shard, stub, jobs: defs.map((d) => d.id) };
+  }
+
+  it("two admissions at once grant one permit per run, and the limit holds", async () => {
+    const { tenant, shard, stub, jobs } = await twoJobsOnOneShard(1);
+    // Two waiting runs, made by hand so that nothing has admitted them yet.
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      for (const [i, jobId] of jobs.entries()) {
+        state.storage.sql.exec(
+          "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at) VALUES (?, ?, 1, 'manual', ?, 'waiting', 1, 1, ?, ?)",
+          `run_${jobs[i]!.slice(4)}_mx${i}`, jobId, Date.now(), Date.now() - 1, Date.now(),
+        );
+      }
+    });
+    // Called within one invocation, each runs until its gate call before the next starts: all
+    // three read the same waiting runs, as interleaved requests would.
+    await runInDurableObject(stub, (instance: Shard) => Promise.all([instance.admitWaiting(), instance.admitWaiting(), instance.admitWaiting()]));
+    const inFlight = await runInDurableObject(stub, (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT permit FROM runs WHERE state IN ('queued', 'running')").toArray().map((r) => r.permit as string),
+    );
+    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
+    const held = await runInDurableObject(gate, (_g, state) => state.storage.sql.exec("SELECT permit FROM permits").toArray().map((r) => r.permit as string));
+    // The run in flight (its target takes a second) holds its permit, and no other run is in flight.
+    expect(inFlight).toHaveLength(1);
+    expect(held).toEqual(inFlight);
+    expect(shard).toMatch(/^shard-t/);
+  });
+
+  it("one job's deferred backlog does not keep another job's runs from being admitted", async () => {
+    const { stub, jobs } = await twoJobsOnOneShard(null, { maxConcurrency: 1 });
+    const [a, b] = jobs as [string, string];
+    const now = Date.now();
+    // 2,001 runs of job a, all due and all older than b's one run: more than one admission pass takes.
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      for (let i = 0; i < 2_001; i++) {
+        state.storage.sql.exec(
+          "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at) VALUES (?, ?, 1, 'backfill', ?, 'waiting', 1, 1, ?, ?)",
+          `run_${a.slice(4)}_${i.toString(36)}`, a, now - 10_000 + i, now - 10_000 + i, now,
+        );
+      }
+      state.storage.sql.exec(
+        "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at) VALUES (?, ?, 1, 'manual', ?, 'waiting', 1, 1, ?, ?)",
+        `run_${b.slice(4)}_mb`, b, now, now, now,
+      );
+    });
+    await stub.admitWaiting();
+    await stub.admitWaiting();
+    const stateOfB = await runInDurableObject(stub, (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT state FROM runs WHERE job_id = ?", b).one().state,
+    );
+    expect(stateOfB).not.toBe("waiting");
+    const admittedOfA = await runInDurableObject(stub, (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state != 'waiting'", a).one().n,
+    );
+    expect(admittedOfA).toBe(1); // its maxConcurrency
   });
 });
