@@ -20,8 +20,9 @@ const IdParam = pathId("run_0mihx2k3f8a1b2c3d4e5_mj3k2a00");
 async function jobOfRun(c: AppContext, runId: string): Promise<CatalogJob> {
   const jobId = jobIdOfRun(runId);
   if (!jobId) throw notFound("run", runId);
-  return loadJob(c, jobId, { includeDeleted: true }).catch(() => {
-    throw notFound("run", runId);
+  return loadJob(c, jobId, { includeDeleted: true }).catch((err: unknown) => {
+    // Only "no such job" becomes "no such run"; anything else (D1 down: 503) stays what it is.
+    throw err instanceof ApiError && err.status === 404 ? notFound("run", runId) : err;
   });
 }
 
@@ -89,10 +90,12 @@ function shardOfToken(token: string): string {
   return parsed.shard;
 }
 
-/** Completion-token verdicts as HTTP answers. */
-function tokenError(verdict: TokenVerdict, runId: string): ApiError {
-  if (verdict === "unknown_run") return notFound("run", runId);
-  if (verdict === "invalid_token") return new ApiError(403, "invalid_token", "this completion token does not belong to this run");
+/**
+ * Completion-token verdicts as HTTP answers. An unknown run gets the same answer as a wrong
+ * token: these routes take no API key, so a difference would tell anyone which runs exist.
+ */
+function tokenError(verdict: TokenVerdict): ApiError {
+  if (verdict === "unknown_run" || verdict === "invalid_token") return new ApiError(403, "invalid_token", "this completion token does not belong to this run");
   return new ApiError(409, "stale", "this attempt is no longer current (it timed out, or the run ended); nothing was changed");
 }
 
@@ -109,7 +112,7 @@ runs.openapi(
     const { id } = c.req.valid("param");
     const { token, ...completion } = c.req.valid("json");
     const answer = await shardStub(c.env, shardOfToken(token)).complete(id, token, completion);
-    if (typeof answer === "string") throw tokenError(answer, id);
+    if (typeof answer === "string") throw tokenError(answer);
     return c.json(presentRun(answer), 200);
   },
 );
@@ -127,7 +130,7 @@ runs.openapi(
     const { id } = c.req.valid("param");
     const { token, extendMs } = c.req.valid("json");
     const answer = await shardStub(c.env, shardOfToken(token)).heartbeat(id, token, extendMs);
-    if (typeof answer === "string") throw tokenError(answer, id);
+    if (typeof answer === "string") throw tokenError(answer);
     return c.json({ leaseUntil: new Date(answer.leaseUntil).toISOString() }, 200);
   },
 );

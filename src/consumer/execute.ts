@@ -1,7 +1,7 @@
 import type { Env } from "../env";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { allowPrivateTargets, targetRefusal, type TargetPolicy } from "../security/target-guard";
-import { openTarget } from "../security/targets";
+import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/shard";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
@@ -11,6 +11,7 @@ const MAX_ERROR_CHARS = 500;
 /** Redirects followed by hand, each checked by the SSRF guard (fetch would follow them unchecked). */
 const MAX_REDIRECTS = 5;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+const CROSS_ORIGIN_DROPPED = ["X-Edgecron-Completion-Token", "X-Edgecron-Complete-Url"];
 
 /** What executing needs from the Worker's environment, read once per batch. */
 export interface ExecuteContext {
@@ -79,8 +80,12 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
         await response.body?.cancel();
         if (hop >= MAX_REDIRECTS) return refused(`more than ${MAX_REDIRECTS} redirects`);
         const next = new URL(location, url);
-        // The job's own headers (credentials, often) go to the origin the user named, no further.
-        if (next.origin !== new URL(url).origin) for (const name of target.headerNames) headers.delete(name);
+        // Credentials go to the origin the user named, no further: the job's own headers, and
+        // the completion token (it could finish the run). The signature stays, so the final
+        // target can verify; replaying it elsewhere only repeats an Idempotency-Key.
+        if (next.origin !== new URL(url).origin) {
+          for (const name of [...headerNamesOf(target), ...CROSS_ORIGIN_DROPPED]) headers.delete(name);
+        }
         if (response.status === 303 || ((response.status === 301 || response.status === 302) && method === "POST")) {
           method = "GET";
           body = undefined;

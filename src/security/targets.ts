@@ -32,6 +32,11 @@ export async function sealTarget(keys: string | undefined, target: Target, jobId
 type LegacyTarget = Target & { secrets?: never };
 const isLegacy = (target: StoredTarget | LegacyTarget): target is LegacyTarget => !("secrets" in target);
 
+/** The names of a target's own headers, for stored and legacy targets alike. */
+export function headerNamesOf(target: StoredTarget | LegacyTarget): string[] {
+  return isLegacy(target) ? Object.keys(target.headers ?? {}) : target.headerNames;
+}
+
 export async function openTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetSecrets> {
   if (isLegacy(target)) return { headers: target.headers, body: target.body }; // sealed at its next change
   return target.secrets === null ? {} : open<TargetSecrets>(await keyRing(keys), target.secrets, jobId);
@@ -42,7 +47,7 @@ export async function openTarget(keys: string | undefined, target: StoredTarget 
  * key was dropped from ENCRYPTION_KEYS) is left out rather than failing the whole answer.
  */
 export async function viewTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetView> {
-  const headerNames = isLegacy(target) ? Object.keys(target.headers ?? {}) : target.headerNames;
+  const headerNames = headerNamesOf(target);
   let body: TargetSecrets["body"];
   try {
     body = (await openTarget(keys, target, jobId)).body;

@@ -248,6 +248,8 @@ describe("fault injection", () => {
     expect(res.headers.get("Retry-After")).toBe("5");
     expect(await res.json()).toMatchObject({ error: { code: "catalog_unavailable" } });
     expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(503);
+    // A run is found through its job in D1: unavailable, not "no such run".
+    expect((await api(`/v1/runs/run_${job.id.slice(4)}_abc`)).status).toBe(503);
     await fireDue(job);
     await settle(job);
     expect((await shardRuns(job)).runs.map((r) => r.state)).toEqual(["succeeded"]);

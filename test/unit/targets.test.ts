@@ -2,7 +2,7 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { Misconfigured } from "../../src/env";
 import type { StoredTarget } from "../../src/model/job";
-import { openTarget, sealTarget, viewTarget } from "../../src/security/targets";
+import { headerNamesOf, openTarget, sealTarget, viewTarget } from "../../src/security/targets";
 
 const target = { url: "https://example.com/hook", method: "POST" as const, headers: { Authorization: "Bearer s3cret" }, body: { a: 1 } };
 
@@ -40,5 +40,6 @@ describe("targets at rest", () => {
     const legacy = target as unknown as StoredTarget;
     expect(await openTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).toEqual({ headers: target.headers, body: target.body });
     expect((await viewTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).headerNames).toEqual(["Authorization"]);
+    expect(headerNamesOf(legacy)).toEqual(["Authorization"]);
   });
 });
