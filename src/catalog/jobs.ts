@@ -153,3 +153,25 @@ export async function getJobsByIds(db: D1Database, ids: string[]): Promise<Catal
     .all<Row>());
   return results.map(toJob);
 }
+
+/** Jobs, deleted ones included, whose target was stored before targets were sealed. */
+export async function jobsWithUnsealedTargets(db: D1Database, limit: number): Promise<CatalogJob[]> {
+  const { results } = await guard("unsealed", () =>
+    db.prepare("SELECT * FROM jobs WHERE json_type(spec, '$.target.secrets') IS NULL LIMIT ?").bind(limit).all<Row>(),
+  );
+  return results.map(toJob);
+}
+
+/**
+ * Replaces a job's spec as of the version it was read at (a change made meanwhile wins, and
+ * this one is skipped), bumping the version so that shards take the new spec too.
+ */
+export async function replaceSpec(db: D1Database, job: CatalogJob, spec: JobSpec, now: number): Promise<boolean> {
+  const result = await guard("replace spec", () =>
+    db
+      .prepare("UPDATE jobs SET spec = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ?")
+      .bind(JSON.stringify(spec), now, job.id, job.version)
+      .run(),
+  );
+  return result.meta.changes > 0;
+}

@@ -1,6 +1,8 @@
-import { getJobsByIds, shardEntries, shardsInUse, toDefinition } from "../catalog/jobs";
+import { getJobsByIds, jobsWithUnsealedTargets, replaceSpec, shardEntries, shardsInUse, toDefinition } from "../catalog/jobs";
 import { tenantsOfShard } from "../catalog/tenants";
 import { shardStub, type Env } from "../env";
+import type { Target } from "../model/job";
+import { sealTarget } from "../security/targets";
 
 /** D1's bound-parameter limit is 100 per statement; pages stay under it. */
 const PAGE = 90;
@@ -10,7 +12,11 @@ export interface SweepReport {
   jobsCompared: number;
   jobsRepaired: number;
   shardsThatRanDueWork: number;
+  targetsSealed: number;
 }
+
+/** Targets sealed per sweep, so that an upgrade spreads over a few minutes instead of one long sweep. */
+const SEAL_PER_SWEEP = 500;
 
 /**
  * The reconciliation sweep (the cron trigger): every shard receives the catalog's jobs it
@@ -19,9 +25,10 @@ export interface SweepReport {
  * shard re-asserts its alarm (alarms can be lost or late).
  */
 export async function sweep(env: Env): Promise<SweepReport> {
+  const targetsSealed = await sealOldTargets(env);
   // Every shard that ever held a job; a shard never handed one has nothing to do.
   const shards = await shardsInUse(env.DB);
-  const report: SweepReport = { shards: shards.length, jobsCompared: 0, jobsRepaired: 0, shardsThatRanDueWork: 0 };
+  const report: SweepReport = { shards: shards.length, jobsCompared: 0, jobsRepaired: 0, shardsThatRanDueWork: 0, targetsSealed };
   await Promise.all(
     shards.map(async (shard) => {
       const stub = shardStub(env, shard);
@@ -43,4 +50,17 @@ export async function sweep(env: Env): Promise<SweepReport> {
     }),
   );
   return report;
+}
+
+/**
+ * Jobs stored before targets were sealed hold headers and body in clear, in D1 and in their
+ * shard. Each is sealed here at a new version, which the shard pass below then delivers.
+ */
+async function sealOldTargets(env: Env): Promise<number> {
+  let sealed = 0;
+  for (const job of await jobsWithUnsealedTargets(env.DB, SEAL_PER_SWEEP)) {
+    const target = await sealTarget(env.ENCRYPTION_KEYS, job.spec.target as unknown as Target, job.id);
+    if (await replaceSpec(env.DB, job, { ...job.spec, target }, Date.now())) sealed++;
+  }
+  return sealed;
 }

@@ -1,5 +1,5 @@
 import { createExecutionContext, createScheduledController, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
 import { DEFAULT_TENANT, newJobId, shardFor } from "../../src/model/ids";
@@ -223,6 +223,38 @@ describe("the reconciliation sweep", () => {
     await env.DB.prepare("UPDATE tenants SET signing_generation = 2, max_runs_in_flight = 5, version = version + 1 WHERE id = ?").bind(tenant.id).run();
     await runSweep();
     expect(await held()).toEqual({ signing_generation: 2, max_in_flight: 5 });
+  });
+
+  it("seals targets stored in clear by the release before sealing, in D1 and in the shard, and they still run", async () => {
+    const url = receiverPath("sweep-seal");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const legacy = { url, method: "POST", headers: { Authorization: "Bearer legacy-secret" }, body: { k: "legacy-body" } };
+    // As an earlier release stored it: the target whole, in clear, in both places.
+    const row = await env.DB.prepare("SELECT spec FROM jobs WHERE id = ?").bind(job.id).first<{ spec: string }>();
+    const spec = JSON.stringify({ ...JSON.parse(row!.spec), target: legacy });
+    await env.DB.prepare("UPDATE jobs SET spec = ? WHERE id = ?").bind(spec, job.id).run();
+    const shardSpec = () =>
+      runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.sql.exec("SELECT spec, version FROM jobs WHERE id = ?", job.id).one());
+    await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.sql.exec("UPDATE jobs SET spec = ? WHERE id = ?", spec, job.id));
+
+    await runSweep();
+    const stored = await env.DB.prepare("SELECT spec, version FROM jobs WHERE id = ?").bind(job.id).first<{ spec: string; version: number }>();
+    const held = await shardSpec();
+    for (const text of [stored!.spec, held.spec as string]) {
+      expect(text).not.toContain("legacy-secret");
+      expect(text).not.toContain("legacy-body");
+      expect(JSON.parse(text).target).toMatchObject({ headerNames: ["Authorization"], secrets: { kid: "t1" } });
+    }
+    expect([stored!.version, held.version]).toEqual([2, 2]);
+
+    await fireNow(job);
+    const [hit] = await vi.waitFor(async () => {
+      const hits = await hitsOf(url);
+      if (hits.length === 0) throw new Error("not called yet");
+      return hits;
+    });
+    expect(hit!.headers.authorization).toBe("Bearer legacy-secret");
+    expect(JSON.parse(hit!.body)).toEqual({ k: "legacy-body" });
   });
 
   it("re-asserts a lost alarm: due work runs at once", async () => {
