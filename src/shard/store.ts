@@ -183,6 +183,9 @@ export interface Dispatch {
 
 type Row = Record<string, SqlStorageValue>;
 
+/** Bound parameters per statement, below the Durable Object SQLite limit of 100. */
+const MAX_PARAMS = 90;
+
 const toJob = (r: Row): ShardJob => ({
   id: r.id as string,
   tenantId: r.tenant_id as string,
@@ -256,11 +259,20 @@ export class ShardStore {
   }
 
   getJobs(ids: string[]): ShardJob[] {
-    if (ids.length === 0) return [];
-    return this.sql
-      .exec(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`, ...ids)
-      .toArray()
-      .map(toJob);
+    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(toJob);
+  }
+
+  /**
+   * Rows of `select (...ids)`, asked in chunks: a Durable Object's SQLite takes at most 100
+   * bound parameters per statement (an admission pass asks for up to 2,000 runs' jobs).
+   */
+  private whereIdIn(select: string, ids: string[], suffix = ""): Row[] {
+    const rows: Row[] = [];
+    for (let i = 0; i < ids.length; i += MAX_PARAMS) {
+      const chunk = ids.slice(i, i + MAX_PARAMS);
+      rows.push(...this.sql.exec(`${select} (${chunk.map(() => "?").join(",")}) ${suffix}`, ...chunk).toArray());
+    }
+    return rows;
   }
 
   jobVersions(ids: string[]): Map<string, number> {
@@ -520,10 +532,7 @@ export class ShardStore {
   }
 
   attemptCounts(runIds: string[]): Map<string, number> {
-    if (runIds.length === 0) return new Map();
-    const rows = this.sql
-      .exec(`SELECT run_id, COUNT(*) AS n FROM attempts WHERE run_id IN (${runIds.map(() => "?").join(",")}) GROUP BY run_id`, ...runIds)
-      .toArray();
+    const rows = this.whereIdIn("SELECT run_id, COUNT(*) AS n FROM attempts WHERE run_id IN", runIds, "GROUP BY run_id");
     return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
   }
 

@@ -190,6 +190,15 @@ describe("backfill", () => {
     expect(runs.filter((r) => r.trigger === "backfill")).toHaveLength(5);
   });
 
+  it("a page of 200 runs reads back whole (more ids than one SQLite statement may bind)", async () => {
+    const job = await createJob({ schedule: { every: "1m", startAt: "2026-01-01T00:00:00Z" }, target: { url: receiverPath("bf-page") } });
+    const made = await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: { from: "2026-01-01T00:00:00Z", to: "2026-01-01T02:29:00Z" } });
+    expect(((await made.json()) as { created: string[] }).created).toHaveLength(150);
+    const page = await api(`/v1/jobs/${job.id}/runs?limit=200`);
+    expect(page.status, await page.clone().text()).toBe(200);
+    expect(((await page.json()) as { items: unknown[] }).items).toHaveLength(150);
+  });
+
   it("refuses an unbounded range and a reversed one", async () => {
     const job = await createJob({ schedule: { every: "1s", startAt: "2026-01-01T00:00:00Z" }, target: { url: receiverPath("bf-big") } });
     const big = await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: { from: "2026-01-01T00:00:00Z", to: "2026-01-02T00:00:00Z" } });
