@@ -30,6 +30,11 @@ const OPTIONS = {
   "settle-ms": { env: "BENCH_SETTLE_MS", default: 10_000, help: "extra listening after the last job arrived, for duplicates" },
   sample: { env: "BENCH_SAMPLE", default: 50, help: "jobs whose runs are read back through the runs API" },
   "startup-timeout-ms": { env: "BENCH_STARTUP_TIMEOUT_MS", default: 180_000, help: "how long to wait for /healthz" },
+  "tenant-max-in-flight": {
+    env: "BENCH_TENANT_MAX_IN_FLIGHT",
+    default: 0,
+    help: "create the jobs as a tenant with this maxRunsInFlight (0: with the admin token, no limits)",
+  },
   "in-place": { env: "BENCH_IN_PLACE", default: false, help: "run the stack from the working tree, not from a snapshot of it", flag: true },
   "keep-state": { env: "BENCH_KEEP_STATE", default: false, help: "keep the temporary dir (D1 + shard state, snapshot) afterwards", flag: true },
 };
@@ -402,7 +407,17 @@ async function main() {
     result.startup = { readyAfterMs: Date.now() - startupStarted, port, workDir };
     say(`stack ready after ${((Date.now() - startupStarted) / 1000).toFixed(1)} s`);
 
-    const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+    let headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+    const maxInFlight = opts["tenant-max-in-flight"];
+    if (maxInFlight > 0) {
+      // Flow control on the path: every run of the burst goes through the tenant's gate.
+      const limits = { maxJobs: null, requestsPerSecond: null, maxRunsInFlight: maxInFlight };
+      const r = await request(`${base}/v1/tenants`, { method: "POST", headers, body: JSON.stringify({ name: "bench", limits }) });
+      if (r.status !== 201) throw new Error(`could not create the bench tenant: ${r.status} ${JSON.stringify(r.body) ?? r.error}`);
+      headers = { ...headers, authorization: `Bearer ${r.body.apiKey}` };
+      result.tenant = { maxRunsInFlight: maxInFlight };
+      say(`jobs belong to a tenant with maxRunsInFlight ${maxInFlight}`);
+    }
     const stackDied = () => stack.exited !== null;
     const createJob = (at, url) =>
       request(`${base}/v1/jobs`, { method: "POST", headers, body: JSON.stringify({ schedule: { at }, target: { url } }) });

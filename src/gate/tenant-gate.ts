@@ -19,7 +19,7 @@ export class TenantGate extends DurableObject<Env> {
     this.sql = ctx.storage.sql;
     this.sql.exec(`
       CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY);
+      CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
     `);
   }
 
@@ -45,18 +45,33 @@ export class TenantGate extends DurableObject<Env> {
     const granted: string[] = [];
     this.ctx.storage.transactionSync(() => {
       this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", now);
-      let held = this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number;
-      for (const permit of permits) {
-        const renewed = this.sql.exec("UPDATE permits SET expires_at = ? WHERE permit = ?", now + leaseMs, permit).rowsWritten;
-        if (renewed > 0 || held < limit) {
-          if (renewed === 0) {
-            this.sql.exec("INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?)", permit, shard, now + leaseMs);
-            held++;
-          }
-          granted.push(permit);
-        }
+      // Statements scale with what is granted, not with what is asked: a shard may ask for
+      // thousands while only a few permits are free.
+      const held = new Set<string>();
+      for (let i = 0; i < permits.length; i += 90) {
+        const chunk = permits.slice(i, i + 90);
+        const rows = this.sql.exec(`SELECT permit FROM permits WHERE permit IN (${chunk.map(() => "?").join(",")})`, ...chunk).toArray();
+        for (const row of rows) held.add(row.permit as string);
       }
-      if (granted.length < permits.length) this.sql.exec("INSERT INTO waiters (shard) VALUES (?) ON CONFLICT DO NOTHING", shard);
+      let free = limit - (this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number);
+      for (const permit of permits) {
+        if (held.has(permit)) {
+          this.sql.exec("UPDATE permits SET expires_at = ? WHERE permit = ?", now + leaseMs, permit);
+        } else if (free > 0) {
+          this.sql.exec("INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?)", permit, shard, now + leaseMs);
+          free--;
+        } else {
+          continue;
+        }
+        granted.push(permit);
+      }
+      const wanted = permits.length - granted.length;
+      if (wanted > 0) {
+        this.sql.exec(
+          "INSERT INTO waiters (shard, wanted, since) VALUES (?, ?, ?) ON CONFLICT (shard) DO UPDATE SET wanted = excluded.wanted",
+          shard, wanted, now,
+        );
+      }
     });
     await this.armAlarm();
     return granted;
@@ -71,15 +86,16 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Gives permits back; waiting shards are woken to use the freed capacity. */
   async release(permits: string[]): Promise<void> {
-    for (const permit of permits) this.sql.exec("DELETE FROM permits WHERE permit = ?", permit);
-    this.wakeWaiters();
+    let freed = 0;
+    for (const permit of permits) freed += this.sql.exec("DELETE FROM permits WHERE permit = ?", permit).rowsWritten;
+    this.wakeWaiters(freed);
     await this.armAlarm();
   }
 
   /** Permits whose lease ran out are dropped, and their capacity handed on. */
   override async alarm(): Promise<void> {
-    this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", Date.now());
-    this.wakeWaiters();
+    const freed = this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", Date.now()).rowsWritten;
+    this.wakeWaiters(Math.max(1, freed));
     await this.armAlarm();
   }
 
@@ -88,14 +104,22 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   /**
-   * Wakes every waiting shard without awaiting it: a shard's wake-up asks this gate again, and
-   * a waiter whose wake is lost is still re-checked by its own alarm.
+   * Wakes the longest-waiting shards, as many as can use `freed` permits (by what each last
+   * asked for), without awaiting them: a woken shard asks this gate again and, refused,
+   * waits again; one whose wake is lost is re-checked by its own alarm. Waking every waiter
+   * for every release would make each shard redo its admission for permits it cannot get.
    */
-  private wakeWaiters(): void {
-    const waiters = this.sql.exec("SELECT shard FROM waiters").toArray().map((r) => r.shard as string);
-    if (waiters.length === 0) return;
-    this.sql.exec("DELETE FROM waiters");
-    this.ctx.waitUntil(Promise.allSettled(waiters.map((shard) => shardStub(this.env, shard).admitWaiting())));
+  private wakeWaiters(freed: number): void {
+    const woken: string[] = [];
+    let covered = 0;
+    for (const row of this.sql.exec("SELECT shard, wanted FROM waiters ORDER BY since").toArray()) {
+      if (covered >= freed) break;
+      woken.push(row.shard as string);
+      covered += row.wanted as number;
+    }
+    if (woken.length === 0) return;
+    for (const shard of woken) this.sql.exec("DELETE FROM waiters WHERE shard = ?", shard);
+    this.ctx.waitUntil(Promise.allSettled(woken.map((shard) => shardStub(this.env, shard).admitWaiting())));
   }
 
   /** The alarm is needed only while shards wait: then it is the earliest permit expiry. */

@@ -29,7 +29,8 @@ export function planAdmission(
     const job = jobs.get(run.jobId);
     if (!job || job.paused || job.deleted) continue; // the alarm cancels these
     const { maxConcurrency, ratePerSecond } = job.spec;
-    const count = counts.get(run.jobId) ?? inFlight(run.jobId);
+    // Counted only for a job that has a maxConcurrency: one query per job adds up over a backlog.
+    const count = counts.get(run.jobId) ?? (maxConcurrency === undefined ? 0 : inFlight(run.jobId));
     if (maxConcurrency !== undefined && count >= maxConcurrency) {
       plan.deferred.push({ run, dueAt: now + recheckMs });
       continue;

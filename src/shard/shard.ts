@@ -234,6 +234,7 @@ export class Shard extends DurableObject<Env> {
     // A permit is granted for one admission of one run: the fence makes a later admission's
     // permit a different one, so a late release of the earlier cannot take it away.
     const permitOf = (run: RunRow) => `${run.id}#${run.fence}`;
+    const asked = new Set<string>();
     const granted = new Set<string>();
     const gated = Map.groupBy(
       plan.candidates.filter((r) => this.tenantLimit(jobs.get(r.jobId)!.tenantId) !== null),
@@ -242,8 +243,12 @@ export class Shard extends DurableObject<Env> {
     await Promise.all(
       [...gated].map(async ([tenantId, runs]) => {
         const leaseMs = this.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
+        const limit = this.tenantLimit(tenantId)!;
         try {
-          const permits = await gateStub(this.env, tenantId).acquire(this.shardName(), runs.map(permitOf), this.tenantLimit(tenantId)!, leaseMs);
+          // No more than the limit can be granted: asking for more only makes the gate work.
+          const ask = runs.slice(0, limit).map(permitOf);
+          for (const permit of ask) asked.add(permit);
+          const permits = await gateStub(this.env, tenantId).acquire(this.shardName(), ask, limit, leaseMs);
           for (const permit of permits) granted.add(permit);
         } catch (err) {
           console.error(`shard ${this.shardName()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
@@ -258,7 +263,9 @@ export class Shard extends DurableObject<Env> {
         const stillWaiting = run?.state === "waiting" && run.fence === candidate.fence;
         if (!stillWaiting || (permit !== null && !granted.has(permit))) {
           if (permit !== null && granted.has(permit)) this.store.releasePermitLater(permit, job.tenantId);
-          if (stillWaiting) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
+          // Refused: the gate wakes this shard when capacity frees. Not asked yet (over the
+          // limit): left due, for the next pass, which the alarm runs at once.
+          if (stillWaiting && (permit === null || asked.has(permit))) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
           continue;
         }
         const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit });
