@@ -386,6 +386,37 @@ async function roundTrip(sent: ReturnType<typeof validJob>, created: Answer, who
   if (deleted.status !== 200) fail(deleted, "an accepted job cannot be deleted");
 }
 
+/**
+ * Sends a job creation and checks its outcome against the catalog: an accepted job is exactly
+ * one more job, read back as sent (`sent`, or only readable when null) and deleted again; a
+ * refusal is a JSON 4xx (one of `statuses`, when given) that stored nothing. `refuse` names why
+ * an acceptance would be wrong, if it would. Returns 1 when the job was accepted, else 0.
+ */
+async function createChecked(
+  call: Call,
+  sent: ReturnType<typeof validJob> | null,
+  opts: { statuses?: readonly number[]; refuse?: () => string | null } = {},
+): Promise<0 | 1> {
+  const count = await jobCount();
+  const a = await send(call);
+  expectAnswered(a);
+  if (a.status !== 201) {
+    expectRejected(a, opts.statuses);
+    if ((await jobCount()) !== count) fail(a, "rejected, yet a job was stored");
+    return 0;
+  }
+  const wrong = opts.refuse?.();
+  if (wrong) fail(a, wrong);
+  if ((await jobCount()) !== count + 1) fail(a, "accepted, yet not exactly one job was stored");
+  if (sent) return (await roundTrip(sent, a, call.who ?? "admin"), 1);
+  const id = (a.body as { id: string }).id;
+  const got = await send({ method: "GET", path: `/v1/jobs/${id}`, who: call.who });
+  if (got.status !== 200) fail(got, "an accepted job cannot be read");
+  const deleted = await send({ method: "DELETE", path: `/v1/jobs/${id}`, who: call.who });
+  if (deleted.status !== 200) fail(deleted, "an accepted job cannot be deleted");
+  return 1;
+}
+
 // ---- the properties ----
 
 describe("arbitrary JSON bodies", () => {
@@ -490,17 +521,7 @@ describe("hostile strings in every string field", () => {
       fc.asyncProperty(fc.constantFrom(...SLOTS), hostileString, whoArb, async ([slot, place], s, who) => {
         const sent = validJob("hostile");
         place(sent, s);
-        const count = await jobCount();
-        const a = await send({ method: "POST", path: "/v1/jobs", who, json: sent });
-        expectAnswered(a);
-        if (a.status === 201) {
-          if ((await jobCount()) !== count + 1) fail(a, "accepted, yet not exactly one job was stored");
-          made++;
-          await roundTrip(sent, a, who);
-        } else {
-          expectRejected(a);
-          if ((await jobCount()) !== count) fail(a, "rejected, yet a job was stored");
-        }
+        made += await createChecked({ method: "POST", path: "/v1/jobs", who, json: sent }, sent);
       }),
       { numRuns: 300 },
     );
@@ -673,21 +694,7 @@ describe("schedule values: cron, zones, durations and instants at their edges", 
     await fc.assert(
       fc.asyncProperty(scheduleArb(maxCount).map(far), whoArb, async (schedule, who) => {
         const sent = { ...validJob("schedule"), schedule };
-        const count = await jobCount();
-        const a = await send({ method: "POST", path: "/v1/jobs", who, json: sent });
-        expectAnswered(a);
-        if (a.status === 201) {
-          if ((await jobCount()) !== count + 1) fail(a, "accepted, yet not exactly one job was stored");
-          made++;
-          const id = (a.body as { id: string }).id;
-          const got = await send({ method: "GET", path: `/v1/jobs/${id}`, who });
-          if (got.status !== 200) fail(got, "an accepted job cannot be read");
-          const deleted = await send({ method: "DELETE", path: `/v1/jobs/${id}`, who });
-          if (deleted.status !== 200) fail(deleted, "an accepted job cannot be deleted");
-        } else {
-          expectRejected(a, [400]);
-          if ((await jobCount()) !== count) fail(a, "rejected, yet a job was stored");
-        }
+        made += await createChecked({ method: "POST", path: "/v1/jobs", who, json: sent }, null, { statuses: [400] });
       }),
       { numRuns },
     );
@@ -798,18 +805,9 @@ describe("huge and deeply nested bodies", () => {
           if (where === "target.headers") sent.target.headers = many as Record<string, string>;
           if (where === "schedule") (sent as Record<string, unknown>).schedule = many;
           if (where === "retry") (sent as Record<string, unknown>).retry = many;
-          const count = await jobCount();
-          const a = await send({ method: "POST", path: "/v1/jobs", who, json: body });
-          expectAnswered(a);
-          if (a.status === 201) {
-            if (where !== "target.body") fail(a, "accepted a job with a huge object where none may be");
-            if ((await jobCount()) !== count + 1) fail(a, "accepted, yet not exactly one job was stored");
-            made++;
-            await roundTrip(sent, a, who);
-          } else {
-            expectRejected(a);
-            if ((await jobCount()) !== count) fail(a, "rejected, yet a job was stored");
-          }
+          made += await createChecked({ method: "POST", path: "/v1/jobs", who, json: body }, sent, {
+            refuse: () => (where === "target.body" ? null : "accepted a job with a huge object where none may be"),
+          });
         },
       ),
       { numRuns: 16 },
@@ -939,19 +937,11 @@ describe("wrong content types", () => {
             form.set("json", text);
             call = { method: "POST", path: "/v1/jobs", who, raw: form }; // multipart with a real boundary
           } else call = { method: "POST", path: "/v1/jobs", who, raw: new TextEncoder().encode(text), headers: { "Content-Type": type } };
-          const count = await jobCount();
-          const a = await send(call);
-          expectAnswered(a);
           const essence = type.split(";")[0]!.trim().toLowerCase();
-          if (a.status === 201) {
-            if (essence !== "application/json") fail(a, `accepted a body sent as ${JSON.stringify(type)}`);
-            if ((await jobCount()) !== count + 1) fail(a, "accepted, yet not exactly one job was stored");
-            made++;
-            await roundTrip(sent, a, who);
-          } else {
-            expectRejected(a, essence === "application/json" ? [400, 415] : [415]);
-            if ((await jobCount()) !== count) fail(a, "rejected, yet a job was stored");
-          }
+          made += await createChecked(call, sent, {
+            statuses: essence === "application/json" ? [400, 415] : [415],
+            refuse: () => (essence === "application/json" ? null : `accepted a body sent as ${JSON.stringify(type)}`),
+          });
         },
       ),
       { numRuns: 200 },
