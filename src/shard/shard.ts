@@ -265,7 +265,7 @@ export class Shard extends DurableObject<Env> {
           if (permit !== null && granted.has(permit)) this.store.releasePermitLater(permit, job.tenantId);
           // Refused: the gate wakes this shard when capacity frees. Not asked yet (over the
           // limit): left due, for the next pass, which the alarm runs at once.
-          if (stillWaiting && (permit === null || asked.has(permit))) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
+          if (stillWaiting && asked.has(permit!)) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
           continue;
         }
         const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit });
