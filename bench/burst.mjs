@@ -36,12 +36,17 @@ const OPTIONS = {
     help: "create the jobs as a tenant with this maxRunsInFlight (0: with the admin token, no limits)",
   },
   "in-place": { env: "BENCH_IN_PLACE", default: false, help: "run the stack from the working tree, not from a snapshot of it", flag: true },
-  "keep-state": { env: "BENCH_KEEP_STATE", default: false, help: "keep the temporary dir (D1 + shard state, snapshot) afterwards", flag: true },
+  "keep-state": {
+    env: "BENCH_KEEP_STATE",
+    default: false,
+    help: "keep the temporary dir (D1 + shard state, snapshot) afterwards",
+    flag: true,
+  },
 };
 
 function usage() {
   const lines = Object.entries(OPTIONS).map(
-    ([name, o]) => `  --${name}${o.flag ? "" : " <n>"}`.padEnd(28) + `${o.help} (env ${o.env}, default ${o.default})`,
+    ([name, o]) => `${`  --${name}${o.flag ? "" : " <n>"}`.padEnd(28)}${o.help} (env ${o.env}, default ${o.default})`,
   );
   return `usage: npm run bench -- [options]\n${lines.join("\n")}`;
 }
@@ -254,12 +259,18 @@ function startStack({ tree, port, persistDir, registryDir, token, logPath, t0 })
       observed.reloads.push(now);
     } else if (/^\[wrangler:info\] (GET|POST|DELETE) \/v1\//.test(line)) {
       observed.apiRequests++;
-    } else if (/ERROR|Error|error|failed|unreachable|did not confirm|✘/.test(line) && !/Request\.cf|workers\.cloudflare\.com|getaddrinfo|GetAddrInfoReqWrap|update available/.test(line)) {
+    } else if (
+      /ERROR|Error|error|failed|unreachable|did not confirm|✘/.test(line) &&
+      !/Request\.cf|workers\.cloudflare\.com|getaddrinfo|GetAddrInfoReqWrap|update available/.test(line)
+    ) {
       observed.errorLines++;
       if (observed.errorExamples.length < 10) observed.errorExamples.push(line.slice(0, 300));
     }
   };
-  for (const [name, stream] of [["out", child.stdout], ["err", child.stderr]]) {
+  for (const [name, stream] of [
+    ["out", child.stdout],
+    ["err", child.stderr],
+  ]) {
     let buffered = "";
     stream.setEncoding("utf8");
     stream.on("data", (chunk) => {
@@ -344,7 +355,9 @@ async function main() {
       cpuModel: cpus()[0]?.model ?? null,
       totalMemMb: Math.round(totalmem() / 2 ** 20),
       loadavgAtStart: loadavg().map((x) => round(x, 2)),
-      stackEnv: Object.fromEntries(["SHARD_COUNT", "CLAIM_TIMEOUT_MS", "SWEEP_INTERVAL_MS"].filter((k) => process.env[k]).map((k) => [k, process.env[k]])),
+      stackEnv: Object.fromEntries(
+        ["SHARD_COUNT", "CLAIM_TIMEOUT_MS", "SWEEP_INTERVAL_MS"].filter((k) => process.env[k]).map((k) => [k, process.env[k]]),
+      ),
     },
     logPath: relative(ROOT, logPath),
     harness: { ok: false, error: null },
@@ -429,10 +442,15 @@ async function main() {
       const farAt = iso(Date.now() + 7 * 86_400_000);
       let ok = 0;
       const started = performance.now();
-      await pool(C, opts.concurrency, async (i) => {
-        const r = await createJob(farAt, `${receiver.url}/calibration/${i}`);
-        if (r.status === 201) ok++;
-      }, stackDied);
+      await pool(
+        C,
+        opts.concurrency,
+        async (i) => {
+          const r = await createJob(farAt, `${receiver.url}/calibration/${i}`);
+          if (r.status === 201) ok++;
+        },
+        stackDied,
+      );
       const seconds = (performance.now() - started) / 1000;
       if (ok === 0) throw new Error("no calibration job could be created");
       rate = ok / seconds;
@@ -448,8 +466,18 @@ async function main() {
     const estimateMs = Math.ceil((N / rate) * 1000);
     const T = chosenAt + Math.ceil(estimateMs * opts.safety) + opts["margin-ms"];
     const Tiso = iso(T);
-    result.schedule = { T: Tiso, TEpochMs: T, chosenAt: iso(chosenAt), estimatedCreationMs: estimateMs, safety: opts.safety, marginMs: opts["margin-ms"], leadMs: T - chosenAt };
-    say(`T = ${Tiso} (in ${((T - chosenAt) / 1000).toFixed(1)} s: ${N} jobs at ~${rate.toFixed(0)}/s × ${opts.safety} + ${opts["margin-ms"]} ms)`);
+    result.schedule = {
+      T: Tiso,
+      TEpochMs: T,
+      chosenAt: iso(chosenAt),
+      estimatedCreationMs: estimateMs,
+      safety: opts.safety,
+      marginMs: opts["margin-ms"],
+      leadMs: T - chosenAt,
+    };
+    say(
+      `T = ${Tiso} (in ${((T - chosenAt) / 1000).toFixed(1)} s: ${N} jobs at ~${rate.toFixed(0)}/s × ${opts.safety} + ${opts["margin-ms"]} ms)`,
+    );
 
     // ---- 2c. create the N burst jobs
     const jobs = new Array(N).fill(null); // { id, createdAt, ms } or { error }
@@ -460,26 +488,33 @@ async function main() {
     const failures = new Map();
     const creationStarted = Date.now();
     let lastProgress = creationStarted;
-    const attempted = await pool(N, opts.concurrency, async (i) => {
-      const r = await createJob(Tiso, `${receiver.url}/burst/${i}`);
-      const now = Date.now();
-      if (r.status === 201 && r.body && typeof r.body.id === "string") {
-        jobs[i] = { id: r.body.id, createdAt: now, ms: r.ms };
-        created++;
-        if (r.body.nextRunAt !== Tiso) nextRunMismatch++;
-      } else {
-        jobs[i] = { error: r.error ?? `HTTP ${r.status}` };
-        failed++;
-        const key = r.error ? r.error.split(":")[0] : `HTTP ${r.status} ${JSON.stringify(r.body).slice(0, 120)}`;
-        failures.set(key, (failures.get(key) ?? 0) + 1);
-      }
-      if (now - lastProgress >= 5_000) {
-        lastProgress = now;
-        say(`created ${created}/${N} (${failed} failed), ${((created * 1000) / (now - creationStarted)).toFixed(0)} jobs/s, T ${now < T ? "in" : "passed"} ${(Math.abs(T - now) / 1000).toFixed(1)} s`);
-      }
-    }, () => stackDied() || Date.now() > creationDeadline);
+    const attempted = await pool(
+      N,
+      opts.concurrency,
+      async (i) => {
+        const r = await createJob(Tiso, `${receiver.url}/burst/${i}`);
+        const now = Date.now();
+        if (r.status === 201 && r.body && typeof r.body.id === "string") {
+          jobs[i] = { id: r.body.id, createdAt: now, ms: r.ms };
+          created++;
+          if (r.body.nextRunAt !== Tiso) nextRunMismatch++;
+        } else {
+          jobs[i] = { error: r.error ?? `HTTP ${r.status}` };
+          failed++;
+          const key = r.error ? r.error.split(":")[0] : `HTTP ${r.status} ${JSON.stringify(r.body).slice(0, 120)}`;
+          failures.set(key, (failures.get(key) ?? 0) + 1);
+        }
+        if (now - lastProgress >= 5_000) {
+          lastProgress = now;
+          say(
+            `created ${created}/${N} (${failed} failed), ${((created * 1000) / (now - creationStarted)).toFixed(0)} jobs/s, T ${now < T ? "in" : "passed"} ${(Math.abs(T - now) / 1000).toFixed(1)} s`,
+          );
+        }
+      },
+      () => stackDied() || Date.now() > creationDeadline,
+    );
     const creationEnded = Date.now();
-    const createTimes = jobs.filter((j) => j && j.id).map((j) => j.createdAt);
+    const createTimes = jobs.filter((j) => j?.id).map((j) => j.createdAt);
     const createdAfterT = createTimes.filter((t) => t > T).length;
     result.creation = {
       attempted,
@@ -489,19 +524,23 @@ async function main() {
       failures: Object.fromEntries(failures),
       seconds: round((creationEnded - creationStarted) / 1000, 3),
       jobsPerSecond: round((created * 1000) / Math.max(1, creationEnded - creationStarted)),
-      requestMs: summarize(jobs.filter((j) => j && j.id).map((j) => round(j.ms))),
+      requestMs: summarize(jobs.filter((j) => j?.id).map((j) => round(j.ms))),
       endedAt: iso(creationEnded),
       slackMs: T - creationEnded, // > 0: creation finished before T
       createdAfterT,
       nextRunAtMismatch: nextRunMismatch,
     };
-    say(`created ${created}/${N} in ${result.creation.seconds} s = ${result.creation.jobsPerSecond} jobs/s (${failed} failed); ` +
-      (creationEnded <= T ? `finished ${((T - creationEnded) / 1000).toFixed(1)} s before T` : `LATE: finished ${((creationEnded - T) / 1000).toFixed(1)} s after T, ${createdAfterT} jobs created after T`));
+    say(
+      `created ${created}/${N} in ${result.creation.seconds} s = ${result.creation.jobsPerSecond} jobs/s (${failed} failed); ` +
+        (creationEnded <= T
+          ? `finished ${((T - creationEnded) / 1000).toFixed(1)} s before T`
+          : `LATE: finished ${((creationEnded - T) / 1000).toFixed(1)} s after T, ${createdAfterT} jobs created after T`),
+    );
     if (stackDied()) throw new Error(`the stack exited during creation: ${JSON.stringify(stack.exited)}`);
     if (created === 0) throw new Error("no burst job could be created");
 
     // ---- 3. wait for the runs
-    const expected = new Set(jobs.flatMap((j, i) => (j && j.id ? [i] : [])));
+    const expected = new Set(jobs.flatMap((j, i) => (j?.id ? [i] : [])));
     const receivedExpected = () => {
       let n = 0;
       for (const i of expected) if (receiver.firstReceipt.has(i)) n++;
@@ -520,7 +559,11 @@ async function main() {
       if (stackDied()) throw new Error(`the stack exited while runs were due: ${JSON.stringify(stack.exited)}`);
       if (now - lastReport >= 5_000) {
         lastReport = now;
-        say(now < T ? `waiting for T (${((T - now) / 1000).toFixed(1)} s)` : `received ${receiver.firstReceipt.size}/${expected.size}, T+${((now - T) / 1000).toFixed(1)} s`);
+        say(
+          now < T
+            ? `waiting for T (${((T - now) / 1000).toFixed(1)} s)`
+            : `received ${receiver.firstReceipt.size}/${expected.size}, T+${((now - T) / 1000).toFixed(1)} s`,
+        );
       }
       await sleep(50);
     }
@@ -539,7 +582,7 @@ async function main() {
       list.push(r);
       byIndex.set(r.index, list);
     }
-    const lagByJob = jobs.map((j, i) => (j && j.id && receiver.firstReceipt.has(i) ? receiver.firstReceipt.get(i) - T : null));
+    const lagByJob = jobs.map((j, i) => (j?.id && receiver.firstReceipt.has(i) ? receiver.firstReceipt.get(i) - T : null));
     const lags = lagByJob.filter((x) => x !== null);
     const lost = [...expected].filter((i) => !byIndex.has(i));
     const runIdCounts = new Map();
@@ -556,7 +599,7 @@ async function main() {
       perSecond[s] = (perSecond[s] ?? 0) + 1;
     }
     for (let s = 0; s < perSecond.length; s++) perSecond[s] ??= 0;
-    const lateCreated = jobs.flatMap((j, i) => (j && j.id && j.createdAt > T ? [i] : []));
+    const lateCreated = jobs.flatMap((j, i) => (j?.id && j.createdAt > T ? [i] : []));
     result.delivery = {
       expected: expected.size,
       received: lags.length,
@@ -593,7 +636,12 @@ async function main() {
     const batches = stack.observed.queueBatches.filter((b) => inBurst(b.endedAt));
     const intervals = batches.filter((b) => b.ms !== null).map((b) => [b.endedAt - b.ms, b.endedAt]);
     let maxOverlap = 0;
-    const events = intervals.flatMap(([s, e]) => [[s, 1], [e, -1]]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const events = intervals
+      .flatMap(([s, e]) => [
+        [s, 1],
+        [e, -1],
+      ])
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     for (let open = 0, k = 0; k < events.length; k++) maxOverlap = Math.max(maxOverlap, (open += events[k][1]));
     const busyMs = (() => {
       const sorted = intervals.slice().sort((a, b) => a[0] - b[0]);
@@ -634,11 +682,16 @@ async function main() {
     for (const i of [...lost.slice(0, 20), ...multiRunJobs.slice(0, 20)]) sampleSet.add(i);
     const sampleIdx = [...sampleSet];
     const sample = [];
-    await pool(sampleIdx.length, 8, async (k) => {
-      const i = sampleIdx[k];
-      const r = await request(`${base}/v1/jobs/${jobs[i].id}/runs?limit=10`, { headers: { authorization: `Bearer ${token}` } }, 10_000);
-      sample.push({ i, r });
-    }, stackDied);
+    await pool(
+      sampleIdx.length,
+      8,
+      async (k) => {
+        const i = sampleIdx[k];
+        const r = await request(`${base}/v1/jobs/${jobs[i].id}/runs?limit=10`, { headers: { authorization: `Bearer ${token}` } }, 10_000);
+        sample.push({ i, r });
+      },
+      stackDied,
+    );
     const states = {};
     const claimLag = [];
     const claimToReceipt = [];
@@ -672,7 +725,7 @@ async function main() {
     result.delivery.lagMsByJob = lagByJob; // per burst job index; null: not created or lost
     result.harness.ok = true;
   } catch (err) {
-    result.harness.error = interrupted ? `interrupted by ${interrupted}` : err instanceof Error ? err.stack ?? err.message : String(err);
+    result.harness.error = interrupted ? `interrupted by ${interrupted}` : err instanceof Error ? (err.stack ?? err.message) : String(err);
     say(`harness error: ${interrupted ? result.harness.error : err instanceof Error ? err.message : err}`);
   } finally {
     await stopStack(stack);
@@ -684,7 +737,7 @@ async function main() {
     result.finishedAt = iso(Date.now());
   }
 
-  writeFileSync(jsonPath, JSON.stringify(result, null, 2) + "\n");
+  writeFileSync(jsonPath, `${JSON.stringify(result, null, 2)}\n`);
   printSummary(result);
   console.log(`\nresults: ${relative(ROOT, jsonPath)}\nstack log: ${relative(ROOT, logPath)}`);
   if (opts["keep-state"] && result.startup) console.log(`state kept in ${result.startup.workDir}`);
@@ -695,20 +748,33 @@ function printSummary(r) {
   const ms = (x) => (x === null || x === undefined ? "-" : `${Math.round(x)} ms`);
   const out = [];
   out.push("", `burst: ${r.options.jobs} one-off jobs due at one instant T = ${r.schedule?.T ?? "-"}`);
-  if (r.calibration) out.push(`  calibration     ${r.calibration.created ?? 0} jobs, ${r.calibration.jobsPerSecond ?? r.calibration.assumedJobsPerSecond} jobs/s`);
+  if (r.calibration)
+    out.push(
+      `  calibration     ${r.calibration.created ?? 0} jobs, ${r.calibration.jobsPerSecond ?? r.calibration.assumedJobsPerSecond} jobs/s`,
+    );
   if (r.creation) {
     const c = r.creation;
-    out.push(`  creation        ${c.created} created, ${c.failed} failed, ${c.notAttempted} not attempted; ${c.jobsPerSecond} jobs/s over ${c.seconds} s (${r.options.concurrency} in flight)`);
+    out.push(
+      `  creation        ${c.created} created, ${c.failed} failed, ${c.notAttempted} not attempted; ${c.jobsPerSecond} jobs/s over ${c.seconds} s (${r.options.concurrency} in flight)`,
+    );
     out.push(`  create request  p50 ${ms(c.requestMs.p50)}  p99 ${ms(c.requestMs.p99)}  max ${ms(c.requestMs.max)}`);
-    out.push(`  T vs creation   ${c.slackMs >= 0 ? `creation ended ${ms(c.slackMs)} before T` : `LATE: creation ended ${ms(-c.slackMs)} after T; ${c.createdAfterT} jobs created after T`}`);
+    out.push(
+      `  T vs creation   ${c.slackMs >= 0 ? `creation ended ${ms(c.slackMs)} before T` : `LATE: creation ended ${ms(-c.slackMs)} after T; ${c.createdAfterT} jobs created after T`}`,
+    );
   }
   if (r.delivery) {
     const d = r.delivery;
-    out.push(`  fire lag        p50 ${ms(d.lagMs.p50)}  p90 ${ms(d.lagMs.p90)}  p99 ${ms(d.lagMs.p99)}  max ${ms(d.lagMs.max)}  (min ${ms(d.lagMs.min)}, mean ${ms(d.lagMs.mean)})`);
+    out.push(
+      `  fire lag        p50 ${ms(d.lagMs.p50)}  p90 ${ms(d.lagMs.p90)}  p99 ${ms(d.lagMs.p99)}  max ${ms(d.lagMs.max)}  (min ${ms(d.lagMs.min)}, mean ${ms(d.lagMs.mean)})`,
+    );
     out.push(`  first arrival   T+${ms(d.firstArrivalMs)}`);
-    out.push(`  drain           ${ms(d.drainMs)} (last job's first receipt − T); ${d.drainJobsPerSecond ?? "-"} jobs/s between first and last`);
+    out.push(
+      `  drain           ${ms(d.drainMs)} (last job's first receipt − T); ${d.drainJobsPerSecond ?? "-"} jobs/s between first and last`,
+    );
     out.push(`  received        ${d.received}/${d.expected}   lost ${d.lost}`);
-    out.push(`  duplicates      ${d.duplicates.extraReceipts} extra receipts; ${d.duplicates.runIdsReceivedMoreThanOnce} run ids received more than once; ${d.duplicates.jobsWithMoreThanOneRunId} jobs with more than one run id; ${d.duplicates.receiptsWithAttemptAbove1} receipts with attempt > 1`);
+    out.push(
+      `  duplicates      ${d.duplicates.extraReceipts} extra receipts; ${d.duplicates.runIdsReceivedMoreThanOnce} run ids received more than once; ${d.duplicates.jobsWithMoreThanOneRunId} jobs with more than one run id; ${d.duplicates.receiptsWithAttemptAbove1} receipts with attempt > 1`,
+    );
     const oddities = [
       d.earlyFires && `${d.earlyFires} arrived before T`,
       d.scheduledAtHeaderMismatch && `${d.scheduledAtHeaderMismatch} with a scheduled-at header ≠ T`,
@@ -722,22 +788,38 @@ function printSummary(r) {
   }
   if (r.queue) {
     const q = r.queue;
-    out.push(`  queue batches   ${q.batchesDuringBurst} batches, ${q.messages} messages; size p50 ${q.batchSize.p50 ?? "-"}; batch time p50 ${ms(q.batchMs.p50)} max ${ms(q.batchMs.max)}; max ${q.maxConcurrentBatches} at once; consumer busy ${ms(q.consumerBusyMs)}`);
+    out.push(
+      `  queue batches   ${q.batchesDuringBurst} batches, ${q.messages} messages; size p50 ${q.batchSize.p50 ?? "-"}; batch time p50 ${ms(q.batchMs.p50)} max ${ms(q.batchMs.max)}; max ${q.maxConcurrentBatches} at once; consumer busy ${ms(q.consumerBusyMs)}`,
+    );
   }
   if (r.runsApiSample) {
     const s = r.runsApiSample;
-    out.push(`  runs API sample ${s.jobs} jobs: ${Object.entries(s.statesAndAttempts).map(([k, v]) => `${v}× ${k}`).join(", ") || "-"}${s.errors ? `; ${s.errors} errors` : ""}`);
-    out.push(`                  claimed T+ p50 ${ms(s.claimedMsAfterT.p50)} max ${ms(s.claimedMsAfterT.max)}; claim→receipt p50 ${ms(s.claimToReceiptMs.p50)} max ${ms(s.claimToReceiptMs.max)}`);
+    out.push(
+      `  runs API sample ${s.jobs} jobs: ${
+        Object.entries(s.statesAndAttempts)
+          .map(([k, v]) => `${v}× ${k}`)
+          .join(", ") || "-"
+      }${s.errors ? `; ${s.errors} errors` : ""}`,
+    );
+    out.push(
+      `                  claimed T+ p50 ${ms(s.claimedMsAfterT.p50)} max ${ms(s.claimedMsAfterT.max)}; claim→receipt p50 ${ms(s.claimToReceiptMs.p50)} max ${ms(s.claimToReceiptMs.max)}`,
+    );
   }
   if (r.stackLog) {
     const sweeps = r.stackLog.sweeps.map((s) => `T${s.atMsFromT >= 0 ? "+" : ""}${(s.atMsFromT / 1000).toFixed(1)}s`);
-    out.push(`  stack log       ${r.stackLog.errorLines} error lines${r.stackLog.workerdTailStreamErrors ? ` (+${r.stackLog.workerdTailStreamErrors} workerd tail-stream errors)` : ""}; sweeps at ${sweeps.join(", ") || "-"}`);
+    out.push(
+      `  stack log       ${r.stackLog.errorLines} error lines${r.stackLog.workerdTailStreamErrors ? ` (+${r.stackLog.workerdTailStreamErrors} workerd tail-stream errors)` : ""}; sweeps at ${sweeps.join(", ") || "-"}`,
+    );
     if (r.stackLog.reloadsAfterReady.length) {
-      out.push(`  WARNING         wrangler reloaded the worker ${r.stackLog.reloadsAfterReady.length}× (at T${r.stackLog.reloadsAfterReady.map((x) => `${x >= 0 ? "+" : ""}${(x / 1000).toFixed(1)}s`).join(", ")}): a source file changed; this run is not representative`);
+      out.push(
+        `  WARNING         wrangler reloaded the worker ${r.stackLog.reloadsAfterReady.length}× (at T${r.stackLog.reloadsAfterReady.map((x) => `${x >= 0 ? "+" : ""}${(x / 1000).toFixed(1)}s`).join(", ")}): a source file changed; this run is not representative`,
+      );
     }
   }
   const e = r.environment;
-  out.push(`  machine         ${e.cpus} CPUs, Node ${e.node}, load average ${e.loadavgAtStart[0]} at start, ${e.loadavgAtEnd?.[0] ?? "-"} at end${e.loadavgAtEnd?.[0] > e.cpus ? " (busy machine: expect noisy figures)" : ""}`);
+  out.push(
+    `  machine         ${e.cpus} CPUs, Node ${e.node}, load average ${e.loadavgAtStart[0]} at start, ${e.loadavgAtEnd?.[0] ?? "-"} at end${e.loadavgAtEnd?.[0] > e.cpus ? " (busy machine: expect noisy figures)" : ""}`,
+  );
   if (!r.harness.ok) out.push(`  HARNESS ERROR   ${String(r.harness.error).split("\n")[0]}`);
   console.log(out.join("\n"));
 }

@@ -5,8 +5,8 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname } from "node:path";
 import { createServer } from "node:net";
+import { dirname } from "node:path";
 
 const port = Number(process.env.PORT ?? 8787);
 const token = process.env.API_TOKEN ?? "dev-token";
@@ -62,9 +62,17 @@ const inspectorPort =
 const dev = spawn(
   process.execPath,
   [
-    wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", inspectorPort,
+    wrangler,
+    "dev",
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--inspector-port",
+    inspectorPort,
     "--show-interactive-dev-session=false",
-    ...persist, ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
+    ...persist,
+    ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ],
   { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, WRANGLER_REGISTRY_PATH: registry } },
 );
@@ -97,6 +105,8 @@ for (let i = 0; ; i++) {
   if (i > 600) stop(1);
   await new Promise((r) => setTimeout(r, 200));
 }
-console.log(`\n[edgecron] ready on http://localhost:${port}\n[edgecron] API token: ${token}\n[edgecron]   curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs\n`);
+console.log(
+  `\n[edgecron] ready on http://localhost:${port}\n[edgecron] API token: ${token}\n[edgecron]   curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs\n`,
+);
 await sweep(); // picks up anything a crash left between D1 and a shard before this start
 sweeper = setInterval(sweep, sweepEveryMs);

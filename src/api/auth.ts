@@ -11,7 +11,9 @@ const TOKEN_CALLBACK = /^\/v1\/runs\/[^/]+\/(complete|heartbeat)$/;
 export const MAX_BODY_BYTES = 256 * 1024;
 
 const unauthorized = () =>
-  new ApiError(401, "unauthorized", "send Authorization: Bearer <API key or admin token>", { "WWW-Authenticate": 'Bearer realm="edgecron"' });
+  new ApiError(401, "unauthorized", "send Authorization: Bearer <API key or admin token>", {
+    "WWW-Authenticate": 'Bearer realm="edgecron"',
+  });
 
 /**
  * Who is calling: the admin token, or a tenant's API key (looked up by its hash). Hono's

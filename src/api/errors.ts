@@ -61,7 +61,10 @@ export function errorResponse(err: Error, c: Context): Response {
   if (err instanceof CatalogUnavailable) {
     console.error(err.message);
     c.header("Retry-After", "5");
-    return c.json({ error: { code: "catalog_unavailable", message: "the job catalog (D1) is unavailable; scheduled runs go on; retry this request" } }, 503);
+    return c.json(
+      { error: { code: "catalog_unavailable", message: "the job catalog (D1) is unavailable; scheduled runs go on; retry this request" } },
+      503,
+    );
   }
   if (err instanceof Misconfigured) {
     console.error(`misconfigured: ${err.message}`);

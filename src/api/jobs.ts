@@ -1,17 +1,17 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { getJob, insertJob, listJobs, toDefinition, updateJob, type CatalogJob } from "../catalog/jobs";
+import { type CatalogJob, getJob, insertJob, listJobs, toDefinition, updateJob } from "../catalog/jobs";
 import { getTenant, settingsOf } from "../catalog/tenants";
-import { shardStub, type Env } from "../env";
+import { type Env, shardStub } from "../env";
+import { failpoint } from "../faults";
 import { PageQuery, pageOf } from "../model/common";
-import { DEFAULT_TENANT, newJobId, newTriggerKey, JOB_ID, shardFor, TRIGGER_KEY } from "../model/ids";
-import { BackfillSchema, canonicalSchedule, CreateJobSchema, JobSchema, PatchJobSchema, type JobSpec, type Target } from "../model/job";
+import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor, TRIGGER_KEY } from "../model/ids";
+import { BackfillSchema, CreateJobSchema, canonicalSchedule, JobSchema, type JobSpec, PatchJobSchema, type Target } from "../model/job";
 import { RunSchema } from "../model/run";
 import { firstFire } from "../schedule/next-fire";
-import { MAX_BACKFILL, type JobRuntime } from "../shard/shard";
-import { failpoint } from "../faults";
 import { allowPrivateTargets, targetRefusal } from "../security/target-guard";
 import { sealTarget, viewTarget } from "../security/targets";
-import { ownsTenant, scopeOf, type AppContext, type AppEnv } from "./context";
+import { type JobRuntime, MAX_BACKFILL } from "../shard/shard";
+import { type AppContext, type AppEnv, ownsTenant, scopeOf } from "./context";
 import { ApiError, invalidField, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
 import { bearer, errors, json, pathId } from "./route-parts";
@@ -97,10 +97,13 @@ jobs.openapi(
     const rows = await listJobs(c.env.DB, scopeOf(c), limit + 1, cursor);
     const page = rows.slice(0, limit);
     const runtimes = await runtimesOf(c.env, page);
-    return c.json({
-      items: await Promise.all(page.map((job) => present(c, job, runtimes.get(job.id)))),
-      nextCursor: rows.length > limit ? page[page.length - 1]!.id : null,
-    }, 200);
+    return c.json(
+      {
+        items: await Promise.all(page.map((job) => present(c, job, runtimes.get(job.id)))),
+        nextCursor: rows.length > limit ? page[page.length - 1]!.id : null,
+      },
+      200,
+    );
   },
 );
 
@@ -110,7 +113,6 @@ async function runtimesOf(env: Env, page: CatalogJob[]): Promise<Map<string, Job
   const answers = await Promise.all([...byShard].map(([shard, list]) => shardStub(env, shard).jobRuntimes(list.map((j) => j.id))));
   return new Map(answers.flat().map((r) => [r.id, r]));
 }
-
 
 jobs.openapi(
   createRoute({
@@ -195,7 +197,8 @@ jobs.openapi(
     method: "patch",
     path: "/jobs/{id}",
     summary: "Change a job's definition atomically",
-    description: "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.",
+    description:
+      "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.",
     security,
     request: { params: IdParam, body: { content: { "application/json": { schema: PatchJobSchema } }, required: true } },
     responses: { 200: json(JobSchema, "the job at its new version"), ...errors(400, 404, 503) },
@@ -210,7 +213,11 @@ jobs.openapi(
     if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
     if (target) spec.target = await acceptTarget(c, target, id);
     // null clears an optional setting; absent leaves it as it is.
-    for (const [key, value] of [["jitter", jitter], ["maxConcurrency", maxConcurrency], ["ratePerSecond", ratePerSecond]] as const) {
+    for (const [key, value] of [
+      ["jitter", jitter],
+      ["maxConcurrency", maxConcurrency],
+      ["ratePerSecond", ratePerSecond],
+    ] as const) {
       if (value === null) delete spec[key];
       else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
     }
@@ -235,7 +242,10 @@ jobs.openapi(
     security,
     request: { params: IdParam, body: { content: { "application/json": { schema: BackfillSchema } }, required: true } },
     responses: {
-      202: json(z.object({ created: z.array(z.string()), existing: z.array(z.string()) }), "run ids created, and those that already existed"),
+      202: json(
+        z.object({ created: z.array(z.string()), existing: z.array(z.string()) }),
+        "run ids created, and those that already existed",
+      ),
       ...errors(400, 404, 409),
     },
   }),
@@ -259,7 +269,10 @@ jobs.openapi(
     summary: "Run a job once now, besides its schedule",
     description: "Send an Idempotency-Key header to make retries of this call yield the same run.",
     security,
-    request: { params: IdParam, headers: z.object({ "idempotency-key": z.string().regex(TRIGGER_KEY, "1 to 64 letters, digits or dashes").optional() }) },
+    request: {
+      params: IdParam,
+      headers: z.object({ "idempotency-key": z.string().regex(TRIGGER_KEY, "1 to 64 letters, digits or dashes").optional() }),
+    },
     responses: { 202: json(RunSchema, "the run, queued"), ...errors(400, 404, 409) },
   }),
   async (c) => {
@@ -298,10 +311,13 @@ jobs.openapi(
     const runs = await shardStub(c.env, job.shard).listRuns(job.id, limit + 1, before);
     const page = runs.slice(0, limit);
     const last = page[page.length - 1];
-    return c.json({
-      items: page.map(presentRun),
-      nextCursor: runs.length > limit && last ? `${last.scheduledAt.toString(36)}.${last.id}` : null,
-    }, 200);
+    return c.json(
+      {
+        items: page.map(presentRun),
+        nextCursor: runs.length > limit && last ? `${last.scheduledAt.toString(36)}.${last.id}` : null,
+      },
+      200,
+    );
   },
 );
 

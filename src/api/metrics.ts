@@ -4,7 +4,7 @@ import { shardStub } from "../env";
 import { ErrorSchema } from "../model/common";
 import { parseDuration } from "../schedule/duration";
 import type { ShardMetrics } from "../shard/store";
-import { scopeOf, type AppEnv } from "./context";
+import { type AppEnv, scopeOf } from "./context";
 import { validationHook } from "./validation";
 
 export const metrics = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -21,10 +21,18 @@ const MetricsSchema = z
       failureRate: z.number().nullable().openapi({ description: "Failed or timed-out attempts over finished ones, in the window." }),
     }),
     fireLagMs: z
-      .object({ count: z.int(), p50: z.number().nullable(), p90: z.number().nullable(), p99: z.number().nullable(), max: z.number().nullable() })
+      .object({
+        count: z.int(),
+        p50: z.number().nullable(),
+        p90: z.number().nullable(),
+        p99: z.number().nullable(),
+        max: z.number().nullable(),
+      })
       .openapi({ description: "Scheduled instant to first claim, on the shard's clock, for runs started in the window." }),
     outbox: z.int().openapi({ description: "Dispatches written but not yet sent to the queue." }),
-    awaitingClaim: z.int().openapi({ description: "Runs sent to the queue and not yet claimed by a consumer: the queue's depth as the shards see it." }),
+    awaitingClaim: z
+      .int()
+      .openapi({ description: "Runs sent to the queue and not yet claimed by a consumer: the queue's depth as the shards see it." }),
     oldestAwaitingClaimMs: z.int().nullable(),
   })
   .openapi("Metrics");
@@ -74,7 +82,13 @@ metrics.openapi(
         shards: shards.length,
         runsByState: sum((m) => m.runsByState),
         attempts: { byOutcome, failureRate: finished === 0 ? null : ((byOutcome.failed ?? 0) + (byOutcome.timed_out ?? 0)) / finished },
-        fireLagMs: { count: lags.length, p50: percentile(lags, 50), p90: percentile(lags, 90), p99: percentile(lags, 99), max: lags.at(-1) ?? null },
+        fireLagMs: {
+          count: lags.length,
+          p50: percentile(lags, 50),
+          p90: percentile(lags, 90),
+          p99: percentile(lags, 99),
+          max: lags.at(-1) ?? null,
+        },
         outbox: all.reduce((n, m) => n + m.outbox, 0),
         awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
         oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,

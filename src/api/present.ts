@@ -7,7 +7,11 @@ const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
 
 /** A job as the API shows it: the catalog's definition, its target as shown, and the shard's runtime view. */
-export function presentJob(job: CatalogJob, target: TargetView, runtime: { nextRunAt: number | null; completed: boolean } | undefined): Job {
+export function presentJob(
+  job: CatalogJob,
+  target: TargetView,
+  runtime: { nextRunAt: number | null; completed: boolean } | undefined,
+): Job {
   const nextRunAt = runtime?.nextRunAt ?? null;
   return {
     id: job.id,

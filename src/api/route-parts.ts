@@ -11,4 +11,9 @@ export const errors = (...codes: Array<400 | 401 | 403 | 404 | 409 | 503>) =>
 export const bearer = [{ bearer: [] }];
 
 export const pathId = (example: string) =>
-  z.object({ id: z.string().max(200).openapi({ param: { name: "id", in: "path" }, example }) });
+  z.object({
+    id: z
+      .string()
+      .max(200)
+      .openapi({ param: { name: "id", in: "path" }, example }),
+  });

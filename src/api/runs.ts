@@ -1,11 +1,11 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { shardsInUse, type CatalogJob } from "../catalog/jobs";
+import { type CatalogJob, shardsInUse } from "../catalog/jobs";
 import { shardStub } from "../env";
 import { PageQuery, pageOf, Text } from "../model/common";
 import { JOB_ID, jobIdOfRun, parseCompletionToken } from "../model/ids";
 import { RunSchema } from "../model/run";
 import type { RunView, TokenVerdict } from "../shard/shard";
-import { scopeOf, type AppContext, type AppEnv } from "./context";
+import { type AppContext, type AppEnv, scopeOf } from "./context";
 import { ApiError, notFound } from "./errors";
 import { loadJob } from "./jobs";
 import { presentRun } from "./present";
@@ -58,7 +58,8 @@ runs.openapi(
     const job = await jobOfRun(c, id);
     const run = await shardStub(c.env, job.shard).retryRun(id);
     if (run === null) throw notFound("run", id);
-    if (run === "not_retryable") throw new ApiError(409, "not_retryable", "only a dead or failed run of a live (not paused, not deleted) job can be retried");
+    if (run === "not_retryable")
+      throw new ApiError(409, "not_retryable", "only a dead or failed run of a live (not paused, not deleted) job can be retried");
     return c.json(presentRun(run), 202);
   },
 );
@@ -95,7 +96,8 @@ function shardOfToken(token: string): string {
  * token: these routes take no API key, so a difference would tell anyone which runs exist.
  */
 function tokenError(verdict: TokenVerdict): ApiError {
-  if (verdict === "unknown_run" || verdict === "invalid_token") return new ApiError(403, "invalid_token", "this completion token does not belong to this run");
+  if (verdict === "unknown_run" || verdict === "invalid_token")
+    return new ApiError(403, "invalid_token", "this completion token does not belong to this run");
   return new ApiError(409, "stale", "this attempt is no longer current (it timed out, or the run ended); nothing was changed");
 }
 
@@ -104,7 +106,8 @@ runs.openapi(
     method: "post",
     path: "/runs/{id}/complete",
     summary: "Finish a long-running attempt (a target that answered 202)",
-    description: "Authenticated by the attempt's completion token; no API token needed. A stale attempt's completion answers 409 and changes nothing.",
+    description:
+      "Authenticated by the attempt's completion token; no API token needed. A stale attempt's completion answers 409 and changes nothing.",
     request: { params: IdParam, body: { content: { "application/json": { schema: CompleteBody } }, required: true } },
     responses: { 200: json(RunSchema, "the run, with the outcome recorded"), ...errors(400, 403, 404, 409) },
   }),
@@ -122,7 +125,8 @@ runs.openapi(
     method: "post",
     path: "/runs/{id}/heartbeat",
     summary: "Extend a long-running attempt's lease",
-    description: "Authenticated by the attempt's completion token. Without heartbeats, an accepted attempt times out after the job's timeoutMs.",
+    description:
+      "Authenticated by the attempt's completion token. Without heartbeats, an accepted attempt times out after the job's timeoutMs.",
     request: { params: IdParam, body: { content: { "application/json": { schema: HeartbeatBody } }, required: true } },
     responses: { 200: json(z.object({ leaseUntil: z.string() }), "the new lease end"), ...errors(400, 403, 404, 409) },
   }),
@@ -167,10 +171,13 @@ runs.openapi(
     const merged = pages.flat().sort(newestFailureFirst);
     const page = merged.slice(0, limit);
     const last = page.at(-1);
-    return c.json({
-      items: page.map(presentRun),
-      nextCursor: merged.length > limit && last ? `${last.finishedAt!.toString(36)}.${last.id}` : null,
-    }, 200);
+    return c.json(
+      {
+        items: page.map(presentRun),
+        nextCursor: merged.length > limit && last ? `${last.finishedAt!.toString(36)}.${last.id}` : null,
+      },
+      200,
+    );
   },
 );
 

@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import type { AppEnv } from "./context";
 import { canonicalSchedule, PreviewSchema } from "../model/job";
 import { upcomingFires } from "../schedule/next-fire";
+import type { AppEnv } from "./context";
 import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
 

@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { shardsInUse } from "../catalog/jobs";
 import {
+  type ApiKeyRow,
   getTenant,
   hashKey,
   insertKey,
@@ -9,15 +10,14 @@ import {
   listTenants,
   revokeKey,
   settingsOf,
-  updateTenant,
-  type ApiKeyRow,
   type Tenant,
+  updateTenant,
 } from "../catalog/tenants";
 import { Misconfigured, shardStub } from "../env";
 import { pageOf, Text } from "../model/common";
 import { DEFAULT_TENANT, KEY_ID, newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
-import { signingSecrets, SIGNATURE_HEADER } from "../security/signing";
-import { ownsTenant, scopeOf, type AppContext, type AppEnv } from "./context";
+import { SIGNATURE_HEADER, signingSecrets } from "../security/signing";
+import { type AppContext, type AppEnv, ownsTenant, scopeOf } from "./context";
 import { ApiError, notFound } from "./errors";
 import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
@@ -34,7 +34,13 @@ const LimitsSchema = z
       .nullable()
       .optional()
       .openapi({ description: "Runs dispatched or running at once over all the tenant's jobs; the rest wait queued, none is lost." }),
-    requestsPerSecond: z.int().min(1).max(10_000).nullable().optional().openapi({ description: "API requests per second with its keys (429 above)." }),
+    requestsPerSecond: z
+      .int()
+      .min(1)
+      .max(10_000)
+      .nullable()
+      .optional()
+      .openapi({ description: "API requests per second with its keys (429 above)." }),
   })
   .openapi("TenantLimits");
 
@@ -63,7 +69,12 @@ const NewKeySchema = KeySchema.extend({
   apiKey: z.string().openapi({ description: "Shown once: only its hash is stored." }),
 }).openapi("NewApiKey");
 
-const TenantParam = z.object({ id: z.string().max(100).openapi({ param: { name: "id", in: "path" }, example: "ten_0123456789abcdefghij" }) });
+const TenantParam = z.object({
+  id: z
+    .string()
+    .max(100)
+    .openapi({ param: { name: "id", in: "path" }, example: "ten_0123456789abcdefghij" }),
+});
 
 const presentTenant = (t: Tenant) => ({ id: t.id, name: t.name, limits: t.limits, createdAt: new Date(t.createdAt).toISOString() });
 const presentKey = (k: ApiKeyRow) => ({
@@ -115,7 +126,10 @@ tenants.openapi(
         required: false,
       },
     },
-    responses: { 201: json(TenantSchema.extend({ apiKey: z.string(), keyId: z.string() }), "the tenant; its API key is shown this once"), ...errors(400, 403) },
+    responses: {
+      201: json(TenantSchema.extend({ apiKey: z.string(), keyId: z.string() }), "the tenant; its API key is shown this once"),
+      ...errors(400, 403),
+    },
   }),
   async (c) => {
     requireAdmin(c);
@@ -147,7 +161,8 @@ tenants.openapi(
   async (c) => {
     requireAdmin(c);
     const { limit, cursor } = c.req.valid("query");
-    if (cursor !== undefined && !TENANT_ID.test(cursor)) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
+    if (cursor !== undefined && !TENANT_ID.test(cursor))
+      throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
     const rows = await listTenants(c.env.DB, limit + 1, cursor);
     const page = rows.slice(0, limit);
     return c.json({ items: page.map(presentTenant), nextCursor: rows.length > limit ? page.at(-1)!.id : null }, 200);
@@ -231,7 +246,14 @@ tenants.openapi(
     summary: "Revoke an API key: it stops working at once",
     description: "A tenant may not revoke its own last live key (it would lock itself out); the admin may.",
     security: bearer,
-    request: { params: TenantParam.extend({ keyId: z.string().max(100).openapi({ param: { name: "keyId", in: "path" } }) }) },
+    request: {
+      params: TenantParam.extend({
+        keyId: z
+          .string()
+          .max(100)
+          .openapi({ param: { name: "keyId", in: "path" } }),
+      }),
+    },
     responses: { 200: json(z.object({ id: z.string(), revoked: z.literal(true) }), "revoked"), ...errors(404, 409) },
   }),
   async (c) => {
@@ -290,7 +312,8 @@ tenants.openapi(
     method: "post",
     path: "/signing-keys/rotate",
     summary: "Rotate: next becomes current, a new next appears, the old current stops being used",
-    description: "Give targets the new `next` before the following rotation. Requests in flight keep verifying: each is signed with current and next.",
+    description:
+      "Give targets the new `next` before the following rotation. Requests in flight keep verifying: each is signed with current and next.",
     security: bearer,
     request: { query: TenantQuery },
     responses: { 200: json(SigningKeysSchema, "the secrets after rotation"), ...errors(404) },

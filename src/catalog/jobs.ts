@@ -62,12 +62,26 @@ export function toDefinition(job: CatalogJob): JobDefinition {
  * statement, so concurrent creations cannot overshoot. False when the quota refused it.
  */
 export async function insertJob(db: D1Database, job: CatalogJob, maxJobs: number | null): Promise<boolean> {
-  const values = [job.id, job.tenantId, job.name, job.shard, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.createdAt, job.updatedAt];
-  const insert = "INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?";
+  const values = [
+    job.id,
+    job.tenantId,
+    job.name,
+    job.shard,
+    job.version,
+    JSON.stringify(job.spec),
+    job.paused ? 1 : 0,
+    job.createdAt,
+    job.updatedAt,
+  ];
+  const insert =
+    "INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?";
   // Without a quota there is nothing to count (a count per insert would grow with the tenant).
-  const stmt = maxJobs === null
-    ? db.prepare(insert).bind(...values)
-    : db.prepare(`${insert} WHERE (SELECT COUNT(*) FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL) < ?`).bind(...values, job.tenantId, maxJobs);
+  const stmt =
+    maxJobs === null
+      ? db.prepare(insert).bind(...values)
+      : db
+          .prepare(`${insert} WHERE (SELECT COUNT(*) FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL) < ?`)
+          .bind(...values, job.tenantId, maxJobs);
   const result = await guard("insert", () => stmt.run());
   return result.meta.changes > 0;
 }
@@ -102,24 +116,26 @@ export async function updateJob(
   change: { paused?: boolean; deleted?: boolean; name?: string | null; spec?: JobSpec },
   now: number,
 ): Promise<CatalogJob | null> {
-  const row = await guard("update", () => db
-    .prepare(
-      `UPDATE jobs SET version = version + 1, updated_at = ?,
+  const row = await guard("update", () =>
+    db
+      .prepare(
+        `UPDATE jobs SET version = version + 1, updated_at = ?,
          paused = COALESCE(?, paused), deleted_at = CASE WHEN ? THEN ? ELSE deleted_at END,
          name = CASE WHEN ? THEN ? ELSE name END, spec = COALESCE(?, spec)
        WHERE id = ? AND deleted_at IS NULL RETURNING *`,
-    )
-    .bind(
-      now,
-      change.paused === undefined ? null : change.paused ? 1 : 0,
-      change.deleted ? 1 : 0,
-      now,
-      change.name !== undefined ? 1 : 0,
-      change.name ?? null,
-      change.spec ? JSON.stringify(change.spec) : null,
-      id,
-    )
-    .first<Row>());
+      )
+      .bind(
+        now,
+        change.paused === undefined ? null : change.paused ? 1 : 0,
+        change.deleted ? 1 : 0,
+        now,
+        change.name !== undefined ? 1 : 0,
+        change.name ?? null,
+        change.spec ? JSON.stringify(change.spec) : null,
+        id,
+      )
+      .first<Row>(),
+  );
   return row ? toJob(row) : null;
 }
 
@@ -138,19 +154,23 @@ export async function shardEntries(
   afterId: string,
   limit: number,
 ): Promise<Array<{ id: string; version: number; deleted: boolean }>> {
-  const { results } = await guard("entries", () => db
-    .prepare("SELECT id, version, deleted_at FROM jobs WHERE shard = ? AND id > ? ORDER BY id LIMIT ?")
-    .bind(shard, afterId, limit)
-    .all<Row>());
+  const { results } = await guard("entries", () =>
+    db
+      .prepare("SELECT id, version, deleted_at FROM jobs WHERE shard = ? AND id > ? ORDER BY id LIMIT ?")
+      .bind(shard, afterId, limit)
+      .all<Row>(),
+  );
   return results.map((r) => ({ id: r.id as string, version: r.version as number, deleted: r.deleted_at !== null }));
 }
 
 export async function getJobsByIds(db: D1Database, ids: string[]): Promise<CatalogJob[]> {
   if (ids.length === 0) return [];
-  const { results } = await guard("read", () => db
-    .prepare(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`)
-    .bind(...ids)
-    .all<Row>());
+  const { results } = await guard("read", () =>
+    db
+      .prepare(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`)
+      .bind(...ids)
+      .all<Row>(),
+  );
   return results.map(toJob);
 }
 

@@ -81,7 +81,16 @@ export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: st
           `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, signing_generation, version, created_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
         )
-        .bind(tenant.id, tenant.name, tenant.limits.maxJobs, tenant.limits.maxRunsInFlight, tenant.limits.requestsPerSecond, tenant.signingGeneration, tenant.version, tenant.createdAt),
+        .bind(
+          tenant.id,
+          tenant.name,
+          tenant.limits.maxJobs,
+          tenant.limits.maxRunsInFlight,
+          tenant.limits.requestsPerSecond,
+          tenant.signingGeneration,
+          tenant.version,
+          tenant.createdAt,
+        ),
       insertKeyStatement(db, tenant.id, key, tenant.createdAt),
     ]),
   );
@@ -93,7 +102,12 @@ function insertKeyStatement(db: D1Database, tenantId: string, key: { id: string;
     .bind(key.id, tenantId, key.hash, key.prefix, now);
 }
 
-export async function insertKey(db: D1Database, tenantId: string, key: { id: string; hash: string; prefix: string }, now: number): Promise<void> {
+export async function insertKey(
+  db: D1Database,
+  tenantId: string,
+  key: { id: string; hash: string; prefix: string },
+  now: number,
+): Promise<void> {
   await guard("insert key", () => insertKeyStatement(db, tenantId, key, now).run());
 }
 
@@ -105,7 +119,10 @@ export async function getTenant(db: D1Database, id: string): Promise<Tenant | nu
 /** Oldest first; the cursor is the last id of the previous page. */
 export async function listTenants(db: D1Database, limit: number, after?: string): Promise<Tenant[]> {
   const { results } = await guard("list tenants", () =>
-    db.prepare("SELECT * FROM tenants WHERE id > ? ORDER BY id LIMIT ?").bind(after ?? "", limit).all<Row>(),
+    db
+      .prepare("SELECT * FROM tenants WHERE id > ? ORDER BY id LIMIT ?")
+      .bind(after ?? "", limit)
+      .all<Row>(),
   );
   return results.map(toTenant);
 }
@@ -175,9 +192,12 @@ export async function updateTenant(
          WHERE id = ? RETURNING *`,
       )
       .bind(
-        has("maxJobs"), l.maxJobs ?? null,
-        has("maxRunsInFlight"), l.maxRunsInFlight ?? null,
-        has("requestsPerSecond"), l.requestsPerSecond ?? null,
+        has("maxJobs"),
+        l.maxJobs ?? null,
+        has("maxRunsInFlight"),
+        l.maxRunsInFlight ?? null,
+        has("requestsPerSecond"),
+        l.requestsPerSecond ?? null,
         change.rotateSigning ? 1 : 0,
         id,
       )

@@ -1,6 +1,6 @@
-import { shardStub, type DispatchMessage, type Env } from "../env";
-import type { Outcome } from "../shard/shard";
+import { type DispatchMessage, type Env, shardStub } from "../env";
 import { failpoint } from "../faults";
+import type { Outcome } from "../shard/shard";
 import { executeContext, executeTarget } from "./execute";
 
 const REPORT_TRIES = 3;

@@ -1,6 +1,6 @@
 import type { Env } from "../env";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
-import { allowPrivateTargets, targetRefusal, type TargetPolicy } from "../security/target-guard";
+import { allowPrivateTargets, type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/shard";
 
@@ -61,7 +61,12 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
     request = await buildRequest(claim, ctx);
   } catch (err) {
     // Keys missing or rotated away: nothing to send. Retryable, since fixing the keys helps.
-    return { ...base, ok: false, status: null, error: `could not prepare the request: ${(err as Error).message}`.slice(0, MAX_ERROR_CHARS) };
+    return {
+      ...base,
+      ok: false,
+      status: null,
+      error: `could not prepare the request: ${(err as Error).message}`.slice(0, MAX_ERROR_CHARS),
+    };
   }
 
   const signal = AbortSignal.timeout(claim.timeoutMs);
@@ -120,7 +125,8 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
   for (const [name, value] of Object.entries(edgecronHeaders(claim, ctx.publicUrl))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, claim.tenantId, claim.signingGeneration);
   /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
-  const sign = async (sent: string | undefined) => headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, sent ?? "", Date.now()));
+  const sign = async (sent: string | undefined) =>
+    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, sent ?? "", Date.now()));
   return { headers, body, sign };
 }
 

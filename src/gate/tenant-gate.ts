@@ -1,5 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import { shardStub, type Env } from "../env";
+import { type Env, shardStub } from "../env";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,
@@ -69,7 +69,9 @@ export class TenantGate extends DurableObject<Env> {
       if (wanted > 0) {
         this.sql.exec(
           "INSERT INTO waiters (shard, wanted, since) VALUES (?, ?, ?) ON CONFLICT (shard) DO UPDATE SET wanted = excluded.wanted",
-          shard, wanted, now,
+          shard,
+          wanted,
+          now,
         );
       }
     });

@@ -5,9 +5,7 @@ export const ErrorSchema = z
     error: z.object({
       code: z.string().openapi({ example: "invalid_request" }),
       message: z.string(),
-      issues: z
-        .array(z.object({ path: z.string().openapi({ example: "schedule.cron" }), message: z.string() }))
-        .optional(),
+      issues: z.array(z.object({ path: z.string().openapi({ example: "schedule.cron" }), message: z.string() })).optional(),
     }),
   })
   .openapi("Error");

@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
-import { cronError, isTimeZone } from "../schedule/cron";
 import { DEFAULT_BACKOFF } from "../schedule/backoff";
+import { cronError, isTimeZone } from "../schedule/cron";
 import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
@@ -31,10 +31,18 @@ const Duration = (what: string, minMs: number, maxMs: number, example: string) =
     .superRefine((text, ctx) => {
       const ms = parseDuration(text);
       if (ms === null) ctx.addIssue({ code: "custom", message: `must be a whole number and a unit s, m, h or d, e.g. "${example}"` });
-      else if (ms < minMs || ms > maxMs) ctx.addIssue({ code: "custom", message: `${what} must be between ${fmt(minMs)} and ${fmt(maxMs)}` });
+      else if (ms < minMs || ms > maxMs)
+        ctx.addIssue({ code: "custom", message: `${what} must be between ${fmt(minMs)} and ${fmt(maxMs)}` });
     })
     .openapi({ example });
-const fmt = (ms: number) => (ms % 86_400_000 === 0 ? `${ms / 86_400_000}d` : ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : ms % 60_000 === 0 ? `${ms / 60_000}m` : `${ms / 1000}s`);
+const fmt = (ms: number) =>
+  ms % 86_400_000 === 0
+    ? `${ms / 86_400_000}d`
+    : ms % 3_600_000 === 0
+      ? `${ms / 3_600_000}h`
+      : ms % 60_000 === 0
+        ? `${ms / 60_000}m`
+        : `${ms / 1000}s`;
 
 const YEAR_MS = 365 * 86_400_000;
 
@@ -156,12 +164,17 @@ export const TargetSchema = z
           const problem = headerProblem(name, value);
           if (problem) ctx.addIssue({ code: "custom", message: problem, path: [name] });
         }
-        if (chars > TARGET_LIMITS.headerBytes) ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
+        if (chars > TARGET_LIMITS.headerBytes)
+          ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
       })
       .optional()
       .openapi({ description: "Stored encrypted; responses show the names only." }),
     body: z
-      .union([Text(), z.array(z.unknown()), z.custom<Record<string, unknown>>(isPlainObject, "must be a string, an array or an object").openapi({ type: "object" })])
+      .union([
+        Text(),
+        z.array(z.unknown()),
+        z.custom<Record<string, unknown>>(isPlainObject, "must be a string, an array or an object").openapi({ type: "object" }),
+      ])
       .refine((b) => jsonDepth(b) <= TARGET_LIMITS.bodyDepth, `may nest at most ${TARGET_LIMITS.bodyDepth} levels deep`)
       .optional()
       .openapi({ description: "A string is sent as is; JSON is sent as application/json. Stored encrypted." }),
@@ -201,9 +214,19 @@ export type TargetView = z.infer<typeof TargetViewSchema>;
 
 export const BackoffSchema = z
   .strictObject({
-    initialMs: z.int().min(100).max(3_600_000).default(DEFAULT_BACKOFF.initialMs).openapi({ description: "Cap of the first retry's delay." }),
+    initialMs: z
+      .int()
+      .min(100)
+      .max(3_600_000)
+      .default(DEFAULT_BACKOFF.initialMs)
+      .openapi({ description: "Cap of the first retry's delay." }),
     maxMs: z.int().min(100).max(86_400_000).default(DEFAULT_BACKOFF.maxMs).openapi({ description: "No delay is longer." }),
-    factor: z.number().min(1).max(10).default(DEFAULT_BACKOFF.factor).openapi({ description: "Each retry's cap is the previous one times this." }),
+    factor: z
+      .number()
+      .min(1)
+      .max(10)
+      .default(DEFAULT_BACKOFF.factor)
+      .openapi({ description: "Each retry's cap is the previous one times this." }),
   })
   .refine((b) => b.maxMs >= b.initialMs, { message: "maxMs must be at least initialMs", path: ["maxMs"] })
   .openapi("Backoff");
@@ -246,7 +269,12 @@ const JobFields = {
   jitter: Duration("jitter", 0, 3_600_000, "30s")
     .optional()
     .openapi({ description: "Spread each fire over this window, deterministically per (job, instant)." }),
-  maxConcurrency: z.int().min(1).max(1_000).optional().openapi({ description: "At most this many of the job's runs dispatched or running at once; the rest wait." }),
+  maxConcurrency: z
+    .int()
+    .min(1)
+    .max(1_000)
+    .optional()
+    .openapi({ description: "At most this many of the job's runs dispatched or running at once; the rest wait." }),
   ratePerSecond: z
     .number()
     .min(0.001)
@@ -255,9 +283,7 @@ const JobFields = {
     .openapi({ description: "Runs start toward the target at most this often (evenly spaced), so a burst does not hammer it." }),
 };
 
-export const CreateJobSchema = z
-  .strictObject({ name: Text(200).min(1).optional(), ...JobFields })
-  .openapi("CreateJob");
+export const CreateJobSchema = z.strictObject({ name: Text(200).min(1).optional(), ...JobFields }).openapi("CreateJob");
 
 export type CreateJob = z.infer<typeof CreateJobSchema>;
 /** What the shard needs to run a job: the accepted definition minus presentation, its target sealed. */

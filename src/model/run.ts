@@ -26,7 +26,9 @@ export const RunSchema = z
     jobVersion: z.int(),
     trigger: z.enum(RUN_TRIGGERS),
     scheduledAt: Instant,
-    catchUp: z.boolean().openapi({ description: "The fire at scheduledAt was missed (job paused, shard down) and this run catches it up." }),
+    catchUp: z
+      .boolean()
+      .openapi({ description: "The fire at scheduledAt was missed (job paused, shard down) and this run catches it up." }),
     state: z.enum(RUN_STATES),
     attempts: z.int().openapi({ description: "Attempts started so far." }),
     startedAt: Instant.nullable(),

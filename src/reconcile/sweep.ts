@@ -1,6 +1,6 @@
 import { getJobsByIds, jobsWithUnsealedTargets, replaceSpec, shardEntries, shardsInUse, toDefinition } from "../catalog/jobs";
 import { tenantsOfShard } from "../catalog/tenants";
-import { shardStub, type Env } from "../env";
+import { type Env, shardStub } from "../env";
 import type { Target } from "../model/job";
 import { sealTarget } from "../security/targets";
 

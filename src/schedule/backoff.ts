@@ -15,7 +15,12 @@ export type Jitter = "full" | "none";
  * outage) instead of bringing them all back at the same instant.
  * `random` is injected so tests can pin the draw.
  */
-export function retryDelay(nextAttempt: number, policy: BackoffPolicy = DEFAULT_BACKOFF, jitter: Jitter = "full", random = Math.random): number {
+export function retryDelay(
+  nextAttempt: number,
+  policy: BackoffPolicy = DEFAULT_BACKOFF,
+  jitter: Jitter = "full",
+  random = Math.random,
+): number {
   const exponent = Math.max(0, nextAttempt - 2);
   const cap = Math.min(policy.maxMs, policy.initialMs * policy.factor ** exponent);
   return jitter === "full" ? Math.round(random() * cap) : cap;

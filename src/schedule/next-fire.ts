@@ -62,7 +62,11 @@ export function firesBetween(schedule: Schedule, anchorMs: number, from: number,
     const at = Date.parse(schedule.at);
     return at >= from && at <= to ? [at] : [];
   }
-  for (let t = nextFireAfter(schedule, anchorMs, from - 1); t !== null && t <= to && fires.length < limit; t = nextFireAfter(schedule, anchorMs, t)) {
+  for (
+    let t = nextFireAfter(schedule, anchorMs, from - 1);
+    t !== null && t <= to && fires.length < limit;
+    t = nextFireAfter(schedule, anchorMs, t)
+  ) {
     fires.push(t);
   }
   return fires;

@@ -77,11 +77,7 @@ export async function seal(ring: KeyRing, value: unknown, context: string): Prom
   // A random 96-bit IV per seal: GCM breaks if an IV repeats under one key, and at our volume
   // (far below 2^32 seals per key) random IVs keep that probability negligible.
   const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
-  const data = await crypto.subtle.encrypt(
-    { name: "AES-GCM", iv, additionalData: utf8(context) },
-    key,
-    utf8(json),
-  );
+  const data = await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: utf8(context) }, key, utf8(json));
   return { kid: ring.current, iv: encodeBase64url(iv), data: encodeBase64url(new Uint8Array(data)) };
 }
 

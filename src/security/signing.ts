@@ -35,11 +35,7 @@ export async function signingSecret(master: string, tenantId: string, generation
 const secretCache = new Map<string, { current: string; next: string }>();
 
 /** The tenant's current (generation g) and next (g + 1) secrets. */
-export async function signingSecrets(
-  master: string,
-  tenantId: string,
-  generation: number,
-): Promise<{ current: string; next: string }> {
+export async function signingSecrets(master: string, tenantId: string, generation: number): Promise<{ current: string; next: string }> {
   const cacheKey = JSON.stringify([master, tenantId, generation]);
   const cached = secretCache.get(cacheKey);
   if (cached) return cached;
@@ -80,5 +76,8 @@ function hex(bytes: Uint8Array): string {
 }
 
 function base64url(bytes: Uint8Array): string {
-  return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return btoa(String.fromCharCode(...bytes))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
 }

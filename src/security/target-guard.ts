@@ -29,13 +29,7 @@ const METADATA_REFUSAL = "cloud metadata endpoints are never allowed";
 const METADATA_ADDRESSES = new Set(
   ["169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254"].map((a) => ipaddr.parse(a).toString()),
 );
-const METADATA_HOSTS = new Set([
-  "metadata.google.internal",
-  "metadata.goog",
-  "metadata",
-  "instance-data",
-  "instance-data.ec2.internal",
-]);
+const METADATA_HOSTS = new Set(["metadata.google.internal", "metadata.goog", "metadata", "instance-data", "instance-data.ec2.internal"]);
 
 // Suffixes that only resolve inside a local network (RFC 6761, RFC 6762, RFC 8375, common use).
 const LOCAL_SUFFIXES = [".local", ".internal", ".home.arpa", ".lan"];

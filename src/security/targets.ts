@@ -1,6 +1,6 @@
 import { Misconfigured } from "../env";
 import type { StoredTarget, Target, TargetSecrets, TargetView } from "../model/job";
-import { loadKeyRing, open, seal, type KeyRing } from "./sealing";
+import { type KeyRing, loadKeyRing, open, seal } from "./sealing";
 
 /**
  * A target between its API form and its stored form: URL and method stay readable (routing,

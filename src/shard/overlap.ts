@@ -3,10 +3,7 @@ import type { RunState } from "./run-states";
 
 export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
 
-export type OverlapDecision =
-  | { run: "queued"; cancel: string[] }
-  | { run: "buffered" }
-  | { run: "skipped"; reason: string };
+export type OverlapDecision = { run: "queued"; cancel: string[] } | { run: "buffered" } | { run: "skipped"; reason: string };
 
 /**
  * What a new fire becomes, given the job's overlap policy and its unfinished runs (oldest

@@ -17,7 +17,18 @@
  *                                 revive, for a job under flow control)
  * A lease that expires counts as a retryable failure of the running attempt.
  */
-export const RUN_STATES = ["waiting", "queued", "running", "retry_wait", "buffered", "succeeded", "failed", "dead", "cancelled", "skipped"] as const;
+export const RUN_STATES = [
+  "waiting",
+  "queued",
+  "running",
+  "retry_wait",
+  "buffered",
+  "succeeded",
+  "failed",
+  "dead",
+  "cancelled",
+  "skipped",
+] as const;
 export type RunState = (typeof RUN_STATES)[number];
 
 export type RunEvent =

@@ -1,18 +1,27 @@
 import { DurableObject } from "cloudflare:workers";
 import type { TenantSettings } from "../catalog/tenants";
-import { gateStub, type DispatchMessage, type Env } from "../env";
+import { type DispatchMessage, type Env, gateStub } from "../env";
 import { failpoint } from "../faults";
-import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
 import { newCompletionToken, parseCompletionToken, scheduledRunId, triggeredRunId } from "../model/ids";
+import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
-import { planDueFires, type DueFire } from "../schedule/misfire";
+import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
+import { planAdmission } from "./admission";
 import { decideOverlap } from "./overlap";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
-import { planAdmission } from "./admission";
-import { ShardStore, type AttemptRow, type Dispatch, type JobDefinition, type NewRun, type RunRow, type ShardJob, type ShardMetrics } from "./store";
+import {
+  type AttemptRow,
+  type Dispatch,
+  type JobDefinition,
+  type NewRun,
+  type RunRow,
+  type ShardJob,
+  type ShardMetrics,
+  ShardStore,
+} from "./store";
 
 export type { JobDefinition };
 
@@ -143,7 +152,14 @@ export class Shard extends DurableObject<Env> {
   private fireDueJobs(now: number): void {
     for (const job of this.store.dueJobs(now, TICK_BATCH)) {
       const spec = job.spec;
-      const plan = planDueFires(spec.schedule, job.createdAt, job.nextFireAt as number, now, spec.misfire ?? "fire_once", parseDuration(spec.catchupWindow ?? "1h")!);
+      const plan = planDueFires(
+        spec.schedule,
+        job.createdAt,
+        job.nextFireAt as number,
+        now,
+        spec.misfire ?? "fire_once",
+        parseDuration(spec.catchupWindow ?? "1h")!,
+      );
       const ready: DueFire[] = [];
       let next = plan.next;
       for (const fire of plan.fires) {
@@ -160,7 +176,14 @@ export class Shard extends DurableObject<Env> {
         next = null;
       }
       for (const fire of ready) {
-        const run = { id: scheduledRunId(job.id, fire.at), jobId: job.id, jobVersion: job.version, trigger: "schedule" as const, scheduledAt: fire.at, catchUp: fire.catchUp };
+        const run = {
+          id: scheduledRunId(job.id, fire.at),
+          jobId: job.id,
+          jobVersion: job.version,
+          trigger: "schedule" as const,
+          scheduledAt: fire.at,
+          catchUp: fire.catchUp,
+        };
         this.startRun(job, run, now);
       }
       this.store.setNextFire(job.id, next, next === null ? null : next + this.jitterOf(job, next), ready.length);
@@ -397,7 +420,10 @@ export class Shard extends DurableObject<Env> {
     const renewals = this.permitRenewals.splice(0);
     await Promise.allSettled(
       [...Map.groupBy(renewals, (r) => r.tenantId)].map(([tenantId, list]) =>
-        gateStub(this.env, tenantId).renew(list.map((r) => r.permit), Math.max(...list.map((r) => r.leaseMs))),
+        gateStub(this.env, tenantId).renew(
+          list.map((r) => r.permit),
+          Math.max(...list.map((r) => r.leaseMs)),
+        ),
       ),
     );
   }
@@ -520,7 +546,12 @@ export class Shard extends DurableObject<Env> {
    * keeps it (run ids are derived from job and instant). Backfills ignore the overlap policy:
    * the user asked for each of them.
    */
-  async backfill(shard: string, jobId: string, from: number, to: number): Promise<{ created: string[]; existing: string[] } | "paused" | "too_many" | null> {
+  async backfill(
+    shard: string,
+    jobId: string,
+    from: number,
+    to: number,
+  ): Promise<{ created: string[]; existing: string[] } | "paused" | "too_many" | null> {
     this.rememberName(shard);
     const job = this.store.getJob(jobId);
     if (!job || job.deleted) return null;
@@ -590,7 +621,8 @@ export class Shard extends DurableObject<Env> {
         const run = this.store.getRun(o.runId);
         const attempt = this.store.getAttempt(o.runId, o.fence);
         if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
-          if (attempt?.outcome === "timed_out" || attempt?.outcome === "cancelled") this.store.noteLateOutcome(o.runId, o.fence, describeOutcome(o));
+          if (attempt?.outcome === "timed_out" || attempt?.outcome === "cancelled")
+            this.store.noteLateOutcome(o.runId, o.fence, describeOutcome(o));
           return "stale" as const;
         }
         if (o.accepted) {
@@ -684,7 +716,11 @@ export class Shard extends DurableObject<Env> {
 
   // ---- RPC: dead letters ----
 
-  async deadLetters(scope: { tenantId: string | null; jobId: string | null }, limit: number, before?: { finishedAt: number; id: string }): Promise<RunView[]> {
+  async deadLetters(
+    scope: { tenantId: string | null; jobId: string | null },
+    limit: number,
+    before?: { finishedAt: number; id: string },
+  ): Promise<RunView[]> {
     return this.withAttemptCounts(this.store.deadLetters(scope, limit, before));
   }
 

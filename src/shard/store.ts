@@ -1,6 +1,14 @@
 import type { TenantSettings } from "../catalog/tenants";
 import type { JobSpec } from "../model/job";
-import { IN_FLIGHT_STATES, RUN_STATE_SQL_LIST, RUN_TRIGGER_SQL_LIST, RUN_TRIGGERS, transition, type RunEvent, type RunState } from "./run-states";
+import {
+  IN_FLIGHT_STATES,
+  RUN_STATE_SQL_LIST,
+  RUN_TRIGGER_SQL_LIST,
+  type RUN_TRIGGERS,
+  type RunEvent,
+  type RunState,
+  transition,
+} from "./run-states";
 
 /**
  * The shard's SQLite storage: one named operation per statement group. Every method is
@@ -103,7 +111,11 @@ function upgrade(sql: SqlStorage): void {
   }
   const runs = tableSql("runs");
   if (runs !== undefined && !runs.includes(RUN_STATE_SQL_LIST)) {
-    const columns = sql.exec("SELECT name FROM pragma_table_info('runs')").toArray().map((r) => r.name as string).join(", ");
+    const columns = sql
+      .exec("SELECT name FROM pragma_table_info('runs')")
+      .toArray()
+      .map((r) => r.name as string)
+      .join(", ");
     sql.exec(runsTable("runs_upgraded"));
     sql.exec(`INSERT INTO runs_upgraded (${columns}) SELECT ${columns} FROM runs`);
     sql.exec("DROP TABLE runs"); // its indexes go with it; SCHEMA makes them again
@@ -285,7 +297,15 @@ export class ShardStore {
       `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
          deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at`,
-      job.id, job.tenantId, job.version, JSON.stringify(job.spec), job.paused ? 1 : 0, job.deleted ? 1 : 0, job.createdAt, nextFireAt, nextDueAt,
+      job.id,
+      job.tenantId,
+      job.version,
+      JSON.stringify(job.spec),
+      job.paused ? 1 : 0,
+      job.deleted ? 1 : 0,
+      job.createdAt,
+      nextFireAt,
+      nextDueAt,
     );
   }
 
@@ -301,7 +321,10 @@ export class ShardStore {
   setNextFire(jobId: string, nextFireAt: number | null, nextDueAt: number | null, firesMade: number): void {
     this.sql.exec(
       "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = fires + ? WHERE id = ?",
-      nextFireAt, nextDueAt, firesMade, jobId,
+      nextFireAt,
+      nextDueAt,
+      firesMade,
+      jobId,
     );
   }
 
@@ -327,8 +350,17 @@ export class ShardStore {
     const inserted = this.sql.exec(
       `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error)
        VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-      run.id, run.jobId, run.jobVersion, run.trigger, run.scheduledAt, run.catchUp ? 1 : 0, as.state,
-      dueAt, now, as.state === "skipped" ? now : null, as.state === "skipped" ? as.reason : null,
+      run.id,
+      run.jobId,
+      run.jobVersion,
+      run.trigger,
+      run.scheduledAt,
+      run.catchUp ? 1 : 0,
+      as.state,
+      dueAt,
+      now,
+      as.state === "skipped" ? now : null,
+      as.state === "skipped" ? as.reason : null,
     ).rowsWritten;
     if (inserted === 0) return false;
     if (as.state === "queued") this.addOutbox(run.id, 1);
@@ -344,9 +376,10 @@ export class ShardStore {
   }
 
   bufferedRuns(jobId?: string): RunRow[] {
-    const rows = jobId === undefined
-      ? this.sql.exec("SELECT * FROM runs WHERE state = 'buffered'")
-      : this.sql.exec("SELECT * FROM runs WHERE state = 'buffered' AND job_id = ?", jobId);
+    const rows =
+      jobId === undefined
+        ? this.sql.exec("SELECT * FROM runs WHERE state = 'buffered'")
+        : this.sql.exec("SELECT * FROM runs WHERE state = 'buffered' AND job_id = ?", jobId);
     return rows.toArray().map(toRun);
   }
 
@@ -398,7 +431,10 @@ export class ShardStore {
       `INSERT INTO tenants (id, version, signing_generation, max_in_flight) VALUES (?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
          max_in_flight = excluded.max_in_flight WHERE excluded.version > tenants.version`,
-      t.id, t.version, t.signingGeneration, t.maxRunsInFlight,
+      t.id,
+      t.version,
+      t.signingGeneration,
+      t.maxRunsInFlight,
     );
   }
 
@@ -407,7 +443,12 @@ export class ShardStore {
     if (this.tenants.has(id)) return this.tenants.get(id)!;
     const row = this.sql.exec("SELECT * FROM tenants WHERE id = ?", id).toArray()[0];
     const tenant = row
-      ? { id, version: row.version as number, signingGeneration: row.signing_generation as number, maxRunsInFlight: row.max_in_flight as number | null }
+      ? {
+          id,
+          version: row.version as number,
+          signingGeneration: row.signing_generation as number,
+          maxRunsInFlight: row.max_in_flight as number | null,
+        }
       : null;
     this.tenants.set(id, tenant);
     return tenant;
@@ -438,7 +479,11 @@ export class ShardStore {
       ? this.sql.exec(
           `SELECT * FROM runs WHERE job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
            ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
-          jobId, before.scheduledAt, before.scheduledAt, before.id, limit,
+          jobId,
+          before.scheduledAt,
+          before.scheduledAt,
+          before.id,
+          limit,
         )
       : this.sql.exec("SELECT * FROM runs WHERE job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?", jobId, limit);
     return rows.toArray().map(toRun);
@@ -451,7 +496,9 @@ export class ShardStore {
   moveRun(
     run: RunRow,
     event: RunEvent,
-    changes: Partial<Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "permit">>,
+    changes: Partial<
+      Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "permit">
+    >,
   ): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
@@ -462,7 +509,8 @@ export class ShardStore {
       if (run.permit !== null) {
         this.sql.exec(
           "INSERT INTO permit_releases (permit, tenant_id) SELECT ?, tenant_id FROM jobs WHERE id = ? ON CONFLICT DO NOTHING",
-          run.permit, run.jobId,
+          run.permit,
+          run.jobId,
         );
         next.permit = null;
       }
@@ -471,8 +519,18 @@ export class ShardStore {
     this.sql.exec(
       `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
          error = ?, result = ?, permit = ? WHERE id = ?`,
-      next.state, next.jobVersion, next.attempt, next.fence, next.dueAt, next.startedAt, next.finishedAt, next.status, next.error,
-      next.result, next.permit, run.id,
+      next.state,
+      next.jobVersion,
+      next.attempt,
+      next.fence,
+      next.dueAt,
+      next.startedAt,
+      next.finishedAt,
+      next.status,
+      next.error,
+      next.result,
+      next.permit,
+      run.id,
     );
     return next;
   }
@@ -483,12 +541,16 @@ export class ShardStore {
   }
 
   /** Dead letters (dead and failed runs), newest failure first, of one job, one tenant's, or all. */
-  deadLetters(scope: { tenantId: string | null; jobId: string | null }, limit: number, before?: { finishedAt: number; id: string }): RunRow[] {
+  deadLetters(
+    scope: { tenantId: string | null; jobId: string | null },
+    limit: number,
+    before?: { finishedAt: number; id: string },
+  ): RunRow[] {
     const where = ["state IN ('dead', 'failed')"];
     const args: SqlStorageValue[] = [];
-    if (scope.jobId !== null) (where.push("job_id = ?"), args.push(scope.jobId));
-    if (scope.tenantId !== null) (where.push("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)"), args.push(scope.tenantId));
-    if (before) (where.push("(finished_at < ? OR (finished_at = ? AND id < ?))"), args.push(before.finishedAt, before.finishedAt, before.id));
+    if (scope.jobId !== null) where.push("job_id = ?"), args.push(scope.jobId);
+    if (scope.tenantId !== null) where.push("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)"), args.push(scope.tenantId);
+    if (before) where.push("(finished_at < ? OR (finished_at = ? AND id < ?))"), args.push(before.finishedAt, before.finishedAt, before.id);
     return this.sql
       .exec(`SELECT * FROM runs WHERE ${where.join(" AND ")} ORDER BY finished_at DESC, id DESC LIMIT ?`, ...args, limit)
       .toArray()
@@ -500,20 +562,41 @@ export class ShardStore {
   startAttempt(runId: string, attempt: number, fence: number, now: number, completionToken: string): void {
     this.sql.exec(
       "INSERT INTO attempts (run_id, attempt, fence, started_at, outcome, completion_token) VALUES (?, ?, ?, ?, 'running', ?)",
-      runId, attempt, fence, now, completionToken,
+      runId,
+      attempt,
+      fence,
+      now,
+      completionToken,
     );
   }
 
   /** The target answered 202: the attempt goes on outside edgecron until it completes. */
   acceptAttempt(runId: string, fence: number, status: number): void {
-    this.sql.exec("UPDATE attempts SET outcome = 'accepted', status = ? WHERE run_id = ? AND fence = ? AND outcome = 'running'", status, runId, fence);
+    this.sql.exec(
+      "UPDATE attempts SET outcome = 'accepted', status = ? WHERE run_id = ? AND fence = ? AND outcome = 'running'",
+      status,
+      runId,
+      fence,
+    );
   }
 
-  finishAttempt(runId: string, fence: number, outcome: AttemptRow["outcome"], now: number, status: number | null, error: string | null): void {
+  finishAttempt(
+    runId: string,
+    fence: number,
+    outcome: AttemptRow["outcome"],
+    now: number,
+    status: number | null,
+    error: string | null,
+  ): void {
     this.sql.exec(
       `UPDATE attempts SET outcome = ?, finished_at = ?, status = ?, error = ?
        WHERE run_id = ? AND fence = ? AND outcome IN ('running', 'accepted')`,
-      outcome, now, status, error, runId, fence,
+      outcome,
+      now,
+      status,
+      error,
+      runId,
+      fence,
     );
   }
 
@@ -572,7 +655,11 @@ export class ShardStore {
     );
     const attempts = Object.fromEntries(
       this.sql
-        .exec(`SELECT outcome, COUNT(*) AS n FROM attempts WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`, tenantId, since)
+        .exec(
+          `SELECT outcome, COUNT(*) AS n FROM attempts WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`,
+          tenantId,
+          since,
+        )
         .toArray()
         .map((r) => [r.outcome as string, r.n as number]),
     );
@@ -581,11 +668,15 @@ export class ShardStore {
       .exec(
         `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND ${ofTenant("id")}
          ORDER BY started_at DESC LIMIT ?3`,
-        tenantId, since, maxLagSamples,
+        tenantId,
+        since,
+        maxLagSamples,
       )
       .toArray()
       .map((r) => r.lag as number);
-    const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as number | null;
+    const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as
+      | number
+      | null;
     const outbox = this.sql.exec(`SELECT COUNT(*) AS n FROM outbox WHERE ${ofTenant("run_id")}`, tenantId).one().n as number;
     return {
       runsByState: byState,

@@ -1,7 +1,7 @@
 import type { Server } from "node:http";
 import { afterAll, describe, expect, it } from "vitest";
-import { sleep, startStack, type Stack } from "../support/local-stack";
-import { startReceiver, type Hit } from "../support/receiver";
+import { type Stack, sleep, startStack } from "../support/local-stack";
+import { type Hit, startReceiver } from "../support/receiver";
 
 /**
  * The whole stack, crashed and restarted: 1,000 one-off jobs fall due within a few seconds;
@@ -94,7 +94,11 @@ async function pool(what: string, count: number, limit: number, budgetMs: number
  * Creates `count` one-off jobs; `at(i)` is read when request i is sent. Failed creations are
  * not retried (a request that reached the server would make a second job): they fail the test.
  */
-async function createJobs(count: number, at: (i: number) => number, path: string): Promise<{ jobs: Array<{ id: string; at: number }>; doneAt: number[] }> {
+async function createJobs(
+  count: number,
+  at: (i: number) => number,
+  path: string,
+): Promise<{ jobs: Array<{ id: string; at: number }>; doneAt: number[] }> {
   const jobs: Array<{ id: string; at: number }> = new Array(count);
   const doneAt: number[] = [];
   const failures: string[] = [];
@@ -116,7 +120,8 @@ async function createJobs(count: number, at: (i: number) => number, path: string
       failures.push(`job ${i}: ${(err as Error).message}`);
     }
   });
-  if (failures.length > 0) throw new Error(`${failures.length} of ${count} creations failed, e.g. ${failures.slice(0, 3).join("; ")}\n${tail()}`);
+  if (failures.length > 0)
+    throw new Error(`${failures.length} of ${count} creations failed, e.g. ${failures.slice(0, 3).join("; ")}\n${tail()}`);
   return { jobs, doneAt };
 }
 
@@ -188,7 +193,9 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
       while (seenIds().size < N * CRASH_AT_FRACTION) {
         if (first.exited) throw new Error(`the stack exited before the crash (${JSON.stringify(first.exited)})\n${tail()}`);
         if (Date.now() > crashDeadline) {
-          throw new Error(`only ${seenIds().size} of ${N} runs reached the receiver within 60 s of T\n${JSON.stringify(await metrics().catch((e) => String(e)))}\n${tail()}`);
+          throw new Error(
+            `only ${seenIds().size} of ${N} runs reached the receiver within 60 s of T\n${JSON.stringify(await metrics().catch((e) => String(e)))}\n${tail()}`,
+          );
         }
         await sleep(10);
       }
@@ -267,7 +274,8 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
       // Why attempts did not succeed (numbers blanked), and whether the receiver got those requests.
       const attemptErrors = countBy(
         retriedAttempts.filter((a) => a.outcome !== "succeeded"),
-        (a) => `${a.outcome}: ${String(a.error).replace(/\d+/g, "#").slice(0, 80)}${(seen.get(a.runId) ?? []).some((h) => Number(h.headers["x-edgecron-attempt"]) === a.attempt) ? " (received)" : " (not received)"}`,
+        (a) =>
+          `${a.outcome}: ${String(a.error).replace(/\d+/g, "#").slice(0, 80)}${(seen.get(a.runId) ?? []).some((h) => Number(h.headers["x-edgecron-attempt"]) === a.attempt) ? " (received)" : " (not received)"}`,
       );
       const receivedTwice = [...seen.values()].filter((list) => list.length > 1);
       Object.assign(summary, {
@@ -297,8 +305,14 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
         expect(run.scheduledAt).toBe(new Date(job.at).toISOString());
       }
       // The receiver saw every run, and nothing but these runs.
-      expect([...seen.keys()].filter((id) => !expected.has(id)), "run ids the receiver saw that no job has").toEqual([]);
-      expect([...expected.keys()].filter((id) => !seen.has(id)), "runs the receiver never saw").toEqual([]);
+      expect(
+        [...seen.keys()].filter((id) => !expected.has(id)),
+        "run ids the receiver saw that no job has",
+      ).toEqual([]);
+      expect(
+        [...expected.keys()].filter((id) => !seen.has(id)),
+        "runs the receiver never saw",
+      ).toEqual([]);
       for (const [id, list] of seen) {
         const run = runs.get(id)!;
         for (const hit of list) {
@@ -310,7 +324,10 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
         // One request per attempt: each attempt number once, the last (succeeded) one among them.
         const attempts = list.map((h) => Number(h.headers["x-edgecron-attempt"]));
         expect(new Set(attempts).size, `run ${id} received attempts ${attempts.join(",")}`).toBe(attempts.length);
-        expect(attempts.every((a) => Number.isInteger(a) && a >= 1 && a <= run.attempts), `run ${id}: attempts ${attempts} of ${run.attempts}`).toBe(true);
+        expect(
+          attempts.every((a) => Number.isInteger(a) && a >= 1 && a <= run.attempts),
+          `run ${id}: attempts ${attempts} of ${run.attempts}`,
+        ).toBe(true);
         expect(attempts, `run ${id}: its succeeded attempt ${run.attempts} never reached the receiver`).toContain(run.attempts);
       }
       summary.ok = true;

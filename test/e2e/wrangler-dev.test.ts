@@ -1,7 +1,7 @@
 import type { Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { sleep, startStack, until as untilOf, type Stack } from "../support/local-stack";
-import { startReceiver, type Hit } from "../support/receiver";
+import { type Stack, sleep, startStack, until as untilOf } from "../support/local-stack";
+import { type Hit, startReceiver } from "../support/receiver";
 
 /**
  * End to end: the real stack as `npm start` runs it (scripts/start.mjs: local D1 migrations,
@@ -20,7 +20,8 @@ let receiver: { url: string; server: Server; hits: Map<string, Hit[]> } | undefi
 
 const api = (method: string, path: string, body?: unknown, auth = true) => stack!.api(method, path, body, { auth });
 /** Polls `check` until it returns a value other than undefined; fails with `what` and the stack's output. */
-const until = <T>(what: string, timeoutMs: number, check: () => Promise<T | undefined> | T | undefined) => untilOf(what, timeoutMs, check, stack);
+const until = <T>(what: string, timeoutMs: number, check: () => Promise<T | undefined> | T | undefined) =>
+  untilOf(what, timeoutMs, check, stack);
 
 /**
  * Runs `body`; if it fails, adds what the API says about the jobs' runs (with the attempt logs
@@ -34,7 +35,9 @@ async function explained(jobs: Array<{ id: string; name: string } | undefined>, 
     for (const job of jobs) {
       if (!job) continue;
       const seen = new Set(hitsOf(job.name).map((h) => h.headers["x-edgecron-run-id"]));
-      lines.push(`receiver /hit/${job.name}: ${JSON.stringify(hitsOf(job.name).map((h) => ({ run: h.headers["x-edgecron-run-id"], attempt: h.headers["x-edgecron-attempt"], scheduledAt: h.headers["x-edgecron-scheduled-at"], receivedAt: new Date(h.receivedAt).toISOString() })))}`);
+      lines.push(
+        `receiver /hit/${job.name}: ${JSON.stringify(hitsOf(job.name).map((h) => ({ run: h.headers["x-edgecron-run-id"], attempt: h.headers["x-edgecron-attempt"], scheduledAt: h.headers["x-edgecron-scheduled-at"], receivedAt: new Date(h.receivedAt).toISOString() })))}`,
+      );
       try {
         const runs = await api("GET", `/v1/jobs/${job.id}/runs?limit=200`);
         lines.push(`runs of ${job.id} (${job.name}): ${JSON.stringify(runs.json)}`);
@@ -46,9 +49,12 @@ async function explained(jobs: Array<{ id: string; name: string } | undefined>, 
       }
     }
     if (stack!.reloads > 0) {
-      lines.unshift("NOTE: wrangler dev reloaded the Worker during this test (a watched source file changed); dispatches in flight in the local Queue are lost then and only redispatched after CLAIM_TIMEOUT_MS (60 s).");
+      lines.unshift(
+        "NOTE: wrangler dev reloaded the Worker during this test (a watched source file changed); dispatches in flight in the local Queue are lost then and only redispatched after CLAIM_TIMEOUT_MS (60 s).",
+      );
     }
-    (err as Error).message += `\n--- diagnostics (at ${new Date().toISOString()}) ---\n${lines.join("\n")}\n--- stack output ---\n${stack!.tail()}`;
+    (err as Error).message +=
+      `\n--- diagnostics (at ${new Date().toISOString()}) ---\n${lines.join("\n")}\n--- stack output ---\n${stack!.tail()}`;
     throw err;
   }
 }
@@ -118,7 +124,13 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
 
   it("calls the targets on schedule with the edgecron headers, the job's headers, body and method", async () => {
     expect(everyJob, "job creation failed").toBeDefined();
-    await explained([{ id: everyJob.id, name: "every" }, { id: atJob.id, name: "at" }], () => checkDeliveries());
+    await explained(
+      [
+        { id: everyJob.id, name: "every" },
+        { id: atJob.id, name: "at" },
+      ],
+      () => checkDeliveries(),
+    );
   });
 
   async function checkDeliveries(): Promise<void> {
@@ -128,7 +140,10 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
     const every = hitsOf("every");
     const at = hitsOf("at");
 
-    for (const [hits, job, method] of [[every, everyJob, "POST"], [at, atJob, "PUT"]] as const) {
+    for (const [hits, job, method] of [
+      [every, everyJob, "POST"],
+      [at, atJob, "PUT"],
+    ] as const) {
       for (const hit of hits) {
         const h = hit.headers;
         expect(hit.method).toBe(method);
@@ -172,7 +187,10 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
   }
 
   it("records every run the targets saw as succeeded on its first attempt", async () => {
-    for (const [job, name] of [[everyJob, "every"], [atJob, "at"]] as const) {
+    for (const [job, name] of [
+      [everyJob, "every"],
+      [atJob, "at"],
+    ] as const) {
       const seen = hitsOf(name).map((hit) => hit.headers["x-edgecron-run-id"]!);
       expect(seen.length).toBeGreaterThan(0);
       // The receiver answers before the consumer reports the outcome to the shard: poll briefly.

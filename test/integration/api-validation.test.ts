@@ -29,9 +29,19 @@ const BAD_BODIES: Array<[string, unknown, string, string]> = [
   ["unknown schedule field", { schedule: { every: "1m", cronn: "x" }, target }, "schedule", ""],
   ["delay and at", { schedule: { delay: "1m", at: "2030-01-01T00:00:00Z" }, target }, "schedule", "exactly one"],
   ["delay without unit", { schedule: { delay: "10" }, target }, "schedule.delay", "unit"],
-  ["startAt on a one-off", { schedule: { at: "2030-01-01T00:00:00Z", startAt: "2030-01-01T00:00:00Z" }, target }, "schedule.startAt", "only to cron and every"],
+  [
+    "startAt on a one-off",
+    { schedule: { at: "2030-01-01T00:00:00Z", startAt: "2030-01-01T00:00:00Z" }, target },
+    "schedule.startAt",
+    "only to cron and every",
+  ],
   ["maxRuns on a one-off", { schedule: { delay: "1m", maxRuns: 2 }, target }, "schedule.maxRuns", "only to cron and every"],
-  ["endAt before startAt", { schedule: { every: "1m", startAt: "2030-01-02T00:00:00Z", endAt: "2030-01-01T00:00:00Z" }, target }, "schedule.endAt", "after startAt"],
+  [
+    "endAt before startAt",
+    { schedule: { every: "1m", startAt: "2030-01-02T00:00:00Z", endAt: "2030-01-01T00:00:00Z" }, target },
+    "schedule.endAt",
+    "after startAt",
+  ],
   ["maxRuns zero", { schedule: { every: "1m", maxRuns: 0 }, target }, "schedule.maxRuns", ""],
   ["overlap unknown", { ...valid, overlap: "queue" }, "overlap", ""],
   ["misfire unknown", { ...valid, misfire: "all" }, "misfire", ""],
@@ -42,16 +52,31 @@ const BAD_BODIES: Array<[string, unknown, string, string]> = [
   ["url relative", { schedule: { every: "1m" }, target: { url: "/hook" } }, "target.url", "http or https"],
   ["url ftp", { schedule: { every: "1m" }, target: { url: "ftp://example.com/x" } }, "target.url", "http or https"],
   ["method unknown", { schedule: { every: "1m" }, target: { ...target, method: "BREW" } }, "target.method", ""],
-  ["header name bad", { schedule: { every: "1m" }, target: { ...target, headers: { "bad header": "x" } } }, "target.headers.bad header", "header name"],
+  [
+    "header name bad",
+    { schedule: { every: "1m" }, target: { ...target, headers: { "bad header": "x" } } },
+    "target.headers.bad header",
+    "header name",
+  ],
   ["header value not string", { schedule: { every: "1m" }, target: { ...target, headers: { "X-A": 1 } } }, "target.headers.X-A", ""],
-  ["reserved header", { schedule: { every: "1m" }, target: { ...target, headers: { "Idempotency-Key": "x" } } }, "target.headers.Idempotency-Key", "set by edgecron"],
+  [
+    "reserved header",
+    { schedule: { every: "1m" }, target: { ...target, headers: { "Idempotency-Key": "x" } } },
+    "target.headers.Idempotency-Key",
+    "set by edgecron",
+  ],
   ["GET with body", { schedule: { every: "1m" }, target: { ...target, method: "GET", body: "x" } }, "target.body", "GET"],
   ["body a number", { schedule: { every: "1m" }, target: { ...target, body: 5 } }, "target.body", ""],
   ["unknown target field", { schedule: { every: "1m" }, target: { ...target, timeout: 5 } }, "target", ""],
   ["maxAttempts zero", { ...valid, retry: { maxAttempts: 0 } }, "retry.maxAttempts", ""],
   ["maxAttempts fractional", { ...valid, retry: { maxAttempts: 1.5 } }, "retry.maxAttempts", ""],
   ["maxAttempts huge", { ...valid, retry: { maxAttempts: 1000 } }, "retry.maxAttempts", ""],
-  ["backoff max below initial", { ...valid, retry: { backoff: { initialMs: 5_000, maxMs: 1_000 } } }, "retry.backoff.maxMs", "at least initialMs"],
+  [
+    "backoff max below initial",
+    { ...valid, retry: { backoff: { initialMs: 5_000, maxMs: 1_000 } } },
+    "retry.backoff.maxMs",
+    "at least initialMs",
+  ],
   ["backoff factor below 1", { ...valid, retry: { backoff: { factor: 0.5 } } }, "retry.backoff.factor", ""],
   ["jitter unknown", { ...valid, retry: { jitter: "some" } }, "retry.jitter", ""],
   ["retryOn a 5xx", { ...valid, retry: { retryOn: [500] } }, "retry.retryOn.0", ""],
@@ -86,13 +111,23 @@ describe("POST /v1/jobs validation", () => {
   });
 
   it("a body that is not JSON → 415", async () => {
-    const res = await api("/v1/jobs", { method: "POST", body: "schedule=x", headers: { "Content-Type": "application/x-www-form-urlencoded" } });
+    const res = await api("/v1/jobs", {
+      method: "POST",
+      body: "schedule=x",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    });
     expect(res.status).toBe(415);
     expect(await res.json()).toMatchObject({ error: { code: "unsupported_media_type" } });
   });
 
   it("accepts every schedule kind and fills defaults", async () => {
-    for (const schedule of [{ cron: "*/5 * * * *" }, { cron: "0 */10 * * * *", timezone: "Europe/Berlin" }, { cron: "@daily" }, { at: "2030-01-01T00:00:00+02:00" }, { every: "90s" }]) {
+    for (const schedule of [
+      { cron: "*/5 * * * *" },
+      { cron: "0 */10 * * * *", timezone: "Europe/Berlin" },
+      { cron: "@daily" },
+      { at: "2030-01-01T00:00:00+02:00" },
+      { every: "90s" },
+    ]) {
       const job = await createJob({ schedule, target });
       expect(job).toMatchObject({ retry: { maxAttempts: 3 }, timeoutMs: 30_000, target: { method: "POST" }, paused: false, version: 1 });
       expect(job.id).toMatch(/^job_[0-9a-z]{19}$/);
@@ -141,10 +176,46 @@ describe("auth", () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(Object.keys(doc.paths)).toEqual(
-      expect.arrayContaining(["/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/pause", "/v1/jobs/{id}/resume", "/v1/jobs/{id}/trigger", "/v1/jobs/{id}/runs", "/v1/runs/{id}", "/v1/runs/{id}/retry", "/v1/runs/{id}/complete", "/v1/runs/{id}/heartbeat", "/v1/dead-letters", "/v1/metrics", "/v1/jobs/{id}/backfill", "/v1/schedules/preview", "/v1/tenants", "/v1/tenants/{id}/keys", "/v1/tenants/{id}/keys/{keyId}", "/v1/signing-keys", "/v1/signing-keys/rotate"]),
+      expect.arrayContaining([
+        "/v1/jobs",
+        "/v1/jobs/{id}",
+        "/v1/jobs/{id}/pause",
+        "/v1/jobs/{id}/resume",
+        "/v1/jobs/{id}/trigger",
+        "/v1/jobs/{id}/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/retry",
+        "/v1/runs/{id}/complete",
+        "/v1/runs/{id}/heartbeat",
+        "/v1/dead-letters",
+        "/v1/metrics",
+        "/v1/jobs/{id}/backfill",
+        "/v1/schedules/preview",
+        "/v1/tenants",
+        "/v1/tenants/{id}/keys",
+        "/v1/tenants/{id}/keys/{keyId}",
+        "/v1/signing-keys",
+        "/v1/signing-keys/rotate",
+      ]),
     );
     expect(Object.keys(doc.components.schemas)).toEqual(
-      expect.arrayContaining(["CreateJob", "Job", "Run", "Attempt", "Schedule", "Target", "Retry", "Backoff", "Completion", "Heartbeat", "Metrics", "Error", "PatchJob", "Backfill", "PreviewRequest"]),
+      expect.arrayContaining([
+        "CreateJob",
+        "Job",
+        "Run",
+        "Attempt",
+        "Schedule",
+        "Target",
+        "Retry",
+        "Backoff",
+        "Completion",
+        "Heartbeat",
+        "Metrics",
+        "Error",
+        "PatchJob",
+        "Backfill",
+        "PreviewRequest",
+      ]),
     );
   });
 });

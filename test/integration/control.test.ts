@@ -1,13 +1,27 @@
 import { createExecutionContext, createScheduledController, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import worker from "../../src/index";
 import { insertJob } from "../../src/catalog/jobs";
-import { DEFAULT_TENANT, newJobId, shardFor } from "../../src/model/ids";
-import { sealTarget } from "../../src/security/targets";
 import type { Env } from "../../src/env";
+import worker from "../../src/index";
+import { DEFAULT_TENANT, newJobId, shardFor } from "../../src/model/ids";
 import { CreateJobSchema, type Job } from "../../src/model/job";
+import { sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import {
+  api,
+  createJob,
+  createTenant,
+  FAR_CRON,
+  fireHeld,
+  fireNow,
+  getRun,
+  hitsOf,
+  listRuns,
+  makeRunDue,
+  receiverPath,
+  shardOf,
+  waitForRun,
+} from "./helpers";
 
 async function post(path: string): Promise<Response> {
   return api(path, { method: "POST" });
@@ -175,18 +189,22 @@ describe("the reconciliation sweep", () => {
     const url = receiverPath("sweep");
     const shard = shardFor(id, Number(env.SHARD_COUNT));
     const { target, ...spec } = CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } });
-    await insertJob(env.DB, {
-      id,
-      tenantId: DEFAULT_TENANT,
-      name: "orphan",
-      shard,
-      version: 1,
-      spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
-      paused: false,
-      createdAt: now,
-      updatedAt: now,
-      deletedAt: null,
-    }, null);
+    await insertJob(
+      env.DB,
+      {
+        id,
+        tenantId: DEFAULT_TENANT,
+        name: "orphan",
+        shard,
+        version: 1,
+        spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
+        paused: false,
+        createdAt: now,
+        updatedAt: now,
+        deletedAt: null,
+      },
+      null,
+    );
     expect(await listRuns(id)).toHaveLength(0);
 
     await runSweep();
@@ -220,7 +238,9 @@ describe("the reconciliation sweep", () => {
       );
     expect(await held()).toEqual({ signing_generation: 1, max_in_flight: 1_000 });
     // The catalog changes; the push to the shard is lost.
-    await env.DB.prepare("UPDATE tenants SET signing_generation = 2, max_runs_in_flight = 5, version = version + 1 WHERE id = ?").bind(tenant.id).run();
+    await env.DB.prepare("UPDATE tenants SET signing_generation = 2, max_runs_in_flight = 5, version = version + 1 WHERE id = ?")
+      .bind(tenant.id)
+      .run();
     await runSweep();
     expect(await held()).toEqual({ signing_generation: 2, max_in_flight: 5 });
   });
@@ -234,11 +254,17 @@ describe("the reconciliation sweep", () => {
     const spec = JSON.stringify({ ...JSON.parse(row!.spec), target: legacy });
     await env.DB.prepare("UPDATE jobs SET spec = ? WHERE id = ?").bind(spec, job.id).run();
     const shardSpec = () =>
-      runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.sql.exec("SELECT spec, version FROM jobs WHERE id = ?", job.id).one());
-    await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.sql.exec("UPDATE jobs SET spec = ? WHERE id = ?", spec, job.id));
+      runInDurableObject(shardOf(job), (_s: Shard, state) =>
+        state.storage.sql.exec("SELECT spec, version FROM jobs WHERE id = ?", job.id).one(),
+      );
+    await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("UPDATE jobs SET spec = ? WHERE id = ?", spec, job.id),
+    );
 
     await runSweep();
-    const stored = await env.DB.prepare("SELECT spec, version FROM jobs WHERE id = ?").bind(job.id).first<{ spec: string; version: number }>();
+    const stored = await env.DB.prepare("SELECT spec, version FROM jobs WHERE id = ?")
+      .bind(job.id)
+      .first<{ spec: string; version: number }>();
     const held = await shardSpec();
     for (const text of [stored!.spec, held.spec as string]) {
       expect(text).not.toContain("legacy-secret");

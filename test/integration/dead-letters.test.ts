@@ -1,8 +1,8 @@
 import { createExecutionContext, createMessageBatch, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import worker from "../../src/index";
 import type { DispatchMessage, Env } from "../../src/env";
 import { armFault, disarmFaults } from "../../src/faults";
+import worker from "../../src/index";
 import type { Run } from "../../src/model/run";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 

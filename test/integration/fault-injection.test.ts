@@ -9,9 +9,9 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import worker from "../../src/index";
 import type { DispatchMessage, Env } from "../../src/env";
-import { armFault, disarmFaults, faultCounts, type FaultPoint } from "../../src/faults";
+import { armFault, disarmFaults, type FaultPoint, faultCounts } from "../../src/faults";
+import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, hitsOf, makeRunDue, receiverPath, shardOf } from "./helpers";
@@ -39,7 +39,11 @@ afterAll(() => {
 /** Everything a shard knows about a job's runs, read from its storage (no D1, no API). */
 async function shardRuns(job: Job) {
   return runInDurableObject(shardOf(job), (_s: Shard, state) => ({
-    runs: state.storage.sql.exec("SELECT id, state, scheduled_at FROM runs WHERE job_id = ?", job.id).toArray() as Array<{ id: string; state: string; scheduled_at: number }>,
+    runs: state.storage.sql.exec("SELECT id, state, scheduled_at FROM runs WHERE job_id = ?", job.id).toArray() as Array<{
+      id: string;
+      state: string;
+      scheduled_at: number;
+    }>,
     attempts: state.storage.sql
       .exec("SELECT a.run_id, a.outcome FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
       .toArray() as Array<{ run_id: string; outcome: string }>,
@@ -129,10 +133,15 @@ describe("fault injection", () => {
     const url = receiverPath(`f-api-${rep}`);
     const before = injected("api.afterCatalogWrite");
     armFault("api.afterCatalogWrite");
-    const res = await api("/v1/jobs", { method: "POST", json: { schedule: { at: new Date(Date.now() - 1).toISOString() }, target: { url } } });
+    const res = await api("/v1/jobs", {
+      method: "POST",
+      json: { schedule: { at: new Date(Date.now() - 1).toISOString() }, target: { url } },
+    });
     expect(res.status).toBe(500); // the request died
     expect(injected("api.afterCatalogWrite")).toBe(before + 1);
-    const row = await env.DB.prepare("SELECT id, shard FROM jobs WHERE json_extract(spec, '$.target.url') = ?").bind(url).first<{ id: string; shard: string }>();
+    const row = await env.DB.prepare("SELECT id, shard FROM jobs WHERE json_extract(spec, '$.target.url') = ?")
+      .bind(url)
+      .first<{ id: string; shard: string }>();
     expect(row).not.toBeNull();
     const job = { id: row!.id, shard: row!.shard } as Job;
     expect((await shardRuns(job)).runs).toHaveLength(0);
@@ -174,7 +183,10 @@ describe("fault injection", () => {
     const { job, url } = await newJob(`f-send-${rep}`);
     armFault("shard.queueSend", 1, job.shard);
     await fireDue(job);
-    const outbox = await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n);
+    const outbox = await runInDurableObject(
+      shardOf(job),
+      (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n,
+    );
     expect(outbox).toBe(1);
     // The shard armed its alarm for a retry of the send; run it now instead of waiting.
     const alarm = await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.getAlarm());
@@ -202,7 +214,7 @@ describe("fault injection", () => {
     armFault("consumer.beforeClaim", 1, job.shard);
     await fireDue(job);
     await checkInvariants(job, url, 1);
-    expect((await hitsOf(url))).toHaveLength(1);
+    expect(await hitsOf(url)).toHaveLength(1);
   });
 
   scenario("outcome reported twice, messages duplicated and out of order: recorded once", async (rep) => {
@@ -217,15 +229,23 @@ describe("fault injection", () => {
     });
     await runAlarm(job);
     // Deliver fence 2 twice, then the older fence 1 after it.
-    const message = (fence: number, id: string) => ({ id, timestamp: new Date(), attempts: 1, body: { shard: job.shard, runId: run!.id, fence } });
+    const message = (fence: number, id: string) => ({
+      id,
+      timestamp: new Date(),
+      attempts: 1,
+      body: { shard: job.shard, runId: run!.id, fence },
+    });
     const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [message(2, "a"), message(2, "b"), message(1, "c")]);
     await handler.queue!(batch, env, createExecutionContext());
     report.platformFaults += 5; // two duplicates, one reordering, two repeated reports
     await settle(job);
     // Report the recorded outcome again, for every fence: all stale.
-    expect(await stub.report([1, 2].map((fence) => ({ runId: run!.id, fence, ok: true, status: 200, error: null })))).toEqual(["stale", "stale"]);
+    expect(await stub.report([1, 2].map((fence) => ({ runId: run!.id, fence, ok: true, status: 200, error: null })))).toEqual([
+      "stale",
+      "stale",
+    ]);
     await checkInvariants(job, url, 1);
-    expect((await hitsOf(url))).toHaveLength(1);
+    expect(await hitsOf(url)).toHaveLength(1);
   });
 
   scenario("the shard object restarts mid-batch (storage kept, memory lost)", async (rep) => {

@@ -56,7 +56,12 @@ describe("a job's maxConcurrency", () => {
   });
 
   it("can be changed and cleared by PATCH", async () => {
-    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("maxconc-patch") }, maxConcurrency: 3, ratePerSecond: 2 });
+    const job = await createJob({
+      schedule: FAR_CRON,
+      target: { url: receiverPath("maxconc-patch") },
+      maxConcurrency: 3,
+      ratePerSecond: 2,
+    });
     expect(job).toMatchObject({ maxConcurrency: 3, ratePerSecond: 2 });
     const patched = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { maxConcurrency: null, ratePerSecond: 0.5 } });
     expect(await patched.json()).toMatchObject({ ratePerSecond: 0.5 });
@@ -109,7 +114,8 @@ describe("a tenant's maxRunsInFlight", () => {
     // A trigger answers after admission: `queued` went on to the queue, `waiting` was held back.
     const states = async (job: Job, as: typeof api, n: number) => {
       const runs = [];
-      for (let i = 0; i < n; i++) runs.push((await (await as(`/v1/jobs/${job.id}/trigger`, { method: "POST" })).json()) as { id: string; state: string });
+      for (let i = 0; i < n; i++)
+        runs.push((await (await as(`/v1/jobs/${job.id}/trigger`, { method: "POST" })).json()) as { id: string; state: string });
       return runs;
     };
     const [blocking, held] = await states(slow, limited.api, 2);
@@ -128,7 +134,13 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
     const runId = await trigger(job, tenant.api);
     const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
     const permitExpiry = () =>
-      runInDurableObject(gate, (_g, state) => state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as number | undefined);
+      runInDurableObject(
+        gate,
+        (_g, state) =>
+          state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as
+            | number
+            | undefined,
+      );
 
     const hit = await vi.waitFor(async () => {
       const [first] = await hitsOf(url);
@@ -163,7 +175,15 @@ describe("admission under interleaving and backlog", () => {
     const defs = await Promise.all(
       ["a", "b"].map(async (suffix) => {
         const id = `job_${Date.now().toString(36).padStart(9, "0")}${suffix}${crypto.randomUUID().replace(/-/g, "").slice(0, 9)}`;
-        return { id, tenantId: tenant.id, version: 1, spec: { ...rest, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) }, paused: false, deleted: false, createdAt: Date.now() };
+        return {
+          id,
+          tenantId: tenant.id,
+          version: 1,
+          spec: { ...rest, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
+          paused: false,
+          deleted: false,
+          createdAt: Date.now(),
+        };
       }),
     );
     await stub.applyJobs(shard, defs, [{ id: tenant.id, version: 1, signingGeneration: 1, maxRunsInFlight: limit }]);
@@ -177,18 +197,32 @@ describe("admission under interleaving and backlog", () => {
       for (const [i, jobId] of jobs.entries()) {
         state.storage.sql.exec(
           "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at) VALUES (?, ?, 1, 'manual', ?, 'waiting', 1, 1, ?, ?)",
-          `run_${jobs[i]!.slice(4)}_mx${i}`, jobId, Date.now(), Date.now() - 1, Date.now(),
+          `run_${jobs[i]!.slice(4)}_mx${i}`,
+          jobId,
+          Date.now(),
+          Date.now() - 1,
+          Date.now(),
         );
       }
     });
     // Called within one invocation, each runs until its gate call before the next starts: all
     // three read the same waiting runs, as interleaved requests would.
-    await runInDurableObject(stub, (instance: Shard) => Promise.all([instance.admitWaiting(), instance.admitWaiting(), instance.admitWaiting()]));
+    await runInDurableObject(stub, (instance: Shard) =>
+      Promise.all([instance.admitWaiting(), instance.admitWaiting(), instance.admitWaiting()]),
+    );
     const inFlight = await runInDurableObject(stub, (_s: Shard, state) =>
-      state.storage.sql.exec("SELECT permit FROM runs WHERE state IN ('queued', 'running')").toArray().map((r) => r.permit as string),
+      state.storage.sql
+        .exec("SELECT permit FROM runs WHERE state IN ('queued', 'running')")
+        .toArray()
+        .map((r) => r.permit as string),
     );
     const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
-    const held = await runInDurableObject(gate, (_g, state) => state.storage.sql.exec("SELECT permit FROM permits").toArray().map((r) => r.permit as string));
+    const held = await runInDurableObject(gate, (_g, state) =>
+      state.storage.sql
+        .exec("SELECT permit FROM permits")
+        .toArray()
+        .map((r) => r.permit as string),
+    );
     // The run in flight (its target takes a second) holds its permit, and no other run is in flight.
     expect(inFlight).toHaveLength(1);
     expect(held).toEqual(inFlight);
@@ -204,22 +238,32 @@ describe("admission under interleaving and backlog", () => {
       for (let i = 0; i < 2_001; i++) {
         state.storage.sql.exec(
           "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at) VALUES (?, ?, 1, 'backfill', ?, 'waiting', 1, 1, ?, ?)",
-          `run_${a.slice(4)}_${i.toString(36)}`, a, now - 10_000 + i, now - 10_000 + i, now,
+          `run_${a.slice(4)}_${i.toString(36)}`,
+          a,
+          now - 10_000 + i,
+          now - 10_000 + i,
+          now,
         );
       }
       state.storage.sql.exec(
         "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at) VALUES (?, ?, 1, 'manual', ?, 'waiting', 1, 1, ?, ?)",
-        `run_${b.slice(4)}_mb`, b, now, now, now,
+        `run_${b.slice(4)}_mb`,
+        b,
+        now,
+        now,
+        now,
       );
     });
     await stub.admitWaiting();
     await stub.admitWaiting();
-    const stateOfB = await runInDurableObject(stub, (_s: Shard, state) =>
-      state.storage.sql.exec("SELECT state FROM runs WHERE job_id = ?", b).one().state,
+    const stateOfB = await runInDurableObject(
+      stub,
+      (_s: Shard, state) => state.storage.sql.exec("SELECT state FROM runs WHERE job_id = ?", b).one().state,
     );
     expect(stateOfB).not.toBe("waiting");
-    const admittedOfA = await runInDurableObject(stub, (_s: Shard, state) =>
-      state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state != 'waiting'", a).one().n,
+    const admittedOfA = await runInDurableObject(
+      stub,
+      (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state != 'waiting'", a).one().n,
     );
     expect(admittedOfA).toBe(1); // its maxConcurrency
   });

@@ -3,8 +3,8 @@ import { expect, vi } from "vitest";
 import { armFault, disarmFault } from "../../src/faults";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import type { Hit } from "../support/hit";
 import type { Shard } from "../../src/shard/shard";
+import type { Hit } from "../support/hit";
 
 export const TOKEN = "test-token";
 

@@ -70,7 +70,7 @@ describe("long-running targets (202 Accepted)", () => {
   });
 
   it.each([
-    ["a forged token", (t: string) => t.slice(0, -4) + "zzzz", 403, "invalid_token"],
+    ["a forged token", (t: string) => `${t.slice(0, -4)}zzzz`, 403, "invalid_token"],
     ["garbage", () => "nope", 403, "invalid_token"],
     // That shard has never heard of the run: answered like a wrong token, so nobody learns which runs exist.
     ["another shard's name", (t: string) => t.replace(/^shard-\d+/, "shard-99999"), 403, "invalid_token"],

@@ -113,7 +113,10 @@ describe("signatures", () => {
         expect(await verifyHit(hit, secrets)).toEqual({ ok: false, reason: "no_matching_signature" });
       }
       // The body and the run id are covered.
-      expect(await verifyHit(hit, [keys.current, keys.next], { body: `${hit.body} ` })).toEqual({ ok: false, reason: "no_matching_signature" });
+      expect(await verifyHit(hit, [keys.current, keys.next], { body: `${hit.body} ` })).toEqual({
+        ok: false,
+        reason: "no_matching_signature",
+      });
       expect(await verifyHit(hit, [keys.current], { body: "" })).toEqual({ ok: false, reason: "no_matching_signature" });
       expect(
         await verifySignature({ header: hit.headers["edgecron-signature"], runId: `${runId}x`, body: hit.body, secrets: [keys.current] }),
@@ -223,9 +226,14 @@ describe("target secrets at rest", () => {
     const job = JSON.parse(createText) as Job;
 
     // At rest: sealed in both copies, the URL and header names readable.
-    for (const [where, text] of [["D1", await catalogSpec(job.id)], ["shard", await shardSpec(job)]] as const) {
+    for (const [where, text] of [
+      ["D1", await catalogSpec(job.id)],
+      ["shard", await shardSpec(job)],
+    ] as const) {
       expectNoSecret(text, [SECRET_TOKEN, SECRET_PASSWORD], `${where} jobs.spec`);
-      const spec = JSON.parse(text) as { target: { url: string; headerNames: string[]; secrets: { kid: string; iv: string; data: string } } };
+      const spec = JSON.parse(text) as {
+        target: { url: string; headerNames: string[]; secrets: { kid: string; iv: string; data: string } };
+      };
       expect(spec.target.url, where).toBe(url);
       expect(spec.target.headerNames, where).toEqual(["Authorization"]);
       expect(spec.target.secrets, where).toMatchObject({ kid: "t1", iv: expect.any(String), data: expect.any(String) });
@@ -273,7 +281,10 @@ describe("target secrets at rest", () => {
     expect(patchRes.status, patchText).toBe(200);
     expectNoSecret(patchText, [rotatedToken, "extra-secret-value"], "PATCH target");
     expect((JSON.parse(patchText) as Job).target.headerNames).toEqual(["Authorization", "X-Extra"]);
-    for (const [where, text] of [["D1", await catalogSpec(job.id)], ["shard", await shardSpec(job)]] as const) {
+    for (const [where, text] of [
+      ["D1", await catalogSpec(job.id)],
+      ["shard", await shardSpec(job)],
+    ] as const) {
       expectNoSecret(text, [rotatedToken, "extra-secret-value", SECRET_PASSWORD], `${where} after PATCH`);
       const sealed = JSON.parse(text).target.secrets as { iv: string; data: string };
       expect(sealed.iv, where).not.toBe(oldSealed.iv);
@@ -327,19 +338,22 @@ describe("redirects at execution", () => {
     ["ftp:", (u) => `ftp://${u.host}${u.pathname}`, "only http and https targets are allowed"],
   ];
 
-  it.each(REFUSED_LOCATIONS)("a redirect to %s is refused even with private targets allowed: failed, not retried, never sent", async (_, make, fragment) => {
-    const never = receiverPath("never");
-    const location = make(new URL(never));
-    const url = receiverPath("redir", redirectTo(302, location));
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 3 } });
-    const runId = await trigger(job);
-    const run = await waitForRun(runId, FINAL);
-    expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
-    expect(run.error).toContain(`redirect to ${new URL(location).href} refused`);
-    expect(run.error).toContain(fragment);
-    expect(await hitsOf(url)).toHaveLength(1);
-    expect(await hitsOf(never)).toHaveLength(0);
-  });
+  it.each(REFUSED_LOCATIONS)(
+    "a redirect to %s is refused even with private targets allowed: failed, not retried, never sent",
+    async (_, make, fragment) => {
+      const never = receiverPath("never");
+      const location = make(new URL(never));
+      const url = receiverPath("redir", redirectTo(302, location));
+      const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 3 } });
+      const runId = await trigger(job);
+      const run = await waitForRun(runId, FINAL);
+      expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
+      expect(run.error).toContain(`redirect to ${new URL(location).href} refused`);
+      expect(run.error).toContain(fragment);
+      expect(await hitsOf(url)).toHaveLength(1);
+      expect(await hitsOf(never)).toHaveLength(0);
+    },
+  );
 
   it("a same-origin 302 is followed with the job's headers, method and body (PUT stays PUT)", async () => {
     const dest = receiverPath("same-dest");

@@ -1,9 +1,29 @@
-import { createExecutionContext, createMessageBatch, env, getQueueResult, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import {
+  createExecutionContext,
+  createMessageBatch,
+  env,
+  getQueueResult,
+  runDurableObjectAlarm,
+  runInDurableObject,
+} from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import worker from "../../src/index";
 import type { DispatchMessage, Env } from "../../src/env";
+import worker from "../../src/index";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+import {
+  api,
+  createJob,
+  FAR_CRON,
+  fireHeld,
+  fireNow,
+  getRun,
+  hitsOf,
+  listRuns,
+  makeRunDue,
+  receiverPath,
+  shardOf,
+  waitForRun,
+} from "./helpers";
 
 /** The Worker as the runtime sees it (all handler parameters). */
 const consumer = worker as ExportedHandler<Env, DispatchMessage>;

@@ -3,7 +3,20 @@ import { describe, expect, it } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireHeld, fireNow, getRun, hitsOf, listRuns, receiverPath, runAlarmNow, shardOf, waitForRun } from "./helpers";
+import {
+  api,
+  createJob,
+  FAR_CRON,
+  fireHeld,
+  fireNow,
+  getRun,
+  hitsOf,
+  listRuns,
+  receiverPath,
+  runAlarmNow,
+  shardOf,
+  waitForRun,
+} from "./helpers";
 
 /** An every-1m job whose grid started two hours ago, so that it has past fires to miss. */
 function everyMinuteSince2hAgo() {
@@ -92,7 +105,12 @@ describe("misfire policies, after a pause", () => {
     ["fire_once", 1],
     ["catch_up", 10],
   ] as const)("%s: resuming after 10 missed fires makes %i catch-up run(s)", async (misfire, catchUps) => {
-    const job = await createJob({ schedule: everyMinuteSince2hAgo(), target: { url: receiverPath(`mf-${misfire}`) }, misfire, catchupWindow: "1h" });
+    const job = await createJob({
+      schedule: everyMinuteSince2hAgo(),
+      target: { url: receiverPath(`mf-${misfire}`) },
+      misfire,
+      catchupWindow: "1h",
+    });
     expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
     await backdateFires(job, 10); // ten fires come and go while paused (each over a minute late by now)
     expect((await api(`/v1/jobs/${job.id}/resume`, { method: "POST" })).status).toBe(200);
@@ -106,7 +124,12 @@ describe("misfire policies, after a pause", () => {
   });
 
   it("catch_up stays inside catchupWindow", async () => {
-    const job = await createJob({ schedule: everyMinuteSince2hAgo(), target: { url: receiverPath("mf-window") }, misfire: "catch_up", catchupWindow: "5m" });
+    const job = await createJob({
+      schedule: everyMinuteSince2hAgo(),
+      target: { url: receiverPath("mf-window") },
+      misfire: "catch_up",
+      catchupWindow: "5m",
+    });
     await backdateFires(job, 30);
     await runAlarmNow(job);
     const catchUps = (await listRuns(job.id)).filter((r) => r.catchUp);
@@ -184,7 +207,10 @@ describe("backfill", () => {
     const made = (await first.json()) as { created: string[]; existing: string[] };
     expect(made.created).toHaveLength(5);
     expect(made.existing).toEqual([]);
-    const again = (await (await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: range })).json()) as { created: string[]; existing: string[] };
+    const again = (await (await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: range })).json()) as {
+      created: string[];
+      existing: string[];
+    };
     expect(again).toEqual({ created: [], existing: made.created });
     const runs = await listRuns(job.id);
     expect(runs.filter((r) => r.trigger === "backfill")).toHaveLength(5);
@@ -192,7 +218,10 @@ describe("backfill", () => {
 
   it("a page of 200 runs reads back whole (more ids than one SQLite statement may bind)", async () => {
     const job = await createJob({ schedule: { every: "1m", startAt: "2026-01-01T00:00:00Z" }, target: { url: receiverPath("bf-page") } });
-    const made = await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: { from: "2026-01-01T00:00:00Z", to: "2026-01-01T02:29:00Z" } });
+    const made = await api(`/v1/jobs/${job.id}/backfill`, {
+      method: "POST",
+      json: { from: "2026-01-01T00:00:00Z", to: "2026-01-01T02:29:00Z" },
+    });
     expect(((await made.json()) as { created: string[] }).created).toHaveLength(150);
     const page = await api(`/v1/jobs/${job.id}/runs?limit=200`);
     expect(page.status, await page.clone().text()).toBe(200);
@@ -201,10 +230,16 @@ describe("backfill", () => {
 
   it("refuses an unbounded range and a reversed one", async () => {
     const job = await createJob({ schedule: { every: "1s", startAt: "2026-01-01T00:00:00Z" }, target: { url: receiverPath("bf-big") } });
-    const big = await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: { from: "2026-01-01T00:00:00Z", to: "2026-01-02T00:00:00Z" } });
+    const big = await api(`/v1/jobs/${job.id}/backfill`, {
+      method: "POST",
+      json: { from: "2026-01-01T00:00:00Z", to: "2026-01-02T00:00:00Z" },
+    });
     expect(big.status).toBe(400);
     expect(await big.json()).toMatchObject({ error: { message: expect.stringContaining("more than 1000 fires") } });
-    const reversed = await api(`/v1/jobs/${job.id}/backfill`, { method: "POST", json: { from: "2026-01-02T00:00:00Z", to: "2026-01-01T00:00:00Z" } });
+    const reversed = await api(`/v1/jobs/${job.id}/backfill`, {
+      method: "POST",
+      json: { from: "2026-01-02T00:00:00Z", to: "2026-01-01T00:00:00Z" },
+    });
     expect(reversed.status).toBe(400);
   });
 });

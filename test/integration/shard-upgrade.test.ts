@@ -1,7 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ShardStore } from "../../src/shard/store";
 import type { Shard } from "../../src/shard/shard";
+import { ShardStore } from "../../src/shard/store";
 
 /** The shard schema as the release before tenants created it (runs' CHECK without `waiting`). */
 const EARLIER_SCHEMA = `
@@ -27,7 +27,9 @@ describe("a shard created by the previous release", () => {
     const stub = env.SHARD.get(env.SHARD.idFromName(`shard-upgrade-${crypto.randomUUID()}`));
     const result = await runInDurableObject(stub, (_s: Shard, state) => {
       const sql = state.storage.sql;
-      for (const { name } of sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%' AND name NOT LIKE 'sqlite_%'").toArray()) {
+      for (const { name } of sql
+        .exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%' AND name NOT LIKE 'sqlite_%'")
+        .toArray()) {
         sql.exec(`DROP TABLE "${name as string}"`);
       }
       sql.exec(EARLIER_SCHEMA);
@@ -37,13 +39,20 @@ describe("a shard created by the previous release", () => {
       );
 
       const store = state.storage.transactionSync(() => new ShardStore(sql));
-      const created = store.createRun({ id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false }, 7, { state: "waiting" });
+      const created = store.createRun(
+        { id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false },
+        7,
+        { state: "waiting" },
+      );
       return {
         created,
         old: store.getRun("run_old"),
         job: store.getJob("job_old"),
         waiting: store.waitingRuns(10, 10).map((r) => r.id),
-        indexes: sql.exec("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND name NOT LIKE 'sqlite_%' ORDER BY name").toArray().map((r) => r.name),
+        indexes: sql
+          .exec("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+          .toArray()
+          .map((r) => r.name),
       };
     });
     expect(result.created).toBe(true);

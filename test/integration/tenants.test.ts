@@ -32,7 +32,10 @@ function withAuth(authorization: string | null, path: string, init: RequestInit 
   headers.set("Authorization", authorization);
   return api(path, { ...init, headers });
 }
-const asKey = (key: string) => (path: string, init: RequestInit & { json?: unknown } = {}) => withAuth(`Bearer ${key}`, path, init);
+const asKey =
+  (key: string) =>
+  (path: string, init: RequestInit & { json?: unknown } = {}) =>
+    withAuth(`Bearer ${key}`, path, init);
 
 async function expectError(res: Response, status: number, code: string): Promise<ErrorBody> {
   const text = await res.text();
@@ -61,7 +64,9 @@ async function allJobs(call: Call): Promise<string[]> {
 }
 
 async function liveJobsInD1(tenantId: string): Promise<number> {
-  return (await env.DB.prepare("SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL").bind(tenantId).first<{ n: number }>())!.n;
+  return (await env.DB.prepare("SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = ? AND deleted_at IS NULL")
+    .bind(tenantId)
+    .first<{ n: number }>())!.n;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -93,7 +98,9 @@ describe("tenants and API keys", () => {
     for (const key of [t.apiKey, extra.apiKey]) {
       for (const row of results) for (const value of Object.values(row)) expect(String(value)).not.toContain(key);
     }
-    const mine = await env.DB.prepare("SELECT * FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id").bind(t.id).all<Record<string, unknown>>();
+    const mine = await env.DB.prepare("SELECT * FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id")
+      .bind(t.id)
+      .all<Record<string, unknown>>();
     const byId = new Map(mine.results.map((r) => [r.id as string, r]));
     expect(byId.get(t.keyId)!.hash).toBe(await sha256Hex(t.apiKey));
     expect(byId.get(extra.id)!.hash).toBe(await sha256Hex(extra.apiKey));
@@ -109,7 +116,10 @@ describe("tenants and API keys", () => {
     await expectError(await t.api(`/v1/tenants/${t.id}`, { method: "PATCH", json: { limits: { maxJobs: 1_000_000 } } }), 403, "forbidden");
     expect(await jsonOf(await t.api(`/v1/tenants/${t.id}`))).toMatchObject({ limits: { maxJobs: 7 } });
 
-    expect(await jsonOf(await api(`/v1/tenants/${t.id}`, { method: "PATCH", json: { limits: { maxJobs: 8 } } }))).toMatchObject({ id: t.id, limits: { maxJobs: 8 } });
+    expect(await jsonOf(await api(`/v1/tenants/${t.id}`, { method: "PATCH", json: { limits: { maxJobs: 8 } } }))).toMatchObject({
+      id: t.id,
+      limits: { maxJobs: 8 },
+    });
     const listed: string[] = [];
     let cursor: string | null = null;
     do {
@@ -123,7 +133,11 @@ describe("tenants and API keys", () => {
   it("rotation without downtime: add a key, list keys without key material, revoke the old one", async () => {
     const t = await createTenant();
     const added = await jsonOf<KeyView & { apiKey: string }>(await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST" }), 201);
-    expect(added).toMatchObject({ id: expect.stringMatching(/^key_[0-9a-z]{20}$/), apiKey: expect.stringMatching(/^ek_/), revokedAt: null });
+    expect(added).toMatchObject({
+      id: expect.stringMatching(/^key_[0-9a-z]{20}$/),
+      apiKey: expect.stringMatching(/^ek_/),
+      revokedAt: null,
+    });
     expect(added.apiKey.startsWith(added.prefix)).toBe(true);
     expect(added.apiKey).not.toBe(t.apiKey);
     const second = asKey(added.apiKey);
@@ -165,7 +179,9 @@ describe("tenants and API keys", () => {
       second(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }),
     ]);
     expect(answers.map((r) => r.status).sort()).toEqual([200, 409]);
-    const live = await env.DB.prepare("SELECT COUNT(*) AS n FROM api_keys WHERE tenant_id = ? AND revoked_at IS NULL").bind(t.id).first<{ n: number }>();
+    const live = await env.DB.prepare("SELECT COUNT(*) AS n FROM api_keys WHERE tenant_id = ? AND revoked_at IS NULL")
+      .bind(t.id)
+      .first<{ n: number }>();
     expect(live!.n).toBe(1);
     const works = await Promise.all([t.api("/v1/jobs"), second("/v1/jobs")]);
     expect(works.map((r) => r.status).sort()).toEqual([200, 401]);
@@ -340,7 +356,10 @@ describe("tenant isolation", () => {
   });
 
   it("B cannot create a job in A's name: tenantId in the body is refused (400), nothing is created", async () => {
-    const res = await b.api("/v1/jobs", { method: "POST", json: { tenantId: a.id, schedule: FAR_CRON, target: { url: receiverPath("iso-forge") } } });
+    const res = await b.api("/v1/jobs", {
+      method: "POST",
+      json: { tenantId: a.id, schedule: FAR_CRON, target: { url: receiverPath("iso-forge") } },
+    });
     await expectError(res, 400, "invalid_request");
     expect(await liveJobsInD1(a.id)).toBe(2);
     expect(await liveJobsInD1(b.id)).toBe(1);
@@ -351,7 +370,9 @@ describe("tenant isolation", () => {
     expect(job).toEqual(jobBefore);
     expect(job).toMatchObject({ version: 1, paused: false, name: null });
     expect(await jsonOf<Job>(await a.api(`/v1/jobs/${deadJob.id}`))).toEqual(deadJobBefore);
-    const row = await env.DB.prepare("SELECT version, paused, deleted_at FROM jobs WHERE id = ?").bind(okJob.id).first<Record<string, unknown>>();
+    const row = await env.DB.prepare("SELECT version, paused, deleted_at FROM jobs WHERE id = ?")
+      .bind(okJob.id)
+      .first<Record<string, unknown>>();
     expect(row).toEqual({ version: 1, paused: 0, deleted_at: null });
 
     expect((await listRuns(okJob.id)).map((r) => r.id)).toEqual([okRun.id]);
@@ -429,7 +450,9 @@ describe("quotas", () => {
   it("maxJobs holds under concurrent creates: exactly the quota is created", async () => {
     const t = await createTenant({ maxJobs: 2 });
     const answers = await Promise.all(
-      Array.from({ length: 6 }, () => t.api("/v1/jobs", { method: "POST", json: { schedule: FAR_CRON, target: { url: receiverPath("quota-race") } } })),
+      Array.from({ length: 6 }, () =>
+        t.api("/v1/jobs", { method: "POST", json: { schedule: FAR_CRON, target: { url: receiverPath("quota-race") } } }),
+      ),
     );
     const statuses = answers.map((r) => r.status).sort();
     expect(statuses).toEqual([201, 201, 403, 403, 403, 403]);
@@ -443,7 +466,10 @@ describe("quotas", () => {
     const t = await createTenant({ requestsPerSecond: 2 });
     const answers = await Promise.all(Array.from({ length: 10 }, () => t.api("/v1/jobs")));
     const statuses = answers.map((r) => r.status);
-    expect(statuses.every((s) => s === 200 || s === 429), statuses.join(",")).toBe(true);
+    expect(
+      statuses.every((s) => s === 200 || s === 429),
+      statuses.join(","),
+    ).toBe(true);
     expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(1);
     const limited = answers.filter((r) => r.status === 429);
     expect(limited.length).toBeGreaterThanOrEqual(1);

@@ -7,14 +7,18 @@ import { describe, expect, it } from "vitest";
  * catalog; this applies each one to a catalog that already holds data, as an upgrade does.
  */
 const dir = new URL("../../migrations/", import.meta.url);
-const migrations = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
+const migrations = readdirSync(dir)
+  .filter((f) => f.endsWith(".sql"))
+  .sort();
 const apply = (db: DatabaseSync, file: string) => db.exec(readFileSync(new URL(file, dir), "utf8"));
 
 function catalogWithJobs(): DatabaseSync {
   const db = new DatabaseSync(":memory:");
   db.exec("PRAGMA foreign_keys = ON");
   apply(db, migrations[0]!);
-  const insert = db.prepare("INSERT INTO jobs (id, name, shard, version, spec, paused, created_at, updated_at) VALUES (?, ?, ?, 1, '{}', 0, 0, 0)");
+  const insert = db.prepare(
+    "INSERT INTO jobs (id, name, shard, version, spec, paused, created_at, updated_at) VALUES (?, ?, ?, 1, '{}', 0, 0, 0)",
+  );
   insert.run("job_000000000aaaaaaaaaa", "before", "shard-1");
   insert.run("job_000000000bbbbbbbbbb", null, "shard-2");
   return db;

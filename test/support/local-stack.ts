@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readdirSync, readFileSync, readlinkSync, symlinkSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createConnection, createServer, type AddressInfo } from "node:net";
+import { type AddressInfo, createConnection, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -270,7 +270,9 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
       const groupGoneMs = Date.now() - start;
       while (!(await refused(port))) {
         if (Date.now() - start > groupGoneMs + 10_000) {
-          throw new Error(`port ${port} still accepts connections 10 s after the kill; listening: ${JSON.stringify(portOwners(port))}\n${tail()}`);
+          throw new Error(
+            `port ${port} still accepts connections 10 s after the kill; listening: ${JSON.stringify(portOwners(port))}\n${tail()}`,
+          );
         }
         await sleep(100);
       }
@@ -284,17 +286,24 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
   home.running.add(stack);
 
   try {
-    await until(`${base}/healthz to answer 200`, home.readyTimeoutMs, async () => {
-      try {
-        if ((await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(2_000) })).status !== 200) return undefined;
-      } catch {
-        return undefined;
-      }
-      // Only this stack has its token: a 200 proves the port is this stack's, not another server's.
-      const list = await api("GET", "/v1/jobs?limit=1");
-      if (list.status !== 200) throw new Error(`/healthz answered but GET /v1/jobs gave ${list.status}: is another server on port ${port}?\n${tail()}`);
-      return true;
-    }, stack, 200);
+    await until(
+      `${base}/healthz to answer 200`,
+      home.readyTimeoutMs,
+      async () => {
+        try {
+          if ((await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(2_000) })).status !== 200) return undefined;
+        } catch {
+          return undefined;
+        }
+        // Only this stack has its token: a 200 proves the port is this stack's, not another server's.
+        const list = await api("GET", "/v1/jobs?limit=1");
+        if (list.status !== 200)
+          throw new Error(`/healthz answered but GET /v1/jobs gave ${list.status}: is another server on port ${port}?\n${tail()}`);
+        return true;
+      },
+      stack,
+      200,
+    );
   } catch (err) {
     await stack.stop().catch((stopErr: Error) => ((err as Error).message += `\nand stopping it: ${stopErr.message}`));
     throw err;
@@ -375,7 +384,9 @@ function portOwners(port: number): string[] {
       for (const fd of readdirSync(`/proc/${pid}/fd`)) {
         const link = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
         if (link && inodes.has(link[1]!)) {
-          owners.push(`${pid} (pgrp ${readStat(`/proc/${pid}/stat`)?.pgrp}): ${readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").slice(0, 160)}`);
+          owners.push(
+            `${pid} (pgrp ${readStat(`/proc/${pid}/stat`)?.pgrp}): ${readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").slice(0, 160)}`,
+          );
           break;
         }
       }

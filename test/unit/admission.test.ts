@@ -5,8 +5,7 @@ import type { RunRow, ShardJob } from "../../src/shard/store";
 const NOW = 1_000_000;
 const RECHECK = 15_000;
 
-const run = (id: string, jobId = "job_a"): RunRow =>
-  ({ id, jobId, state: "waiting", scheduledAt: 0 }) as RunRow;
+const run = (id: string, jobId = "job_a"): RunRow => ({ id, jobId, state: "waiting", scheduledAt: 0 }) as RunRow;
 const job = (spec: Partial<ShardJob["spec"]>, rateNextAt: number | null = null, stopped = false) =>
   ({ spec, rateNextAt, paused: stopped, deleted: false }) as Pick<ShardJob, "spec" | "rateNextAt" | "paused" | "deleted">;
 

@@ -116,7 +116,8 @@ function window(tr: Transition, before: number, after: number, step: number): Wi
       // the check at the minute's last second confirms.
       if (step === SECOND && t % MINUTE !== 0) walls.push(walls.at(-1)! + SECOND);
       else walls.push(wall(tr.zone, t));
-      if (step === SECOND && t % MINUTE === 59 * SECOND && wall(tr.zone, t) !== walls.at(-1)) throw new Error(`offset changed mid-minute at ${t}`);
+      if (step === SECOND && t % MINUTE === 59 * SECOND && wall(tr.zone, t) !== walls.at(-1))
+        throw new Error(`offset changed mid-minute at ${t}`);
     }
     w = { zone: tr.zone, start, step, walls, end };
     windowCache.set(key, w);
@@ -200,7 +201,14 @@ const localFormats = new Map<string, Intl.DateTimeFormat>();
 function label(zone: string, t: number): string {
   let f = localFormats.get(zone);
   if (!f) {
-    f = new Intl.DateTimeFormat("en-GB", { timeZone: zone, hourCycle: "h23", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "longOffset" });
+    f = new Intl.DateTimeFormat("en-GB", {
+      timeZone: zone,
+      hourCycle: "h23",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+      timeZoneName: "longOffset",
+    });
     localFormats.set(zone, f);
   }
   return `${new Date(t).toISOString().replace(".000", "")} (${f.format(t).replace("GMT", "")})`;
@@ -233,7 +241,9 @@ function timeField(min: number, max: number, hot: number[], minStep: number, sta
       const b = Math.min(max, a + n);
       return { text: `${a}-${b}`, values: range(a, b) };
     }),
-    fc.integer({ min: minStep, max: Math.max(minStep, Math.floor((max - min + 1) / 2)) }).map((k) => ({ text: `*/${k}`, values: range(min, max, k) })),
+    fc
+      .integer({ min: minStep, max: Math.max(minStep, Math.floor((max - min + 1) / 2)) })
+      .map((k) => ({ text: `*/${k}`, values: range(min, max, k) })),
     fc.tuple(value, fc.integer({ min: 1, max: 12 }), fc.integer({ min: minStep, max: minStep + 10 })).map(([a, n, k]) => {
       const b = Math.min(max, a + n);
       return { text: `${a}-${b}/${k}`, values: range(a, b, k) };
@@ -250,7 +260,9 @@ const dayOfMonth: fc.Arbitrary<Field & { last: boolean }> = fc.oneof(
   { weight: 1, arbitrary: fc.integer({ min: 1, max: 21 }).map((d) => ({ text: `${d}-${d + 10}`, values: range(d, d + 10), last: false })) },
   {
     weight: 1,
-    arbitrary: fc.uniqueArray(fc.integer({ min: 1, max: 31 }), { minLength: 2, maxLength: 4 }).map((ds) => ({ text: ds.join(","), values: ds, last: false })),
+    arbitrary: fc
+      .uniqueArray(fc.integer({ min: 1, max: 31 }), { minLength: 2, maxLength: 4 })
+      .map((ds) => ({ text: ds.join(","), values: ds, last: false })),
   },
 );
 const month: fc.Arbitrary<Field> = fc.oneof(
@@ -269,8 +281,18 @@ const dayOfWeek: fc.Arbitrary<DayOfWeek> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ text: "MON-FRI", values: [1, 2, 3, 4, 5], nth: 0, last: [] }) },
   { weight: 1, arbitrary: fc.constant({ text: "0,6", values: [0, 6], nth: 0, last: [] }) },
   // The last Sunday (`0L`, `7L`), the nth Sunday (`SUN#2`): how most zones pick the night.
-  { weight: 1, arbitrary: fc.tuple(weekday, fc.boolean()).map(([d, seven]) => ({ text: `${seven && d === 0 ? 7 : d}L`, values: [], nth: 0, last: [d] })) },
-  { weight: 1, arbitrary: fc.tuple(weekday, fc.integer({ min: 1, max: 5 })).map(([d, n]) => ({ text: `${DAYS[d]}#${n}`, values: [d], nth: n, last: [] })) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(weekday, fc.boolean())
+      .map(([d, seven]) => ({ text: `${seven && d === 0 ? 7 : d}L`, values: [], nth: 0, last: [d] })),
+  },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(weekday, fc.integer({ min: 1, max: 5 }))
+      .map(([d, n]) => ({ text: `${DAYS[d]}#${n}`, values: [d], nth: n, last: [] })),
+  },
 );
 
 const HOT_MINUTES = [0, 15, 30, 44, 45, 59];
@@ -315,7 +337,10 @@ function spec(seconds: boolean, near?: { hour: number; minute: number }): fc.Arb
 /** A spec from a plain 6-field expression of numbers, `*` and lists (for macros and examples). */
 function plain(expr6: string): Omit<Spec, "expr"> {
   const [s, m, h, dom, mon, dow] = expr6.split(" ") as [string, string, string, string, string, string];
-  const field = (text: string, lo: number, hi: number) => (text === "*" ? range(lo, hi) : text.split(",").flatMap((p) => (p.includes("-") ? range(...(p.split("-").map(Number) as [number, number])) : [Number(p)])));
+  const field = (text: string, lo: number, hi: number) =>
+    text === "*"
+      ? range(lo, hi)
+      : text.split(",").flatMap((p) => (p.includes("-") ? range(...(p.split("-").map(Number) as [number, number])) : [Number(p)]));
   return {
     second: field(s, 0, 59),
     minute: field(m, 0, 59),
@@ -362,36 +387,121 @@ describe("the transitions under test (from Intl)", () => {
 describe("across transitions (examples)", () => {
   it.each([
     // Spring forward: the skipped time fires once, when the gap ends.
-    ["30 2 * * *", "Europe/Berlin", "2025-03-29T12:00:00Z", ["2025-03-30T01:00:00Z (03:00:00 +02:00)", "2025-03-31T00:30:00Z (02:30:00 +02:00)"]],
-    ["30 30 2 * * *", "Europe/Berlin", "2025-03-29T12:00:00Z", ["2025-03-30T01:00:00Z (03:00:00 +02:00)", "2025-03-31T00:30:30Z (02:30:30 +02:00)"]],
-    ["15 2 * * *", "Australia/Lord_Howe", "2025-10-04T00:00:00Z", ["2025-10-04T15:30:00Z (02:30:00 +11:00)", "2025-10-05T15:15:00Z (02:15:00 +11:00)"]],
-    ["30 0 * * *", "America/Havana", "2025-03-08T12:00:00Z", ["2025-03-09T05:00:00Z (01:00:00 -04:00)", "2025-03-10T04:30:00Z (00:30:00 -04:00)"]],
+    [
+      "30 2 * * *",
+      "Europe/Berlin",
+      "2025-03-29T12:00:00Z",
+      ["2025-03-30T01:00:00Z (03:00:00 +02:00)", "2025-03-31T00:30:00Z (02:30:00 +02:00)"],
+    ],
+    [
+      "30 30 2 * * *",
+      "Europe/Berlin",
+      "2025-03-29T12:00:00Z",
+      ["2025-03-30T01:00:00Z (03:00:00 +02:00)", "2025-03-31T00:30:30Z (02:30:30 +02:00)"],
+    ],
+    [
+      "15 2 * * *",
+      "Australia/Lord_Howe",
+      "2025-10-04T00:00:00Z",
+      ["2025-10-04T15:30:00Z (02:30:00 +11:00)", "2025-10-05T15:15:00Z (02:15:00 +11:00)"],
+    ],
+    [
+      "30 0 * * *",
+      "America/Havana",
+      "2025-03-08T12:00:00Z",
+      ["2025-03-09T05:00:00Z (01:00:00 -04:00)", "2025-03-10T04:30:00Z (00:30:00 -04:00)"],
+    ],
     ["@daily", "Asia/Beirut", "2025-03-29T00:00:00Z", ["2025-03-29T22:00:00Z (01:00:00 +03:00)", "2025-03-30T21:00:00Z (00:00:00 +03:00)"]],
-    ["@daily", "America/Santiago", "2025-09-06T12:00:00Z", ["2025-09-07T04:00:00Z (01:00:00 -03:00)", "2025-09-08T03:00:00Z (00:00:00 -03:00)"]],
-    ["15 3 * * *", "Pacific/Chatham", "2025-09-27T00:00:00Z", ["2025-09-27T14:00:00Z (03:45:00 +13:45)", "2025-09-28T13:30:00Z (03:15:00 +13:45)"]],
-    ["30 2 * * SUN", "America/New_York", "2025-03-08T00:00:00Z", ["2025-03-09T07:00:00Z (03:00:00 -04:00)", "2025-03-16T06:30:00Z (02:30:00 -04:00)"]],
+    [
+      "@daily",
+      "America/Santiago",
+      "2025-09-06T12:00:00Z",
+      ["2025-09-07T04:00:00Z (01:00:00 -03:00)", "2025-09-08T03:00:00Z (00:00:00 -03:00)"],
+    ],
+    [
+      "15 3 * * *",
+      "Pacific/Chatham",
+      "2025-09-27T00:00:00Z",
+      ["2025-09-27T14:00:00Z (03:45:00 +13:45)", "2025-09-28T13:30:00Z (03:15:00 +13:45)"],
+    ],
+    [
+      "30 2 * * SUN",
+      "America/New_York",
+      "2025-03-08T00:00:00Z",
+      ["2025-03-09T07:00:00Z (03:00:00 -04:00)", "2025-03-16T06:30:00Z (02:30:00 -04:00)"],
+    ],
     // Fall back: the repeated time fires once, on its first pass.
-    ["30 2 * * *", "Europe/Berlin", "2025-10-25T12:00:00Z", ["2025-10-26T00:30:00Z (02:30:00 +02:00)", "2025-10-27T01:30:00Z (02:30:00 +01:00)"]],
-    ["30 1 * * *", "America/New_York", "2025-11-01T12:00:00Z", ["2025-11-02T05:30:00Z (01:30:00 -04:00)", "2025-11-03T06:30:00Z (01:30:00 -05:00)"]],
-    ["45 1 * * *", "Australia/Lord_Howe", "2025-04-05T00:00:00Z", ["2025-04-05T14:45:00Z (01:45:00 +11:00)", "2025-04-06T15:15:00Z (01:45:00 +10:30)"]],
-    ["30 23 * * *", "Asia/Beirut", "2025-10-25T12:00:00Z", ["2025-10-25T20:30:00Z (23:30:00 +03:00)", "2025-10-26T21:30:00Z (23:30:00 +02:00)"]],
-    ["0 3 * * *", "Pacific/Chatham", "2025-04-05T00:00:00Z", ["2025-04-05T13:15:00Z (03:00:00 +13:45)", "2025-04-06T14:15:00Z (03:00:00 +12:45)"]],
+    [
+      "30 2 * * *",
+      "Europe/Berlin",
+      "2025-10-25T12:00:00Z",
+      ["2025-10-26T00:30:00Z (02:30:00 +02:00)", "2025-10-27T01:30:00Z (02:30:00 +01:00)"],
+    ],
+    [
+      "30 1 * * *",
+      "America/New_York",
+      "2025-11-01T12:00:00Z",
+      ["2025-11-02T05:30:00Z (01:30:00 -04:00)", "2025-11-03T06:30:00Z (01:30:00 -05:00)"],
+    ],
+    [
+      "45 1 * * *",
+      "Australia/Lord_Howe",
+      "2025-04-05T00:00:00Z",
+      ["2025-04-05T14:45:00Z (01:45:00 +11:00)", "2025-04-06T15:15:00Z (01:45:00 +10:30)"],
+    ],
+    [
+      "30 23 * * *",
+      "Asia/Beirut",
+      "2025-10-25T12:00:00Z",
+      ["2025-10-25T20:30:00Z (23:30:00 +03:00)", "2025-10-26T21:30:00Z (23:30:00 +02:00)"],
+    ],
+    [
+      "0 3 * * *",
+      "Pacific/Chatham",
+      "2025-04-05T00:00:00Z",
+      ["2025-04-05T13:15:00Z (03:00:00 +13:45)", "2025-04-06T14:15:00Z (03:00:00 +12:45)"],
+    ],
     // Not fixed: every real matching instant, both passes through the repeated hour.
     [
       "*/30 * * * *",
       "America/New_York",
       "2025-11-02T04:50:00Z",
-      ["2025-11-02T05:00:00Z (01:00:00 -04:00)", "2025-11-02T05:30:00Z (01:30:00 -04:00)", "2025-11-02T06:00:00Z (01:00:00 -05:00)", "2025-11-02T06:30:00Z (01:30:00 -05:00)"],
+      [
+        "2025-11-02T05:00:00Z (01:00:00 -04:00)",
+        "2025-11-02T05:30:00Z (01:30:00 -04:00)",
+        "2025-11-02T06:00:00Z (01:00:00 -05:00)",
+        "2025-11-02T06:30:00Z (01:30:00 -05:00)",
+      ],
     ],
-    ["0 */2 * * *", "America/Havana", "2025-11-02T03:30:00Z", ["2025-11-02T04:00:00Z (00:00:00 -04:00)", "2025-11-02T05:00:00Z (00:00:00 -05:00)", "2025-11-02T07:00:00Z (02:00:00 -05:00)"]],
+    [
+      "0 */2 * * *",
+      "America/Havana",
+      "2025-11-02T03:30:00Z",
+      ["2025-11-02T04:00:00Z (00:00:00 -04:00)", "2025-11-02T05:00:00Z (00:00:00 -05:00)", "2025-11-02T07:00:00Z (02:00:00 -05:00)"],
+    ],
     [
       "*/30 23 * * *",
       "Asia/Beirut",
       "2025-10-25T19:30:00Z",
-      ["2025-10-25T20:00:00Z (23:00:00 +03:00)", "2025-10-25T20:30:00Z (23:30:00 +03:00)", "2025-10-25T21:00:00Z (23:00:00 +02:00)", "2025-10-25T21:30:00Z (23:30:00 +02:00)"],
+      [
+        "2025-10-25T20:00:00Z (23:00:00 +03:00)",
+        "2025-10-25T20:30:00Z (23:30:00 +03:00)",
+        "2025-10-25T21:00:00Z (23:00:00 +02:00)",
+        "2025-10-25T21:30:00Z (23:30:00 +02:00)",
+      ],
     ],
-    ["0 * * * *", "Europe/Berlin", "2025-03-30T00:30:00Z", ["2025-03-30T01:00:00Z (03:00:00 +02:00)", "2025-03-30T02:00:00Z (04:00:00 +02:00)"]],
-    ["15,45 2 * * *", "Europe/Berlin", "2025-03-29T12:00:00Z", ["2025-03-31T00:15:00Z (02:15:00 +02:00)", "2025-03-31T00:45:00Z (02:45:00 +02:00)"]],
+    [
+      "0 * * * *",
+      "Europe/Berlin",
+      "2025-03-30T00:30:00Z",
+      ["2025-03-30T01:00:00Z (03:00:00 +02:00)", "2025-03-30T02:00:00Z (04:00:00 +02:00)"],
+    ],
+    [
+      "15,45 2 * * *",
+      "Europe/Berlin",
+      "2025-03-29T12:00:00Z",
+      ["2025-03-31T00:15:00Z (02:15:00 +02:00)", "2025-03-31T00:45:00Z (02:45:00 +02:00)"],
+    ],
   ])("%s in %s after %s", (expr, zone, after, expected) => {
     const fires: number[] = [];
     let t = T(after);
@@ -405,10 +515,18 @@ describe("against the brute-force reference around every transition in 2025-2027
 
   /** A transition, and the local time up to `minutes` from it on the clock before it, mostly in the changed hour. */
   const nearTransition = (minutes: number) =>
-    fc.tuple(transition, fc.oneof({ weight: 1, arbitrary: fc.integer({ min: -minutes, max: minutes }) }, { weight: 2, arbitrary: fc.integer({ min: -60, max: 59 }) })).map(([tr, delta]) => {
-      const local = new Date(tr.at + tr.from + delta * MINUTE);
-      return { tr, hour: local.getUTCHours(), minute: local.getUTCMinutes() };
-    });
+    fc
+      .tuple(
+        transition,
+        fc.oneof(
+          { weight: 1, arbitrary: fc.integer({ min: -minutes, max: minutes }) },
+          { weight: 2, arbitrary: fc.integer({ min: -60, max: 59 }) },
+        ),
+      )
+      .map(([tr, delta]) => {
+        const local = new Date(tr.at + tr.from + delta * MINUTE);
+        return { tr, hour: local.getUTCHours(), minute: local.getUTCMinutes() };
+      });
 
   /** A transition and an expression, half the time one mostly at a local time near the change. */
   const anyOrNear = (seconds: boolean, minutes: number): fc.Arbitrary<[Transition, Spec]> =>
@@ -475,14 +593,19 @@ describe("against the brute-force reference around every transition in 2025-2027
 
   it("from any instant, to the millisecond: the first reference fire strictly after it", () => {
     fc.assert(
-      fc.property(anyOrNear(false, 90), fc.oneof(fc.integer({ min: 0, max: 72 * HOUR - 1 }), fc.integer({ min: 34 * HOUR, max: 38 * HOUR })), ([tr, s], into) => {
-        const w = minuteWindow(tr);
-        const after = w.start + into;
-        const expected = referenceFires(s, w).find((t) => t > after);
-        const next = nextCronFire(s.expr, w.zone, after);
-        if (expected !== undefined) expect(next === null ? null : label(w.zone, next), `${s.expr} in ${w.zone}`).toBe(label(w.zone, expected));
-        else expect(next === null || next >= w.end).toBe(true);
-      }),
+      fc.property(
+        anyOrNear(false, 90),
+        fc.oneof(fc.integer({ min: 0, max: 72 * HOUR - 1 }), fc.integer({ min: 34 * HOUR, max: 38 * HOUR })),
+        ([tr, s], into) => {
+          const w = minuteWindow(tr);
+          const after = w.start + into;
+          const expected = referenceFires(s, w).find((t) => t > after);
+          const next = nextCronFire(s.expr, w.zone, after);
+          if (expected !== undefined)
+            expect(next === null ? null : label(w.zone, next), `${s.expr} in ${w.zone}`).toBe(label(w.zone, expected));
+          else expect(next === null || next >= w.end).toBe(true);
+        },
+      ),
       { numRuns: 1000 },
     );
   });
@@ -494,7 +617,8 @@ describe("against the brute-force reference around every transition in 2025-2027
         const after = w.start + into;
         const expected = referenceFires(s, w).find((t) => t > after);
         const next = nextCronFire(s.expr, w.zone, after);
-        if (expected !== undefined) expect(next === null ? null : label(w.zone, next), `${s.expr} in ${w.zone}`).toBe(label(w.zone, expected));
+        if (expected !== undefined)
+          expect(next === null ? null : label(w.zone, next), `${s.expr} in ${w.zone}`).toBe(label(w.zone, expected));
         else expect(next === null || next >= w.end).toBe(true);
       }),
       { numRuns: 300 },
@@ -523,6 +647,8 @@ describe("still", () => {
   });
 
   it("leap days, far ahead, in a zone", () => {
-    expect(label("Europe/Berlin", nextCronFire("0 12 29 2 *", "Europe/Berlin", T("2025-01-01T00:00:00Z"))!)).toBe("2028-02-29T11:00:00Z (12:00:00 +01:00)");
+    expect(label("Europe/Berlin", nextCronFire("0 12 29 2 *", "Europe/Berlin", T("2025-01-01T00:00:00Z"))!)).toBe(
+      "2028-02-29T11:00:00Z (12:00:00 +01:00)",
+    );
   });
 });

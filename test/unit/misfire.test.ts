@@ -11,7 +11,8 @@ const every = { every: "1m" };
 describe("misfire policies (a job whose fires at 00:01 … 00:10 were missed, handled at 00:10:30)", () => {
   const anchor = T("2026-01-01T00:00:00Z");
   const now = T("2026-01-01T00:10:30Z");
-  const plan = (policy: "skip" | "fire_once" | "catch_up", window = 3_600_000) => planDueFires(every, anchor, anchor + MIN, now, policy, window);
+  const plan = (policy: "skip" | "fire_once" | "catch_up", window = 3_600_000) =>
+    planDueFires(every, anchor, anchor + MIN, now, policy, window);
 
   it("skip: only the on-time fire (00:10, within the grace) runs", () => {
     expect(plan("skip")).toEqual({ fires: [{ at: anchor + 10 * MIN, catchUp: false }], next: anchor + 11 * MIN });
@@ -37,7 +38,9 @@ describe("misfire policies (a job whose fires at 00:01 … 00:10 were missed, ha
   });
   it("nothing late: every policy runs the due fire on time", () => {
     for (const policy of ["skip", "fire_once", "catch_up"] as const) {
-      expect(planDueFires(every, anchor, anchor + MIN, anchor + MIN + MISFIRE_GRACE_MS / 2, policy, 0).fires).toEqual([{ at: anchor + MIN, catchUp: false }]);
+      expect(planDueFires(every, anchor, anchor + MIN, anchor + MIN + MISFIRE_GRACE_MS / 2, policy, 0).fires).toEqual([
+        { at: anchor + MIN, catchUp: false },
+      ]);
     }
   });
   it("the next fire is always in the future and on the grid", () => {

@@ -18,9 +18,15 @@ describe("cron", () => {
 
   it("evaluates in the job's time zone", () => {
     // 09:00 in Berlin is 08:00 UTC in winter and 07:00 UTC in summer.
-    expect(iso(nextFireAfter({ cron: "0 9 * * *", timezone: "Europe/Berlin" }, 0, T("2026-01-15T00:00:00Z")))).toBe("2026-01-15T08:00:00.000Z");
-    expect(iso(nextFireAfter({ cron: "0 9 * * *", timezone: "Europe/Berlin" }, 0, T("2026-07-15T00:00:00Z")))).toBe("2026-07-15T07:00:00.000Z");
-    expect(iso(nextFireAfter({ cron: "0 9 * * *", timezone: "America/New_York" }, 0, T("2026-01-15T00:00:00Z")))).toBe("2026-01-15T14:00:00.000Z");
+    expect(iso(nextFireAfter({ cron: "0 9 * * *", timezone: "Europe/Berlin" }, 0, T("2026-01-15T00:00:00Z")))).toBe(
+      "2026-01-15T08:00:00.000Z",
+    );
+    expect(iso(nextFireAfter({ cron: "0 9 * * *", timezone: "Europe/Berlin" }, 0, T("2026-07-15T00:00:00Z")))).toBe(
+      "2026-07-15T07:00:00.000Z",
+    );
+    expect(iso(nextFireAfter({ cron: "0 9 * * *", timezone: "America/New_York" }, 0, T("2026-01-15T00:00:00Z")))).toBe(
+      "2026-01-15T14:00:00.000Z",
+    );
   });
 
   it("the first fire of a cron job is its next match after creation", () => {
@@ -29,21 +35,29 @@ describe("cron", () => {
 
   it("is always strictly after, and no match is skipped (against a minute-by-minute walk)", () => {
     fc.assert(
-      fc.property(fc.integer({ min: T("2026-01-01T00:00:00Z"), max: T("2027-01-01T00:00:00Z") }), fc.constantFrom("*/7 * * * *", "0 * * * *", "15,45 3-5 * * *"), (after, cron) => {
-        const next = nextCronFire(cron, "UTC", after)!;
-        expect(next).toBeGreaterThan(after);
-        // Brute force: the first whole minute after `after` whose fields match.
-        const [m, h] = cron.split(" ");
-        const matches = (field: string, v: number) =>
-          field === "*" || field.split(",").some((part) => {
-            if (part.startsWith("*/")) return v % Number(part.slice(2)) === 0;
-            if (part.includes("-")) { const [a, b] = part.split("-").map(Number); return v >= a! && v <= b!; }
-            return Number(part) === v;
-          });
-        let t = Math.floor(after / 60_000) * 60_000 + 60_000;
-        while (!(matches(m!, new Date(t).getUTCMinutes()) && matches(h!, new Date(t).getUTCHours()))) t += 60_000;
-        expect(next).toBe(t);
-      }),
+      fc.property(
+        fc.integer({ min: T("2026-01-01T00:00:00Z"), max: T("2027-01-01T00:00:00Z") }),
+        fc.constantFrom("*/7 * * * *", "0 * * * *", "15,45 3-5 * * *"),
+        (after, cron) => {
+          const next = nextCronFire(cron, "UTC", after)!;
+          expect(next).toBeGreaterThan(after);
+          // Brute force: the first whole minute after `after` whose fields match.
+          const [m, h] = cron.split(" ");
+          const matches = (field: string, v: number) =>
+            field === "*" ||
+            field.split(",").some((part) => {
+              if (part.startsWith("*/")) return v % Number(part.slice(2)) === 0;
+              if (part.includes("-")) {
+                const [a, b] = part.split("-").map(Number);
+                return v >= a! && v <= b!;
+              }
+              return Number(part) === v;
+            });
+          let t = Math.floor(after / 60_000) * 60_000 + 60_000;
+          while (!(matches(m!, new Date(t).getUTCMinutes()) && matches(h!, new Date(t).getUTCHours()))) t += 60_000;
+          expect(next).toBe(t);
+        },
+      ),
       { numRuns: 200 },
     );
   });

@@ -1,12 +1,37 @@
 import { describe, expect, it } from "vitest";
-import { afterFailure, classifyStatus, DEAD_LETTER_STATES, FINAL_STATES, RUN_STATES, transition, TRANSITIONS, type RunEvent } from "../../src/shard/run-states";
 import { retryDelay } from "../../src/schedule/backoff";
+import {
+  afterFailure,
+  classifyStatus,
+  DEAD_LETTER_STATES,
+  FINAL_STATES,
+  RUN_STATES,
+  type RunEvent,
+  TRANSITIONS,
+  transition,
+} from "../../src/shard/run-states";
 
-const EVENTS: RunEvent[] = ["claim", "succeed", "retry", "exhaust", "reject", "requeue", "redispatch", "cancel", "abandon", "revive", "start", "hold", "admit"];
+const EVENTS: RunEvent[] = [
+  "claim",
+  "succeed",
+  "retry",
+  "exhaust",
+  "reject",
+  "requeue",
+  "redispatch",
+  "cancel",
+  "abandon",
+  "revive",
+  "start",
+  "hold",
+  "admit",
+];
 
 describe("the run state table", () => {
   it("allows exactly the lifecycle's transitions", () => {
-    const allowed = RUN_STATES.flatMap((from) => EVENTS.flatMap((e) => (transition(from, e) ? [`${from} --${e}--> ${transition(from, e)}`] : [])));
+    const allowed = RUN_STATES.flatMap((from) =>
+      EVENTS.flatMap((e) => (transition(from, e) ? [`${from} --${e}--> ${transition(from, e)}`] : [])),
+    );
     expect(allowed.sort()).toEqual(
       [
         "queued --claim--> running",
@@ -36,17 +61,19 @@ describe("the run state table", () => {
 
   it("final states have no way out but a person's retry of a dead letter", () => {
     expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "skipped", "succeeded"]);
-    for (const s of FINAL_STATES) for (const e of EVENTS) {
-      const revived = { revive: "queued", hold: "waiting" }[e as string];
-      expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && revived ? revived : null);
-    }
+    for (const s of FINAL_STATES)
+      for (const e of EVENTS) {
+        const revived = { revive: "queued", hold: "waiting" }[e as string];
+        expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && revived ? revived : null);
+      }
   });
 
   it("every state is reachable from a state runs are born in (queued; waiting by flow control; buffered and skipped by overlap policies)", () => {
     const seen = new Set(["queued", "waiting", "buffered", "skipped"]);
     for (let grew = true; grew; ) {
       grew = false;
-      for (const from of [...seen]) for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) (seen.add(to!), (grew = true));
+      for (const from of [...seen])
+        for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) seen.add(to!), (grew = true);
     }
     expect([...seen].sort()).toEqual([...RUN_STATES].sort());
   });

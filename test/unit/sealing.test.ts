@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { loadKeyRing, open, seal, type Sealed } from "../../src/security/sealing";
+import { loadKeyRing, open, type Sealed, seal } from "../../src/security/sealing";
 
 function randomKey(bytes = 32): string {
   return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(bytes))));

@@ -1,9 +1,9 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { SIGNATURE_HEADER, signatureHeader, signingSecret, signingSecrets } from "../../src/security/signing";
-import { verifySignature, type VerifyInput } from "../../src/verify";
+import { type VerifyInput, verifySignature } from "../../src/verify";
 
-const MASTER = "m".repeat(16) + "0123456789abcdef"; // exactly the 32-character minimum
+const MASTER = `${"m".repeat(16)}0123456789abcdef`; // exactly the 32-character minimum
 const NOW = 1_800_000_000_000;
 const RUN = "run_0mx34t9ichmazsj5l8v_1a2b3c";
 const BODY = '{"hello":"wörld"}';
@@ -73,8 +73,8 @@ describe("signature header", () => {
     const header = await signatureHeader([current, next], RUN, BODY, NOW);
     const mismatch = { ok: false, reason: "no_matching_signature" };
     expect(await verify(header, { secrets: [current], body: BODY.replace("ö", "o") })).toEqual(mismatch);
-    expect(await verify(header, { secrets: [current], body: BODY + " " })).toEqual(mismatch);
-    expect(await verify(header, { secrets: [current], runId: RUN + "x" })).toEqual(mismatch);
+    expect(await verify(header, { secrets: [current], body: `${BODY} ` })).toEqual(mismatch);
+    expect(await verify(header, { secrets: [current], runId: `${RUN}x` })).toEqual(mismatch);
     // Two rotations later (g = 9) the secrets are [9, 10]; a request signed with [6, 7]
     // (generation 6 is now g - 3, long revoked) must not verify.
     const old = await signingSecrets(MASTER, "tenant_a", 6);

@@ -136,7 +136,10 @@ const cases: Case[] = [
 
 describe("targetRefusal", () => {
   it.each(cases)("%s → %j, allowing private targets → %j", (url, strict, permissive) => {
-    for (const [allowPrivate, expected] of [[false, strict], [true, permissive]] as const) {
+    for (const [allowPrivate, expected] of [
+      [false, strict],
+      [true, permissive],
+    ] as const) {
       const refusal = targetRefusal(url, { allowPrivate });
       if (expected === null) expect(refusal, `allowPrivate: ${allowPrivate}`).toBeNull();
       else expect(refusal, `allowPrivate: ${allowPrivate}`).toContain(expected);

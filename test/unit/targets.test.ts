@@ -21,8 +21,17 @@ describe("targets at rest", () => {
 
   it("the view shows header names and the body, never header values; an unopenable body is left out", async () => {
     const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
-    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ url: target.url, method: "POST", headerNames: ["Authorization"], body: { a: 1 } });
-    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other")).toEqual({ url: target.url, method: "POST", headerNames: ["Authorization"] });
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({
+      url: target.url,
+      method: "POST",
+      headerNames: ["Authorization"],
+      body: { a: 1 },
+    });
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other")).toEqual({
+      url: target.url,
+      method: "POST",
+      headerNames: ["Authorization"],
+    });
   });
 
   it("missing or malformed ENCRYPTION_KEYS is the operator's problem, said without key material", async () => {
