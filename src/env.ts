@@ -1,12 +1,6 @@
 import type { TenantGate } from "./gate/tenant-gate";
+import type { DispatchMessage } from "./shard/contract";
 import type { Shard } from "./shard/shard";
-
-/** A dispatch on the Queue: just enough to claim the run from its shard, no job data. */
-export interface DispatchMessage {
-  shard: string;
-  runId: string;
-  fence: number;
-}
 
 export interface Env {
   DB: D1Database;

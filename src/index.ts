@@ -1,7 +1,8 @@
 import { app } from "./api/app";
 import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
-import type { DispatchMessage, Env } from "./env";
+import type { Env } from "./env";
 import { sweep } from "./reconcile/sweep";
+import type { DispatchMessage } from "./shard/contract";
 
 export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";

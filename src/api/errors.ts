@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
-import { CatalogUnavailable } from "../catalog/jobs";
+import { CatalogUnavailable } from "../catalog/d1";
 import { Misconfigured } from "../env";
 
 /** The one error type handlers throw; `onError` turns it (and anything else) into the JSON body. */

@@ -10,7 +10,7 @@ import { RunSchema } from "../model/run";
 import { firstFire } from "../schedule/next-fire";
 import { allowPrivateTargets, targetRefusal } from "../security/target-guard";
 import { sealTarget, viewTarget } from "../security/targets";
-import { type JobRuntime, MAX_BACKFILL } from "../shard/shard";
+import { type JobRuntime, MAX_BACKFILL } from "../shard/contract";
 import { type AppContext, type AppEnv, ownsTenant, scopeOf } from "./context";
 import { ApiError, invalidField, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
@@ -58,7 +58,7 @@ jobs.openapi(
     failpoint("api.afterCatalogWrite");
     let runtime: JobRuntime | undefined;
     try {
-      [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)], [settingsOf(tenant)]);
+      [runtime] = await shardStub(c.env, job.shard).applyJobs([toDefinition(job)], [settingsOf(tenant)]);
     } catch (err) {
       // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
       // the same pure function the shard uses, so the answer stays true.
@@ -148,7 +148,7 @@ async function changeJob(c: AppContext, id: string, change: { paused?: boolean; 
 /** Hands a changed job to its shard; 503 (safe to repeat) when the shard cannot confirm. */
 async function confirmWithShard(c: AppContext, job: CatalogJob): Promise<JobRuntime | undefined> {
   try {
-    const [runtime] = await shardStub(c.env, job.shard).applyJobs(job.shard, [toDefinition(job)]);
+    const [runtime] = await shardStub(c.env, job.shard).applyJobs([toDefinition(job)]);
     return runtime;
   } catch (err) {
     console.error(`job ${job.id}: shard ${job.shard} did not confirm the change`, err);
@@ -252,11 +252,13 @@ jobs.openapi(
   async (c) => {
     const job = await loadJob(c, c.req.valid("param").id);
     const { from, to } = c.req.valid("json");
-    const answer = await shardStub(c.env, job.shard).backfill(job.shard, job.id, Date.parse(from), Date.parse(to));
-    if (answer === null) throw notFound("job", job.id);
-    if (answer === "paused") throw new ApiError(409, "job_paused", "the job is paused: resume it to backfill");
-    if (answer === "too_many") throw new ApiError(400, "invalid_request", `to: the range holds more than ${MAX_BACKFILL} fires; split it`);
-    return c.json(answer, 202);
+    const answer = await shardStub(c.env, job.shard).backfill(job.id, Date.parse(from), Date.parse(to));
+    if (!answer.ok) {
+      if (answer.refusal === "unknown_job") throw notFound("job", job.id);
+      if (answer.refusal === "job_paused") throw new ApiError(409, "job_paused", "the job is paused: resume it to backfill");
+      throw new ApiError(400, "invalid_request", `to: the range holds more than ${MAX_BACKFILL} fires; split it`);
+    }
+    return c.json(answer.value, 202);
   },
 );
 
@@ -278,10 +280,12 @@ jobs.openapi(
   async (c) => {
     const job = await loadJob(c, c.req.valid("param").id);
     const key = c.req.valid("header")["idempotency-key"] ?? newTriggerKey();
-    const run = await shardStub(c.env, job.shard).trigger(job.shard, job.id, key);
-    if (!run) throw notFound("job", job.id);
-    if (run === "paused") throw new ApiError(409, "job_paused", "the job is paused: resume it to run it");
-    return c.json(presentRun(run), 202);
+    const answer = await shardStub(c.env, job.shard).trigger(job.id, key);
+    if (!answer.ok) {
+      if (answer.refusal === "unknown_job") throw notFound("job", job.id);
+      throw new ApiError(409, "job_paused", "the job is paused: resume it to run it");
+    }
+    return c.json(presentRun(answer.value), 202);
   },
 );
 

@@ -3,7 +3,7 @@ import { shardsInUse } from "../catalog/jobs";
 import { shardStub } from "../env";
 import { ErrorSchema } from "../model/common";
 import { parseDuration } from "../schedule/duration";
-import type { ShardMetrics } from "../shard/store";
+import type { ShardMetrics } from "../shard/contract";
 import { type AppEnv, scopeOf } from "./context";
 import { validationHook } from "./validation";
 

@@ -1,7 +1,7 @@
 import type { CatalogJob } from "../catalog/jobs";
 import type { Job, TargetView } from "../model/job";
 import type { Run } from "../model/run";
-import type { RunView } from "../shard/shard";
+import type { RunView } from "../shard/contract";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));

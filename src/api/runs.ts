@@ -4,7 +4,7 @@ import { shardStub } from "../env";
 import { PageQuery, pageOf, Text } from "../model/common";
 import { JOB_ID, jobIdOfRun, parseCompletionToken } from "../model/ids";
 import { RunSchema } from "../model/run";
-import type { RunView, TokenVerdict } from "../shard/shard";
+import type { RunView, TokenRefusal } from "../shard/contract";
 import { type AppContext, type AppEnv, scopeOf } from "./context";
 import { ApiError, notFound } from "./errors";
 import { loadJob } from "./jobs";
@@ -56,11 +56,12 @@ runs.openapi(
   async (c) => {
     const { id } = c.req.valid("param");
     const job = await jobOfRun(c, id);
-    const run = await shardStub(c.env, job.shard).retryRun(id);
-    if (run === null) throw notFound("run", id);
-    if (run === "not_retryable")
+    const answer = await shardStub(c.env, job.shard).retryRun(id);
+    if (!answer.ok) {
+      if (answer.refusal === "unknown_run") throw notFound("run", id);
       throw new ApiError(409, "not_retryable", "only a dead or failed run of a live (not paused, not deleted) job can be retried");
-    return c.json(presentRun(run), 202);
+    }
+    return c.json(presentRun(answer.value), 202);
   },
 );
 
@@ -95,7 +96,7 @@ function shardOfToken(token: string): string {
  * Completion-token verdicts as HTTP answers. An unknown run gets the same answer as a wrong
  * token: these routes take no API key, so a difference would tell anyone which runs exist.
  */
-function tokenError(verdict: TokenVerdict): ApiError {
+function tokenError(verdict: TokenRefusal): ApiError {
   if (verdict === "unknown_run" || verdict === "invalid_token")
     return new ApiError(403, "invalid_token", "this completion token does not belong to this run");
   return new ApiError(409, "stale", "this attempt is no longer current (it timed out, or the run ended); nothing was changed");
@@ -115,8 +116,8 @@ runs.openapi(
     const { id } = c.req.valid("param");
     const { token, ...completion } = c.req.valid("json");
     const answer = await shardStub(c.env, shardOfToken(token)).complete(id, token, completion);
-    if (typeof answer === "string") throw tokenError(answer);
-    return c.json(presentRun(answer), 200);
+    if (!answer.ok) throw tokenError(answer.refusal);
+    return c.json(presentRun(answer.value), 200);
   },
 );
 
@@ -134,8 +135,8 @@ runs.openapi(
     const { id } = c.req.valid("param");
     const { token, extendMs } = c.req.valid("json");
     const answer = await shardStub(c.env, shardOfToken(token)).heartbeat(id, token, extendMs);
-    if (typeof answer === "string") throw tokenError(answer);
-    return c.json({ leaseUntil: new Date(answer.leaseUntil).toISOString() }, 200);
+    if (!answer.ok) throw tokenError(answer.refusal);
+    return c.json({ leaseUntil: new Date(answer.value.leaseUntil).toISOString() }, 200);
   },
 );
 

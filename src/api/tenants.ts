@@ -107,7 +107,7 @@ async function mintKey(): Promise<{ id: string; apiKey: string; hash: string; pr
  */
 async function pushSettings(c: AppContext, tenant: Tenant): Promise<void> {
   const shards = await shardsInUse(c.env.DB, tenant.id);
-  const results = await Promise.allSettled(shards.map((s) => shardStub(c.env, s).applyTenants(s, [settingsOf(tenant)])));
+  const results = await Promise.allSettled(shards.map((s) => shardStub(c.env, s).applyTenants([settingsOf(tenant)])));
   const failed = results.filter((r) => r.status === "rejected").length;
   if (failed > 0) console.error(`tenant ${tenant.id}: ${failed} of ${shards.length} shards did not take its new settings; the sweep will`);
 }

@@ -1,6 +1,6 @@
-import { failpoint } from "../faults";
 import type { JobSpec } from "../model/job";
-import type { JobDefinition } from "../shard/shard";
+import type { JobDefinition } from "../shard/contract";
+import { guard } from "./d1";
 
 /** The catalog in D1: job definitions as accepted. Nothing here is on the fire → record path. */
 
@@ -18,18 +18,6 @@ export interface CatalogJob {
 }
 
 type Row = Record<string, unknown>;
-
-/** D1 could not answer. The API turns it into 503 + Retry-After; shards never depend on D1. */
-export class CatalogUnavailable extends Error {}
-
-export async function guard<T>(operation: string, call: () => Promise<T>): Promise<T> {
-  try {
-    failpoint("catalog.unavailable");
-    return await call();
-  } catch (err) {
-    throw new CatalogUnavailable(`catalog ${operation} failed: ${(err as Error).message}`, { cause: err });
-  }
-}
 
 const toJob = (r: Row): CatalogJob => ({
   id: r.id as string,

@@ -1,4 +1,5 @@
-import { guard } from "./jobs";
+import type { TenantSettings } from "../shard/contract";
+import { guard } from "./d1";
 
 /** Tenants and their API keys in D1. Keys are kept only as hashes: a leaked table grants nothing. */
 
@@ -18,14 +19,6 @@ export interface Tenant {
   signingGeneration: number;
   version: number;
   createdAt: number;
-}
-
-/** What a shard needs to know of a tenant: how to sign its requests and how many may be in flight. */
-export interface TenantSettings {
-  id: string;
-  version: number;
-  signingGeneration: number;
-  maxRunsInFlight: number | null;
 }
 
 export interface ApiKeyRow {

@@ -1,6 +1,6 @@
-import { type DispatchMessage, type Env, shardStub } from "../env";
+import { type Env, shardStub } from "../env";
 import { failpoint } from "../faults";
-import type { Outcome } from "../shard/shard";
+import type { DispatchMessage, Outcome } from "../shard/contract";
 import { executeContext, executeTarget } from "./execute";
 
 const REPORT_TRIES = 3;

@@ -2,7 +2,7 @@ import type { Env } from "../env";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { allowPrivateTargets, type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
-import type { ClaimResult, Outcome } from "../shard/shard";
+import type { ClaimResult, Outcome } from "../shard/contract";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
 

@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
+import { ATTEMPT_OUTCOMES } from "../shard/contract";
 import { RUN_STATES, RUN_TRIGGERS } from "../shard/run-states";
-import { ATTEMPT_OUTCOMES } from "../shard/store";
 import { Instant } from "./job";
 
 export const AttemptSchema = z

@@ -32,15 +32,15 @@ export async function sweep(env: Env): Promise<SweepReport> {
   await Promise.all(
     shards.map(async (shard) => {
       const stub = shardStub(env, shard);
-      await stub.applyTenants(shard, await tenantsOfShard(env.DB, shard));
+      await stub.applyTenants(await tenantsOfShard(env.DB, shard));
       for (let after = ""; ; ) {
         const entries = await shardEntries(env.DB, shard, after, PAGE);
         if (entries.length === 0) break;
         report.jobsCompared += entries.length;
-        const stale = await stub.staleJobs(shard, entries);
+        const stale = await stub.staleJobs(entries);
         if (stale.length > 0) {
           const jobs = await getJobsByIds(env.DB, stale);
-          await stub.applyJobs(shard, jobs.map(toDefinition));
+          await stub.applyJobs(jobs.map(toDefinition));
           report.jobsRepaired += jobs.length;
         }
         after = entries[entries.length - 1]!.id;

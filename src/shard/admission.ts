@@ -1,4 +1,5 @@
-import type { RunRow, ShardJob } from "./store";
+import type { RunRow } from "./contract";
+import type { ShardJob } from "./store";
 
 /**
  * Flow control a shard decides alone: a job's `maxConcurrency` (its runs dispatched or running)

@@ -1,89 +1,40 @@
 import { DurableObject } from "cloudflare:workers";
-import type { TenantSettings } from "../catalog/tenants";
-import { type DispatchMessage, type Env, gateStub } from "../env";
+import { type Env, gateStub } from "../env";
 import { failpoint } from "../faults";
 import { newCompletionToken, parseCompletionToken, scheduledRunId, triggeredRunId } from "../model/ids";
-import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
+import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { planAdmission } from "./admission";
+import {
+  type Answer,
+  type BackfillResult,
+  type CatalogEntry,
+  type ClaimResult,
+  type Completion,
+  type Dispatch,
+  type DispatchMessage,
+  done,
+  type JobDefinition,
+  type JobRuntime,
+  LEASE_GRACE_MS,
+  MAX_BACKFILL,
+  type Outcome,
+  type RunRow,
+  type RunView,
+  refuse,
+  type ShardApi,
+  type ShardMetrics,
+  type TenantSettings,
+  type TokenRefusal,
+} from "./contract";
 import { decideOverlap } from "./overlap";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
-import {
-  type AttemptRow,
-  type Dispatch,
-  type JobDefinition,
-  type NewRun,
-  type RunRow,
-  type ShardJob,
-  type ShardMetrics,
-  ShardStore,
-} from "./store";
+import { type NewRun, type ShardJob, ShardStore } from "./store";
 
-export type { JobDefinition };
-
-export interface JobRuntime {
-  id: string;
-  version: number;
-  nextRunAt: number | null;
-  /** Nothing is left to fire: a one-off fired, or endAt or maxRuns was reached. */
-  completed: boolean;
-}
-
-export type ClaimResult =
-  | { result: "stale"; runId: string; fence: number }
-  | {
-      result: "claimed";
-      runId: string;
-      fence: number;
-      jobId: string;
-      tenantId: string;
-      /** The tenant's signing generation as this shard last heard it: the consumer signs with it and the next. */
-      signingGeneration: number;
-      attempt: number;
-      scheduledAt: number;
-      target: StoredTarget;
-      timeoutMs: number;
-      completionToken: string;
-    };
-
-export interface Outcome {
-  runId: string;
-  fence: number;
-  ok: boolean;
-  /** The target answered 202 Accepted: it finishes the work later and completes through the API. */
-  accepted?: boolean;
-  /** The target's HTTP status; null when it never answered (network error, timeout). */
-  status: number | null;
-  error: string | null;
-  /** From the target's Retry-After header, when it sent one. */
-  retryAfterMs?: number;
-  /** Set when the status alone does not say it (a target the SSRF guard refused will not improve). */
-  kind?: FailureKind;
-}
-
-/** What a long-running target reports through POST /v1/runs/:id/complete. */
-export interface Completion {
-  ok: boolean;
-  result?: string;
-  error?: string;
-  /** For a failure: whether another attempt may help (default true). */
-  retry?: boolean;
-}
-
-/** The answer to a call that presents a completion token. */
-export type TokenVerdict = "unknown_run" | "invalid_token" | "stale";
-
-export interface RunView extends RunRow {
-  attempts: number;
-  attemptLog?: AttemptRow[];
-}
-
-/** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
-export const LEASE_GRACE_MS = 5_000;
 const DEFAULT_CLAIM_TIMEOUT_MS = 60_000;
 /** How long unsent dispatches wait after the Queue refused a send. */
 const SEND_RETRY_MS = 2_000;
@@ -97,14 +48,12 @@ const QUEUE_BATCH = 100;
  */
 const ADMISSION_RECHECK_MS = 15_000;
 const DEFAULT_TIMEOUT_MS = 30_000;
-/** A backfill makes at most this many runs per call. */
-export const MAX_BACKFILL = 1_000;
 
 /**
  * One shard: the single writer of its jobs' runtime state. Each method is a thin shell over
  * one `transactionSync` on the store; all timing goes through the one alarm.
  */
-export class Shard extends DurableObject<Env> {
+export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly store: ShardStore;
   private flushing: Promise<boolean> | null = null;
   /** One admission at a time: two interleaved at the gate's await would both admit one run. */
@@ -132,14 +81,14 @@ export class Shard extends DurableObject<Env> {
    * no second run), and dispatches committed but not sent wait in the outbox.
    */
   private async tick(): Promise<void> {
-    failpoint("shard.alarmStart", this.faultScope());
+    failpoint("shard.alarmStart", this.name);
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
       this.fireDueJobs(now);
       this.advanceDueRuns(now);
       this.startBufferedRuns(now);
     });
-    failpoint("shard.afterCommit", this.faultScope());
+    failpoint("shard.afterCommit", this.name);
     await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
@@ -271,10 +220,10 @@ export class Shard extends DurableObject<Env> {
           // No more than the limit can be granted: asking for more only makes the gate work.
           const ask = runs.slice(0, limit).map(permitOf);
           for (const permit of ask) asked.add(permit);
-          const permits = await gateStub(this.env, tenantId).acquire(this.shardName(), ask, limit, leaseMs);
+          const permits = await gateStub(this.env, tenantId).acquire(this.name, ask, limit, leaseMs);
           for (const permit of permits) granted.add(permit);
         } catch (err) {
-          console.error(`shard ${this.shardName()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
+          console.error(`shard ${this.name}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
         }
       }),
     );
@@ -383,7 +332,7 @@ export class Shard extends DurableObject<Env> {
   }
 
   private async sendOutbox(): Promise<boolean> {
-    const shard = this.shardName();
+    const shard = this.name;
     for (;;) {
       const pending = this.store.outbox(TICK_BATCH);
       if (pending.length === 0) return true;
@@ -469,8 +418,7 @@ export class Shard extends DurableObject<Env> {
   // ---- RPC: jobs ----
 
   /** Applies definitions newer than what the shard holds; older or equal versions change nothing. */
-  async applyJobs(shard: string, definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
-    this.rememberName(shard);
+  async applyJobs(definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
       for (const tenant of tenants) this.store.putTenant(tenant);
@@ -491,8 +439,7 @@ export class Shard extends DurableObject<Env> {
    * Newer settings of tenants (a rotated signing secret, a changed runs-in-flight limit). A
    * raised limit may let waiting runs start, so admission runs at once.
    */
-  async applyTenants(shard: string, tenants: TenantSettings[]): Promise<void> {
-    this.rememberName(shard);
+  async applyTenants(tenants: TenantSettings[]): Promise<void> {
     this.ctx.storage.transactionSync(() => {
       for (const tenant of tenants) this.store.putTenant(tenant);
     });
@@ -501,7 +448,6 @@ export class Shard extends DurableObject<Env> {
 
   /** Called by a tenant gate when capacity freed (and harmless at any other time). */
   async admitWaiting(): Promise<void> {
-    if (this.store.getMeta("name") === null) return; // never handed a job: nothing waits here
     this.store.dueAllWaiting(Date.now());
     await this.admit();
     const sent = await this.flushOutbox();
@@ -525,11 +471,10 @@ export class Shard extends DurableObject<Env> {
   }
 
   /** One extra run now. The same trigger key always names the same run. Null if the job is unknown. */
-  async trigger(shard: string, jobId: string, triggerKey: string): Promise<RunView | "paused" | null> {
-    this.rememberName(shard);
+  async trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
     const job = this.store.getJob(jobId);
-    if (!job || job.deleted) return null;
-    if (job.paused) return "paused"; // nothing runs for a paused job, not even by hand
+    if (!job || job.deleted) return refuse("unknown_job");
+    if (job.paused) return refuse("job_paused"); // nothing runs for a paused job, not even by hand
     const now = Date.now();
     const runId = triggeredRunId(jobId, triggerKey);
     this.ctx.storage.transactionSync(() => {
@@ -538,7 +483,7 @@ export class Shard extends DurableObject<Env> {
     await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
-    return this.getRun(runId);
+    return done((await this.getRun(runId))!);
   }
 
   /**
@@ -546,18 +491,12 @@ export class Shard extends DurableObject<Env> {
    * keeps it (run ids are derived from job and instant). Backfills ignore the overlap policy:
    * the user asked for each of them.
    */
-  async backfill(
-    shard: string,
-    jobId: string,
-    from: number,
-    to: number,
-  ): Promise<{ created: string[]; existing: string[] } | "paused" | "too_many" | null> {
-    this.rememberName(shard);
+  async backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">> {
     const job = this.store.getJob(jobId);
-    if (!job || job.deleted) return null;
-    if (job.paused) return "paused";
+    if (!job || job.deleted) return refuse("unknown_job");
+    if (job.paused) return refuse("job_paused");
     const fires = firesBetween(job.spec.schedule, job.createdAt, from, to, MAX_BACKFILL + 1);
-    if (fires.length > MAX_BACKFILL) return "too_many";
+    if (fires.length > MAX_BACKFILL) return refuse("too_many");
     const now = Date.now();
     const created: string[] = [];
     const existing: string[] = [];
@@ -571,7 +510,7 @@ export class Shard extends DurableObject<Env> {
     await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
-    return { created, existing };
+    return done({ created, existing });
   }
 
   // ---- RPC: the consumer's side ----
@@ -587,7 +526,7 @@ export class Shard extends DurableObject<Env> {
           return { result: "stale", runId: d.runId, fence: d.fence };
         }
         const leaseUntil = now + job.spec.timeoutMs + LEASE_GRACE_MS;
-        const completionToken = newCompletionToken(this.shardName(), run.fence);
+        const completionToken = newCompletionToken(this.name, run.fence);
         // The run executes the job as it is now; it records that version (a PATCH may have come).
         this.store.moveRun(run, "claim", { dueAt: leaseUntil, startedAt: run.startedAt ?? now, jobVersion: job.version });
         this.store.startAttempt(run.id, run.attempt, run.fence, now, completionToken);
@@ -659,29 +598,29 @@ export class Shard extends DurableObject<Env> {
    * Checks a completion token against the run's current attempt. A token of an earlier attempt
    * is stale (and its outcome is noted on that attempt); anything else unknown is invalid.
    */
-  private checkToken(runId: string, token: string, lateOutcome: string): { run: RunRow } | TokenVerdict {
+  private checkToken(runId: string, token: string, lateOutcome: string): Answer<RunRow, TokenRefusal> {
     const run = this.store.getRun(runId);
-    if (!run) return "unknown_run";
+    if (!run) return refuse("unknown_run");
     const fence = parseCompletionToken(token)?.fence;
     const attempt = fence === undefined ? null : this.store.getAttempt(runId, fence);
-    if (!attempt || !sameToken(attempt.completionToken, token)) return "invalid_token";
+    if (!attempt || !sameToken(attempt.completionToken, token)) return refuse("invalid_token");
     const live = run.fence === fence && run.state === "running" && (attempt.outcome === "running" || attempt.outcome === "accepted");
     if (!live) {
       if (attempt.outcome === "timed_out" || attempt.outcome === "cancelled") this.store.noteLateOutcome(runId, attempt.fence, lateOutcome);
-      return "stale";
+      return refuse("stale");
     }
-    return { run };
+    return done(run);
   }
 
   /** The end of a long-running attempt, reported by the target itself. */
-  async complete(runId: string, token: string, completion: Completion): Promise<RunView | TokenVerdict> {
+  async complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>> {
     const now = Date.now();
     const late = completion.ok ? "completed: succeeded" : `completed: failed${completion.error ? `: ${completion.error}` : ""}`;
-    const verdict = this.ctx.storage.transactionSync(() => {
+    const checked = this.ctx.storage.transactionSync(() => {
       const checked = this.checkToken(runId, token, late);
-      if (typeof checked === "string") return checked;
+      if (!checked.ok) return checked;
       this.recordOutcome(
-        checked.run,
+        checked.value,
         {
           ok: completion.ok,
           status: null,
@@ -691,27 +630,28 @@ export class Shard extends DurableObject<Env> {
         },
         now,
       );
-      return null;
+      return checked;
     });
-    if (verdict !== null) return verdict;
+    if (!checked.ok) return checked;
     await this.afterRunsEnded(now);
-    return (await this.getRun(runId))!;
+    return done((await this.getRun(runId))!);
   }
 
   /** Extends a long-running attempt's lease to `extendMs` from now. */
-  async heartbeat(runId: string, token: string, extendMs: number): Promise<{ leaseUntil: number } | TokenVerdict> {
+  async heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>> {
     const now = Date.now();
-    const verdict = this.ctx.storage.transactionSync(() => {
+    const checked = this.ctx.storage.transactionSync(() => {
       const checked = this.checkToken(runId, token, "heartbeat");
-      if (typeof checked === "string") return checked;
-      this.store.extendLease(runId, now + extendMs);
-      this.renewPermitLater(checked.run, extendMs + LEASE_GRACE_MS);
-      return null;
+      if (checked.ok) {
+        this.store.extendLease(runId, now + extendMs);
+        this.renewPermitLater(checked.value, extendMs + LEASE_GRACE_MS);
+      }
+      return checked;
     });
-    if (verdict !== null) return verdict;
+    if (!checked.ok) return checked;
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
-    return { leaseUntil: now + extendMs };
+    return done({ leaseUntil: now + extendMs });
   }
 
   // ---- RPC: dead letters ----
@@ -725,11 +665,11 @@ export class Shard extends DurableObject<Env> {
   }
 
   /** Gives a dead or failed run a fresh set of attempts. */
-  async retryRun(runId: string): Promise<RunView | "not_retryable" | null> {
+  async retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">> {
     const run = this.store.getRun(runId);
-    if (!run) return null;
+    if (!run) return refuse("unknown_run");
     const job = this.store.getJob(run.jobId);
-    if (stoppedReason(job) || !DEAD_LETTER_STATES.includes(run.state)) return "not_retryable";
+    if (stoppedReason(job) || !DEAD_LETTER_STATES.includes(run.state)) return refuse("not_retryable");
     const now = Date.now();
     this.ctx.storage.transactionSync(() => {
       this.sendOn(run, "revive", { attempt: 1, fence: run.fence + 1, finishedAt: null, status: null, error: null }, now);
@@ -737,7 +677,7 @@ export class Shard extends DurableObject<Env> {
     await this.admit();
     const sent = await this.flushOutbox();
     await this.armAlarm(sent);
-    return this.getRun(runId);
+    return done((await this.getRun(runId))!);
   }
 
   /** Dispatches the Queue gave up on (its dead-letter queue): their runs fail instead of vanishing. */
@@ -789,8 +729,7 @@ export class Shard extends DurableObject<Env> {
   // ---- RPC: the sweep ----
 
   /** Of the catalog's entries, the ids this shard lacks or holds at an older version. */
-  async staleJobs(shard: string, entries: Array<{ id: string; version: number; deleted: boolean }>): Promise<string[]> {
-    this.rememberName(shard);
+  async staleJobs(entries: CatalogEntry[]): Promise<string[]> {
     const held = this.store.jobVersions(entries.map((e) => e.id));
     return entries
       .filter((e) => {
@@ -815,24 +754,18 @@ export class Shard extends DurableObject<Env> {
 
   // ---- identity and settings ----
 
-  /** The shard's own name, for the dispatches it sends; learned from the first call that names it. */
-  private rememberName(shard: string): void {
-    if (this.store.getMeta("name") !== shard) this.store.setMeta("name", shard);
-  }
-
-  private shardName(): string {
-    const name = this.store.getMeta("name");
-    if (name === null) throw new Error("shard has no name yet: it has never been handed a job");
+  /**
+   * The shard's own name (every shard is reached through `idFromName`), for the dispatches it
+   * sends and the completion tokens it issues; faults armed for one shard name it too.
+   */
+  private get name(): string {
+    const name = this.ctx.id.name;
+    if (name === undefined) throw new Error("a shard must be reached by name (idFromName)");
     return name;
   }
 
   private timeoutOf(run: RunRow): number {
     return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  }
-
-  /** Faults armed for one shard name the shard by the name it was given. */
-  private faultScope(): string | undefined {
-    return this.store.getMeta("name") ?? undefined;
   }
 
   private claimTimeoutMs(): number {

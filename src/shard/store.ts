@@ -1,5 +1,5 @@
-import type { TenantSettings } from "../catalog/tenants";
 import type { JobSpec } from "../model/job";
+import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
 import {
   IN_FLIGHT_STATES,
   RUN_STATE_SQL_LIST,
@@ -123,17 +123,6 @@ function upgrade(sql: SqlStorage): void {
   }
 }
 
-/** What the API (or the sweep) hands a shard: a job definition at a version. */
-export interface JobDefinition {
-  id: string;
-  tenantId: string;
-  version: number;
-  spec: JobSpec;
-  paused: boolean;
-  deleted: boolean;
-  createdAt: number;
-}
-
 export interface ShardJob extends JobDefinition {
   nextFireAt: number | null;
   fires: number;
@@ -142,56 +131,6 @@ export interface ShardJob extends JobDefinition {
 
 /** A run about to be created. */
 export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
-
-export interface RunRow {
-  id: string;
-  jobId: string;
-  jobVersion: number;
-  trigger: (typeof RUN_TRIGGERS)[number];
-  scheduledAt: number;
-  catchUp: boolean;
-  state: RunState;
-  attempt: number;
-  fence: number;
-  dueAt: number | null;
-  createdAt: number;
-  startedAt: number | null;
-  finishedAt: number | null;
-  status: number | null;
-  error: string | null;
-  result: string | null;
-  /** The grant key of the tenant permit this run holds while in flight, if its tenant has a limit. */
-  permit: string | null;
-}
-
-export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out", "cancelled"] as const;
-
-export interface AttemptRow {
-  attempt: number;
-  fence: number;
-  startedAt: number;
-  finishedAt: number | null;
-  /** running: the target was called; accepted: it answered 202 and will complete through the API. */
-  outcome: (typeof ATTEMPT_OUTCOMES)[number];
-  status: number | null;
-  error: string | null;
-  completionToken: string;
-  late: string | null;
-}
-
-export interface ShardMetrics {
-  runsByState: Record<string, number>;
-  attemptsByOutcome: Record<string, number>;
-  lagsMs: number[];
-  outbox: number;
-  awaitingClaim: number;
-  oldestAwaitingClaimMs: number | null;
-}
-
-export interface Dispatch {
-  runId: string;
-  fence: number;
-}
 
 type Row = Record<string, SqlStorageValue>;
 

@@ -1,9 +1,10 @@
 import { createExecutionContext, createMessageBatch, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { DispatchMessage, Env } from "../../src/env";
+import type { Env } from "../../src/env";
 import { armFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import type { Run } from "../../src/model/run";
+import type { DispatchMessage } from "../../src/shard/contract";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 type Page = { items: Run[]; nextCursor: string | null };

@@ -9,10 +9,11 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import type { DispatchMessage, Env } from "../../src/env";
+import type { Env } from "../../src/env";
 import { armFault, disarmFaults, type FaultPoint, faultCounts } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
+import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, hitsOf, makeRunDue, receiverPath, shardOf } from "./helpers";
 

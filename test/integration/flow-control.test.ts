@@ -186,7 +186,7 @@ describe("admission under interleaving and backlog", () => {
         };
       }),
     );
-    await stub.applyJobs(shard, defs, [{ id: tenant.id, version: 1, signingGeneration: 1, maxRunsInFlight: limit }]);
+    await stub.applyJobs(defs, [{ id: tenant.id, version: 1, signingGeneration: 1, maxRunsInFlight: limit }]);
     return { tenant, shard, stub, jobs: defs.map((d) => d.id) };
   }
 

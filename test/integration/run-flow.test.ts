@@ -7,8 +7,9 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { DispatchMessage, Env } from "../../src/env";
+import type { Env } from "../../src/env";
 import worker from "../../src/index";
+import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import {
   api,

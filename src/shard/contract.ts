@@ -1,0 +1,227 @@
+import type { JobSpec, StoredTarget } from "../model/job";
+import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
+
+/**
+ * The shard's contract: what the API, the consumer, the sweep and the tenant gates may ask of
+ * a shard, and the shapes that cross that boundary. A leaf module, the way Hono keeps
+ * `router.ts` apart from its routers: callers import this, never the Durable Object class or
+ * its storage. The `Shard` class implements `ShardApi`; the stub helper hands callers the same.
+ */
+
+// ---- refusals ----
+
+/**
+ * Why a shard did not do what it was asked. Every call that can be refused answers
+ * `Answer<T, R>`, so a caller handles each refusal by name and the type checker sees any it forgot.
+ */
+export type Refusal =
+  | "unknown_job"
+  | "unknown_run"
+  | "job_paused"
+  | "too_many"
+  | "not_retryable"
+  /** The completion token is not one this shard issued for the run. */
+  | "invalid_token"
+  /** The token is of an attempt that has ended (timed out, cancelled or already reported). */
+  | "stale";
+
+export type Answer<T, R extends Refusal> = { ok: true; value: T } | { ok: false; refusal: R };
+
+export const done = <T>(value: T): { ok: true; value: T } => ({ ok: true, value });
+export const refuse = <R extends Refusal>(refusal: R): { ok: false; refusal: R } => ({ ok: false, refusal });
+
+/** The answer to a call that presents a completion token, when it is refused. */
+export type TokenRefusal = "unknown_run" | "invalid_token" | "stale";
+
+// ---- jobs ----
+
+/** What the API (or the sweep) hands a shard: a job definition at a version. */
+export interface JobDefinition {
+  id: string;
+  tenantId: string;
+  version: number;
+  spec: JobSpec;
+  paused: boolean;
+  deleted: boolean;
+  createdAt: number;
+}
+
+/** What a shard knows of a job that the catalog does not: where its schedule stands. */
+export interface JobRuntime {
+  id: string;
+  version: number;
+  nextRunAt: number | null;
+  /** Nothing is left to fire: a one-off fired, or endAt or maxRuns was reached. */
+  completed: boolean;
+}
+
+/** What a shard needs to know of a tenant: how to sign its requests and how many may be in flight. */
+export interface TenantSettings {
+  id: string;
+  version: number;
+  signingGeneration: number;
+  maxRunsInFlight: number | null;
+}
+
+/** A catalog entry as the sweep compares it with what a shard holds. */
+export interface CatalogEntry {
+  id: string;
+  version: number;
+  deleted: boolean;
+}
+
+/** A backfill makes at most this many runs per call. */
+export const MAX_BACKFILL = 1_000;
+
+export interface BackfillResult {
+  created: string[];
+  existing: string[];
+}
+
+// ---- runs ----
+
+export interface RunRow {
+  id: string;
+  jobId: string;
+  jobVersion: number;
+  trigger: (typeof RUN_TRIGGERS)[number];
+  scheduledAt: number;
+  catchUp: boolean;
+  state: RunState;
+  attempt: number;
+  fence: number;
+  dueAt: number | null;
+  createdAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+  status: number | null;
+  error: string | null;
+  result: string | null;
+  /** The grant key of the tenant permit this run holds while in flight, if its tenant has a limit. */
+  permit: string | null;
+}
+
+export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out", "cancelled"] as const;
+
+export interface AttemptRow {
+  attempt: number;
+  fence: number;
+  startedAt: number;
+  finishedAt: number | null;
+  /** running: the target was called; accepted: it answered 202 and will complete through the API. */
+  outcome: (typeof ATTEMPT_OUTCOMES)[number];
+  status: number | null;
+  error: string | null;
+  completionToken: string;
+  late: string | null;
+}
+
+/** A run as a shard shows it: with its attempt count, and on a single-run read every attempt. */
+export interface RunView extends RunRow {
+  attempts: number;
+  attemptLog?: AttemptRow[];
+}
+
+export interface ShardMetrics {
+  runsByState: Record<string, number>;
+  attemptsByOutcome: Record<string, number>;
+  lagsMs: number[];
+  outbox: number;
+  awaitingClaim: number;
+  oldestAwaitingClaimMs: number | null;
+}
+
+// ---- the consumer's side ----
+
+/** A dispatch: enough to claim a run, no job data (docs/architecture.md, invariant 4). */
+export interface Dispatch {
+  runId: string;
+  fence: number;
+}
+
+/** A dispatch on the Queue: its shard's name, so that the consumer knows whom to ask. */
+export interface DispatchMessage extends Dispatch {
+  shard: string;
+}
+
+/** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
+export const LEASE_GRACE_MS = 5_000;
+
+export type ClaimResult =
+  | { result: "stale"; runId: string; fence: number }
+  | {
+      result: "claimed";
+      runId: string;
+      fence: number;
+      jobId: string;
+      tenantId: string;
+      /** The tenant's signing generation as this shard last heard it: the consumer signs with it and the next. */
+      signingGeneration: number;
+      attempt: number;
+      scheduledAt: number;
+      target: StoredTarget;
+      timeoutMs: number;
+      completionToken: string;
+    };
+
+export interface Outcome {
+  runId: string;
+  fence: number;
+  ok: boolean;
+  /** The target answered 202 Accepted: it finishes the work later and completes through the API. */
+  accepted?: boolean;
+  /** The target's HTTP status; null when it never answered (network error, timeout). */
+  status: number | null;
+  error: string | null;
+  /** From the target's Retry-After header, when it sent one. */
+  retryAfterMs?: number;
+  /** Set when the status alone does not say it (a target the SSRF guard refused will not improve). */
+  kind?: FailureKind;
+}
+
+/** What a long-running target reports through POST /v1/runs/:id/complete. */
+export interface Completion {
+  ok: boolean;
+  result?: string;
+  error?: string;
+  /** For a failure: whether another attempt may help (default true). */
+  retry?: boolean;
+}
+
+// ---- the surface ----
+
+/**
+ * Every RPC method of a shard. Each is one transaction of the shard's single writer followed
+ * by its settle step (docs/architecture.md, invariant 1); none needs the caller to say which
+ * shard it is talking to.
+ */
+export interface ShardApi {
+  /** Applies definitions newer than what the shard holds; older or equal versions change nothing. */
+  applyJobs(definitions: JobDefinition[], tenants?: TenantSettings[]): Promise<JobRuntime[]>;
+  /** Newer settings of tenants: a rotated signing secret, a changed runs-in-flight limit. */
+  applyTenants(tenants: TenantSettings[]): Promise<void>;
+  /** A tenant gate says capacity freed: waiting runs are looked at now. */
+  admitWaiting(): Promise<void>;
+  jobRuntimes(ids: string[]): Promise<JobRuntime[]>;
+  /** One extra run now; the same trigger key always names the same run. */
+  trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
+  backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">>;
+  claim(dispatches: Dispatch[]): Promise<ClaimResult[]>;
+  report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">>;
+  complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>>;
+  heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
+  retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
+  abandonDispatches(dispatches: Dispatch[]): Promise<Array<"failed" | "stale">>;
+  getRun(runId: string): Promise<RunView | null>;
+  listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]>;
+  deadLetters(
+    scope: { tenantId: string | null; jobId: string | null },
+    limit: number,
+    before?: { finishedAt: number; id: string },
+  ): Promise<RunView[]>;
+  metrics(windowMs: number, tenantId?: string | null): Promise<ShardMetrics>;
+  /** Of the catalog's entries, the ids this shard lacks or holds at an older version. */
+  staleJobs(entries: CatalogEntry[]): Promise<string[]>;
+  /** Work already due runs now; otherwise the alarm is set again (alarms can be lost or late). */
+  assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }>;
+}
