@@ -127,7 +127,7 @@ describe("the named groups of run states", () => {
     expect(sorted(PENDING_STATES)).toEqual(sorted([...UNFINISHED_STATES, ...BUFFERED_STATES].filter((s) => !LEASED_STATES.includes(s))));
   });
 
-  it("in flight means dispatched or leased, and a run leaves both only by a transition that frees its permit", () => {
+  it("in flight means dispatched or leased, and never ended", () => {
     expect(sorted(IN_FLIGHT_STATES)).toEqual(sorted([...AWAITING_CLAIM_STATES, ...LEASED_STATES]));
     for (const s of IN_FLIGHT_STATES) expect(UNFINISHED_STATES).toContain(s);
   });
