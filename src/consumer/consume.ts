@@ -7,8 +7,9 @@ const REPORT_TRIES = 3;
 
 /**
  * The Queue consumer. Messages are grouped by shard: one claim call and one report call per
- * shard, targets called concurrently (invariant 6). A message is acked once its shard has
- * answered the claim; what happens after that is the shard's to track (leases).
+ * shard, targets called concurrently (docs/architecture.md, invariant 6). A message is acked
+ * once its shard has answered the claim; what happens after that is the shard's to track
+ * (leases).
  */
 export async function consumeDispatches(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
   await Promise.all([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, shard, messages)));

@@ -1,7 +1,7 @@
 /**
  * Identifiers. Job ids sort by creation time (the list endpoint pages on them); run ids are
  * derived, never random, so that re-running an alarm, a sweep or a trigger can never make a
- * second run for the same fire (invariant 2).
+ * second run for the same fire (docs/architecture.md, invariant 2).
  */
 const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
 

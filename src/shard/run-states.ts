@@ -16,6 +16,7 @@
  *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
  *                                 revive, for a job under flow control)
  * A lease that expires counts as a retryable failure of the running attempt.
+ * docs/architecture.md draws this table; `npm run docs:diagrams` redraws it after a change.
  */
 export const RUN_STATES = [
   "waiting",
@@ -59,11 +60,34 @@ export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, Run
   skipped: {},
 };
 
+/*
+ * Named groups of states. Code and SQL (through `sqlList`) use these names instead of spelling
+ * states out, so a state added to the table is placed in each group once, here, and the tests
+ * check each group against the table.
+ */
+
+/** The states a run is created in: by a fire or a trigger, held by flow control, or placed by the overlap policy. */
+export const INITIAL_STATES: readonly RunState[] = ["queued", "waiting", "buffered", "skipped"];
 /** States a run ends in unless a person retries it (dead and failed are the dead letters). */
 export const FINAL_STATES: readonly RunState[] = ["succeeded", "failed", "dead", "cancelled", "skipped"];
 export const DEAD_LETTER_STATES: readonly RunState[] = ["dead", "failed"];
+/** Started or due to start and not ended: what an overlap policy counts as the job's previous run. */
+export const UNFINISHED_STATES: readonly RunState[] = ["waiting", "queued", "running", "retry_wait"];
+/**
+ * No attempt under way, but one is to come: what a pause or delete cancels. A running attempt
+ * is left to finish and be recorded.
+ */
+export const PENDING_STATES: readonly RunState[] = ["waiting", "queued", "retry_wait", "buffered"];
 /** States that hold a tenant's run-in-flight permit, when it has a limit: dispatched or running. */
 export const IN_FLIGHT_STATES: readonly RunState[] = ["queued", "running"];
+/** Held back by flow control until admission lets it start. */
+export const AWAITING_ADMISSION_STATES: readonly RunState[] = ["waiting"];
+/** Dispatched, not yet claimed by a consumer: its due time is the claim deadline. */
+export const AWAITING_CLAIM_STATES: readonly RunState[] = ["queued"];
+/** An attempt is executing: its due time is the lease's expiry. */
+export const LEASED_STATES: readonly RunState[] = ["running"];
+/** overlap buffer_one: waits for the job's unfinished run to end. */
+export const BUFFERED_STATES: readonly RunState[] = ["buffered"];
 
 /** The state `event` leads to from `from`, or null when the table has no such transition. */
 export function transition(from: RunState, event: RunEvent): RunState | null {
@@ -74,8 +98,28 @@ export function transition(from: RunState, event: RunEvent): RunState | null {
 export const RUN_TRIGGERS = ["schedule", "manual", "backfill"] as const;
 export const RUN_TRIGGER_SQL_LIST = RUN_TRIGGERS.map((t) => `'${t}'`).join(", ");
 
+/**
+ * A group as the body of a SQL `IN (...)`: `'dead', 'failed'`. Interpolated, not bound: a
+ * partial index's WHERE takes no parameters, and SQLite uses such an index only for a query
+ * that spells the same terms. The check on each name keeps the interpolation free of quotes.
+ */
+export function sqlList(states: readonly RunState[]): string {
+  return sqlNameList(states);
+}
+
+/** `sqlList` for any closed set of names (attempt outcomes too); typed callers are in the modules that own the sets. */
+export function sqlNameList(names: readonly string[]): string {
+  if (names.length === 0) throw new Error("an empty SQL list matches nothing and is not valid SQL");
+  return names
+    .map((name) => {
+      if (!/^[a-z_]+$/.test(name)) throw new Error(`${JSON.stringify(name)} is not a state name to put in SQL`);
+      return `'${name}'`;
+    })
+    .join(", ");
+}
+
 /** SQL CHECK list derived from the table, so storage can never hold a state the code does not know. */
-export const RUN_STATE_SQL_LIST = RUN_STATES.map((s) => `'${s}'`).join(", ");
+export const RUN_STATE_SQL_LIST = sqlList(RUN_STATES);
 
 export type FailureKind = "retryable" | "permanent";
 

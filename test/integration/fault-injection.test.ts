@@ -19,7 +19,7 @@ import { api, createJob, FAR_CRON, fireNow, hitsOf, makeRunDue, receiverPath, sh
 
 /**
  * The fault-injection suite: each scenario makes a named step fail (or the platform misbehave)
- * and then checks the invariants of ARCHITECTURE.md on everything the scenario touched:
+ * and then checks the invariants of docs/architecture.md on everything the scenario touched:
  * every due run reaches a final state, its outcome is recorded exactly once, every request
  * that reached the target carried the run's Idempotency-Key, and nothing ran for a job after
  * its pause or delete was answered. Each scenario runs REPEAT times with fresh jobs.

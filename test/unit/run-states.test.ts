@@ -1,14 +1,25 @@
 import { describe, expect, it } from "vitest";
 import { retryDelay } from "../../src/schedule/backoff";
 import {
+  AWAITING_ADMISSION_STATES,
+  AWAITING_CLAIM_STATES,
   afterFailure,
+  BUFFERED_STATES,
   classifyStatus,
   DEAD_LETTER_STATES,
   FINAL_STATES,
+  IN_FLIGHT_STATES,
+  INITIAL_STATES,
+  LEASED_STATES,
+  PENDING_STATES,
+  RUN_STATE_SQL_LIST,
   RUN_STATES,
   type RunEvent,
+  type RunState,
+  sqlList,
   TRANSITIONS,
   transition,
+  UNFINISHED_STATES,
 } from "../../src/shard/run-states";
 
 const EVENTS: RunEvent[] = [
@@ -69,13 +80,87 @@ describe("the run state table", () => {
   });
 
   it("every state is reachable from a state runs are born in (queued; waiting by flow control; buffered and skipped by overlap policies)", () => {
-    const seen = new Set(["queued", "waiting", "buffered", "skipped"]);
+    const seen = new Set<string>(INITIAL_STATES);
     for (let grew = true; grew; ) {
       grew = false;
       for (const from of [...seen])
         for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) seen.add(to!), (grew = true);
     }
     expect([...seen].sort()).toEqual([...RUN_STATES].sort());
+  });
+});
+
+describe("the named groups of run states", () => {
+  const GROUPS = {
+    INITIAL_STATES,
+    FINAL_STATES,
+    DEAD_LETTER_STATES,
+    UNFINISHED_STATES,
+    PENDING_STATES,
+    IN_FLIGHT_STATES,
+    AWAITING_ADMISSION_STATES,
+    AWAITING_CLAIM_STATES,
+    LEASED_STATES,
+    BUFFERED_STATES,
+  };
+  const sorted = (states: Iterable<RunState>) => [...new Set(states)].sort();
+  /** The states the table lets `event` leave. */
+  const leaving = (event: RunEvent) => sorted(RUN_STATES.filter((s) => transition(s, event) !== null));
+
+  it.each(Object.entries(GROUPS))("%s is a non-empty set of known states", (_, group) => {
+    expect(group.length).toBeGreaterThan(0);
+    expect(new Set(group).size).toBe(group.length);
+    for (const s of group) expect(RUN_STATES).toContain(s);
+  });
+
+  it("every run is unfinished, buffered or final, and only one of them", () => {
+    const parts = [UNFINISHED_STATES, BUFFERED_STATES, FINAL_STATES].flat();
+    expect(parts.length).toBe(RUN_STATES.length);
+    expect(sorted(parts)).toEqual(sorted(RUN_STATES));
+  });
+
+  it("a pause or delete can cancel exactly the runs that have not ended", () => {
+    expect(leaving("cancel")).toEqual(sorted([...UNFINISHED_STATES, ...BUFFERED_STATES]));
+  });
+
+  it("pending runs are the unfinished and buffered ones with no attempt under way", () => {
+    expect(sorted(PENDING_STATES)).toEqual(sorted([...UNFINISHED_STATES, ...BUFFERED_STATES].filter((s) => !LEASED_STATES.includes(s))));
+  });
+
+  it("in flight means dispatched or leased, and never ended", () => {
+    expect(sorted(IN_FLIGHT_STATES)).toEqual(sorted([...AWAITING_CLAIM_STATES, ...LEASED_STATES]));
+    for (const s of IN_FLIGHT_STATES) expect(UNFINISHED_STATES).toContain(s);
+  });
+
+  it("each single-purpose group is where its event starts", () => {
+    expect(sorted(AWAITING_ADMISSION_STATES)).toEqual(leaving("admit"));
+    expect(sorted(AWAITING_CLAIM_STATES)).toEqual(leaving("claim"));
+    expect(sorted(BUFFERED_STATES)).toEqual(leaving("start"));
+    expect(sorted(DEAD_LETTER_STATES)).toEqual(leaving("revive"));
+    expect(sorted(LEASED_STATES)).toEqual(sorted(AWAITING_CLAIM_STATES.map((s) => transition(s, "claim")!)));
+  });
+
+  it("a run is born before its first attempt, and born final only when skipped", () => {
+    expect(INITIAL_STATES.filter((s) => LEASED_STATES.includes(s))).toEqual([]);
+    expect(INITIAL_STATES.filter((s) => FINAL_STATES.includes(s))).toEqual(["skipped"]);
+  });
+});
+
+describe("sqlList", () => {
+  it("renders a group as the body of a SQL IN list", () => {
+    expect(sqlList(DEAD_LETTER_STATES)).toBe("'dead', 'failed'");
+    expect(sqlList(["waiting"])).toBe("'waiting'");
+  });
+
+  it("keeps the CHECK list storage already holds, byte for byte (an upgrade compares it)", () => {
+    expect(RUN_STATE_SQL_LIST).toBe(
+      "'waiting', 'queued', 'running', 'retry_wait', 'buffered', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped'",
+    );
+  });
+
+  it("refuses what would not be valid or safe SQL", () => {
+    expect(() => sqlList([])).toThrow();
+    expect(() => sqlList(["dead') OR ('1" as RunState])).toThrow();
   });
 });
 
