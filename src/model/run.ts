@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { ATTEMPT_OUTCOMES } from "../shard/contract";
+import { ATTEMPT_OUTCOMES } from "../shard/attempt-states";
 import { RUN_STATES, RUN_TRIGGERS } from "../shard/run-states";
 import { Instant } from "./job";
 

@@ -1,5 +1,6 @@
-import type { RunRow } from "./contract";
-import type { ShardJob } from "./store";
+import type { JobSpec } from "../model/job";
+import type { RunRow, TenantSettings } from "./contract";
+import type { ShardJob } from "./rows";
 
 /**
  * Flow control a shard decides alone: a job's `maxConcurrency` (its runs dispatched or running)
@@ -52,4 +53,12 @@ export function planAdmission(
     plan.candidates.push(run);
   }
   return plan;
+}
+
+/** Runs of this job wait for admission: its own limits, or its tenant's runs-in-flight limit. */
+export function underFlowControl(
+  spec: Pick<JobSpec, "maxConcurrency" | "ratePerSecond">,
+  tenant: Pick<TenantSettings, "maxRunsInFlight"> | null,
+): boolean {
+  return spec.maxConcurrency !== undefined || spec.ratePerSecond !== undefined || (tenant?.maxRunsInFlight ?? null) !== null;
 }

@@ -1,4 +1,5 @@
 import type { JobSpec, StoredTarget } from "../model/job";
+import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
 
 /**
@@ -101,15 +102,13 @@ export interface RunRow {
   permit: string | null;
 }
 
-export const ATTEMPT_OUTCOMES = ["running", "accepted", "succeeded", "failed", "timed_out", "cancelled"] as const;
-
 export interface AttemptRow {
   attempt: number;
   fence: number;
   startedAt: number;
   finishedAt: number | null;
   /** running: the target was called; accepted: it answered 202 and will complete through the API. */
-  outcome: (typeof ATTEMPT_OUTCOMES)[number];
+  outcome: AttemptOutcome;
   status: number | null;
   error: string | null;
   completionToken: string;

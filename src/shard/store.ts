@@ -1,14 +1,15 @@
-import type { JobSpec } from "../model/job";
+import { chunksForStatement, placeholders } from "../sql";
+import { LIVE_ATTEMPT_OUTCOMES, outcomeSqlList } from "./attempt-states";
 import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
-import {
-  IN_FLIGHT_STATES,
-  RUN_STATE_SQL_LIST,
-  RUN_TRIGGER_SQL_LIST,
-  type RUN_TRIGGERS,
-  type RunEvent,
-  type RunState,
-  transition,
-} from "./run-states";
+import { type NewRun, type Row, type ShardJob, toAttempt, toJob, toRun } from "./rows";
+import { DEAD_LETTER_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
+
+/** Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle). */
+const UNFINISHED = sqlList(UNFINISHED_STATES);
+const PENDING = sqlList(PENDING_STATES);
+const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
+const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
+const LIVE_ATTEMPT = outcomeSqlList(LIVE_ATTEMPT_OUTCOMES);
 
 /**
  * The shard's SQLite storage: one named operation per statement group. Every method is
@@ -16,191 +17,11 @@ import {
  * `transactionSync` gets one atomic change with no interleaving.
  */
 
-/** The runs table, by name: created as `runs`, or beside it when an upgrade rebuilds it. */
-const runsTable = (name: string) => `
-CREATE TABLE IF NOT EXISTS ${name} (
-  id TEXT PRIMARY KEY,
-  job_id TEXT NOT NULL,
-  job_version INTEGER NOT NULL,
-  trigger TEXT NOT NULL CHECK (trigger IN (${RUN_TRIGGER_SQL_LIST})),
-  scheduled_at INTEGER NOT NULL,
-  state TEXT NOT NULL CHECK (state IN (${RUN_STATE_SQL_LIST})),
-  attempt INTEGER NOT NULL,          -- the attempt being dispatched or run (1-based)
-  fence INTEGER NOT NULL,            -- bumped on every dispatch; only the current one may claim or report
-  due_at INTEGER,                    -- when the alarm must look at this run again; null once final
-  created_at INTEGER NOT NULL,
-  started_at INTEGER,
-  finished_at INTEGER,
-  status INTEGER,
-  error TEXT,
-  result TEXT,                       -- what a long-running target sent with its completion
-  catch_up INTEGER NOT NULL DEFAULT 0, -- the fire was missed and this run catches it up
-  permit TEXT                        -- the tenant run-in-flight permit it holds (its grant key), if any
-);`;
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY,
-  tenant_id TEXT NOT NULL DEFAULT 'default',
-  version INTEGER NOT NULL,
-  spec TEXT NOT NULL,
-  paused INTEGER NOT NULL,
-  deleted INTEGER NOT NULL,
-  created_at INTEGER NOT NULL,
-  next_fire_at INTEGER,              -- the next fire's nominal instant (what its run is scheduled at)
-  next_due_at INTEGER,               -- when it is acted on: next_fire_at plus the job's jitter offset
-  fires INTEGER NOT NULL DEFAULT 0,  -- scheduled fires so far, for maxRuns
-  rate_next_at INTEGER               -- ratePerSecond: the earliest the job's next run may be admitted
-);
-CREATE INDEX IF NOT EXISTS jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
-${runsTable("runs")}
-CREATE INDEX IF NOT EXISTS runs_waiting ON runs (due_at) WHERE state = 'waiting';
-CREATE INDEX IF NOT EXISTS runs_buffered ON runs (job_id) WHERE state = 'buffered';
-CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
-CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
-CREATE TABLE IF NOT EXISTS attempts (
-  run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
-  fence INTEGER NOT NULL,
-  started_at INTEGER NOT NULL,
-  finished_at INTEGER,
-  outcome TEXT NOT NULL,
-  status INTEGER,
-  error TEXT,
-  completion_token TEXT NOT NULL,    -- the target's credential for /complete and /heartbeat
-  late TEXT,                         -- an outcome that arrived after the attempt was given up on
-  PRIMARY KEY (run_id, fence)
-);
-CREATE TABLE IF NOT EXISTS outbox (
-  run_id TEXT NOT NULL,
-  fence INTEGER NOT NULL,
-  PRIMARY KEY (run_id, fence)
-);
--- Tenants of this shard's jobs, as the catalog last said: how to sign, how many may be in flight.
-CREATE TABLE IF NOT EXISTS tenants (
-  id TEXT PRIMARY KEY,
-  version INTEGER NOT NULL,
-  signing_generation INTEGER NOT NULL,
-  max_in_flight INTEGER
-);
--- Permits to give back to tenant gates: an outbox too, written with the run's change.
-CREATE TABLE IF NOT EXISTS permit_releases (permit TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);
-`;
-
-/** Columns added after a table was first created: a shard created before them gains them on start. */
-const ADDED_COLUMNS: Array<[table: string, column: string, definition: string]> = [
-  ["jobs", "tenant_id", "TEXT NOT NULL DEFAULT 'default'"],
-  ["jobs", "rate_next_at", "INTEGER"],
-  ["runs", "catch_up", "INTEGER NOT NULL DEFAULT 0"],
-  ["runs", "permit", "TEXT"],
-];
-
-/**
- * Brings a shard created by an earlier release up to this schema. Columns are added in place;
- * the runs table's CHECK on states cannot be altered, so when the state list grew the table is
- * rebuilt. The caller runs this in a transaction: an interrupted upgrade leaves nothing half done.
- */
-function upgrade(sql: SqlStorage): void {
-  const tableSql = (name: string) =>
-    sql.exec("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray()[0]?.sql as string | undefined;
-  for (const [table, column, definition] of ADDED_COLUMNS) {
-    const has = sql.exec("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", table, column).toArray().length > 0;
-    if (tableSql(table) !== undefined && !has) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${definition}`);
-  }
-  const runs = tableSql("runs");
-  if (runs !== undefined && !runs.includes(RUN_STATE_SQL_LIST)) {
-    const columns = sql
-      .exec("SELECT name FROM pragma_table_info('runs')")
-      .toArray()
-      .map((r) => r.name as string)
-      .join(", ");
-    sql.exec(runsTable("runs_upgraded"));
-    sql.exec(`INSERT INTO runs_upgraded (${columns}) SELECT ${columns} FROM runs`);
-    sql.exec("DROP TABLE runs"); // its indexes go with it; SCHEMA makes them again
-    sql.exec("ALTER TABLE runs_upgraded RENAME TO runs");
-  }
-}
-
-export interface ShardJob extends JobDefinition {
-  nextFireAt: number | null;
-  fires: number;
-  rateNextAt: number | null;
-}
-
-/** A run about to be created. */
-export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
-
-type Row = Record<string, SqlStorageValue>;
-
-/** Bound parameters per statement, below the Durable Object SQLite limit of 100. */
-const MAX_PARAMS = 90;
-
-const toJob = (r: Row): ShardJob => ({
-  id: r.id as string,
-  tenantId: r.tenant_id as string,
-  version: r.version as number,
-  spec: JSON.parse(r.spec as string) as JobSpec,
-  paused: r.paused === 1,
-  deleted: r.deleted === 1,
-  createdAt: r.created_at as number,
-  nextFireAt: r.next_fire_at as number | null,
-  fires: r.fires as number,
-  rateNextAt: r.rate_next_at as number | null,
-});
-
-const toRun = (r: Row): RunRow => ({
-  id: r.id as string,
-  jobId: r.job_id as string,
-  jobVersion: r.job_version as number,
-  trigger: r.trigger as RunRow["trigger"],
-  scheduledAt: r.scheduled_at as number,
-  catchUp: r.catch_up === 1,
-  state: r.state as RunState,
-  attempt: r.attempt as number,
-  fence: r.fence as number,
-  dueAt: r.due_at as number | null,
-  createdAt: r.created_at as number,
-  startedAt: r.started_at as number | null,
-  finishedAt: r.finished_at as number | null,
-  status: r.status as number | null,
-  error: r.error as string | null,
-  result: r.result as string | null,
-  permit: (r.permit as string | null) ?? null,
-});
-
-const toAttempt = (r: Row): AttemptRow => ({
-  attempt: r.attempt as number,
-  fence: r.fence as number,
-  startedAt: r.started_at as number,
-  finishedAt: r.finished_at as number | null,
-  outcome: r.outcome as AttemptRow["outcome"],
-  status: r.status as number | null,
-  error: r.error as string | null,
-  completionToken: r.completion_token as string,
-  late: r.late as string | null,
-});
-
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
 
-  /** Call inside a transaction (see `upgrade`). */
-  constructor(private readonly sql: SqlStorage) {
-    upgrade(sql);
-    sql.exec(SCHEMA);
-  }
-
-  // ---- meta ----
-
-  getMeta(key: string): string | null {
-    const rows = this.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray();
-    return (rows[0]?.value as string | undefined) ?? null;
-  }
-
-  setMeta(key: string, value: string): void {
-    this.sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", key, value);
-  }
+  /** Over storage `migrateShard` has brought to the latest schema. */
+  constructor(private readonly sql: SqlStorage) {}
 
   // ---- jobs ----
 
@@ -213,17 +34,11 @@ export class ShardStore {
     return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(toJob);
   }
 
-  /**
-   * Rows of `select (...ids)`, asked in chunks: a Durable Object's SQLite takes at most 100
-   * bound parameters per statement (an admission pass asks for up to 2,000 runs' jobs).
-   */
+  /** Rows of `select (...ids) suffix`, asked in as many statements as the bound-parameter limit needs. */
   private whereIdIn(select: string, ids: string[], suffix = ""): Row[] {
-    const rows: Row[] = [];
-    for (let i = 0; i < ids.length; i += MAX_PARAMS) {
-      const chunk = ids.slice(i, i + MAX_PARAMS);
-      rows.push(...this.sql.exec(`${select} (${chunk.map(() => "?").join(",")}) ${suffix}`, ...chunk).toArray());
-    }
-    return rows;
+    return chunksForStatement(ids).flatMap((chunk) =>
+      this.sql.exec(`${select} (${placeholders(chunk.length)}) ${suffix}`, ...chunk).toArray(),
+    );
   }
 
   jobVersions(ids: string[]): Map<string, number> {
@@ -309,7 +124,7 @@ export class ShardStore {
   /** A job's runs that have not ended: the ones an overlap policy looks at. */
   unfinishedRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('waiting', 'queued', 'running', 'retry_wait') ORDER BY scheduled_at", jobId)
+      .exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${UNFINISHED}) ORDER BY scheduled_at`, jobId)
       .toArray()
       .map(toRun);
   }
@@ -345,7 +160,7 @@ export class ShardStore {
 
   /** A job's runs dispatched or running: what its maxConcurrency counts. */
   inFlightCount(jobId: string): number {
-    return this.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state IN ('queued', 'running')", jobId).one().n as number;
+    return this.sql.exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state IN (${IN_FLIGHT})`, jobId).one().n as number;
   }
 
   /** When a waiting run is looked at again by the alarm (null: when one of its job's runs ends). */
@@ -407,10 +222,7 @@ export class ShardStore {
 
   /** Runs of a job that have not started an attempt yet or wait for their next one. */
   pendingRuns(jobId: string): RunRow[] {
-    return this.sql
-      .exec("SELECT * FROM runs WHERE job_id = ? AND state IN ('waiting', 'queued', 'retry_wait', 'buffered')", jobId)
-      .toArray()
-      .map(toRun);
+    return this.sql.exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${PENDING})`, jobId).toArray().map(toRun);
   }
 
   listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunRow[] {
@@ -485,7 +297,7 @@ export class ShardStore {
     limit: number,
     before?: { finishedAt: number; id: string },
   ): RunRow[] {
-    const where = ["state IN ('dead', 'failed')"];
+    const where = [`state IN (${DEAD_LETTERS})`];
     const args: SqlStorageValue[] = [];
     if (scope.jobId !== null) where.push("job_id = ?"), args.push(scope.jobId);
     if (scope.tenantId !== null) where.push("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)"), args.push(scope.tenantId);
@@ -529,7 +341,7 @@ export class ShardStore {
   ): void {
     this.sql.exec(
       `UPDATE attempts SET outcome = ?, finished_at = ?, status = ?, error = ?
-       WHERE run_id = ? AND fence = ? AND outcome IN ('running', 'accepted')`,
+       WHERE run_id = ? AND fence = ? AND outcome IN (${LIVE_ATTEMPT})`,
       outcome,
       now,
       status,
@@ -627,18 +439,27 @@ export class ShardStore {
     };
   }
 
-  // ---- the alarm ----
+  // ---- what the alarm waits for ----
 
-  /** The earliest instant the shard must act: a fire, a run's due time, or now for unsent dispatches. */
-  earliestWork(now: number): number | null {
-    if (this.sql.exec("SELECT 1 FROM outbox UNION ALL SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0) return now;
-    const row = this.sql
-      .exec(
-        `SELECT MIN(t) AS t FROM (
-           SELECT MIN(next_due_at) AS t FROM jobs WHERE paused = 0 AND deleted = 0
-           UNION ALL SELECT MIN(due_at) FROM runs)`,
-      )
-      .one();
-    return (row.t as number | null) ?? null;
+  /** The earliest due instant of a live job's next fire. */
+  earliestFire(): number | null {
+    return this.sql.exec("SELECT MIN(next_due_at) AS t FROM jobs WHERE next_due_at IS NOT NULL AND paused = 0 AND deleted = 0").one().t as
+      | number
+      | null;
+  }
+
+  /** The earliest due time of any run: a claim deadline, a lease expiry, a retry, an admission. */
+  earliestRunDue(): number | null {
+    return this.sql.exec("SELECT MIN(due_at) AS t FROM runs WHERE due_at IS NOT NULL").one().t as number | null;
+  }
+
+  /** Dispatches or permit releases committed and not yet sent. */
+  hasUnsent(): boolean {
+    return this.sql.exec("SELECT 1 FROM outbox UNION ALL SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0;
+  }
+
+  /** A waiting run is due for admission. */
+  hasDueWaiting(now: number): boolean {
+    return this.sql.exec("SELECT 1 FROM runs WHERE state = 'waiting' AND due_at <= ? LIMIT 1", now).toArray().length > 0;
   }
 }

@@ -1,64 +1,122 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { migrateShard, SHARD_MIGRATIONS, SHARD_SCHEMA_VERSION } from "../../src/shard/migrations";
+import { RUN_STATE_SQL_LIST } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
 import { ShardStore } from "../../src/shard/store";
 
-/** The shard schema as the release before tenants created it (runs' CHECK without `waiting`). */
-const EARLIER_SCHEMA = `
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE jobs (id TEXT PRIMARY KEY, version INTEGER NOT NULL, spec TEXT NOT NULL, paused INTEGER NOT NULL,
-  deleted INTEGER NOT NULL, created_at INTEGER NOT NULL, next_fire_at INTEGER, next_due_at INTEGER, fires INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
-CREATE TABLE runs (id TEXT PRIMARY KEY, job_id TEXT NOT NULL, job_version INTEGER NOT NULL,
-  trigger TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual', 'backfill')), scheduled_at INTEGER NOT NULL,
-  state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'retry_wait', 'buffered', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-  attempt INTEGER NOT NULL, fence INTEGER NOT NULL, due_at INTEGER, created_at INTEGER NOT NULL, started_at INTEGER,
-  finished_at INTEGER, status INTEGER, error TEXT, result TEXT, catch_up INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
-CREATE INDEX runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
-CREATE TABLE attempts (run_id TEXT NOT NULL, attempt INTEGER NOT NULL, fence INTEGER NOT NULL, started_at INTEGER NOT NULL,
-  finished_at INTEGER, outcome TEXT NOT NULL, status INTEGER, error TEXT, completion_token TEXT NOT NULL, late TEXT,
-  PRIMARY KEY (run_id, fence));
-CREATE TABLE outbox (run_id TEXT NOT NULL, fence INTEGER NOT NULL, PRIMARY KEY (run_id, fence));
-`;
+/** A shard object of its own, emptied of every table, as a shard that never ran. */
+async function inBlankShard<T>(fn: (sql: SqlStorage, storage: DurableObjectStorage) => T): Promise<T> {
+  const stub = env.SHARD.get(env.SHARD.idFromName(`shard-upgrade-${crypto.randomUUID()}`));
+  return runInDurableObject(stub, (_s: Shard, state) => {
+    const sql = state.storage.sql;
+    const tables = sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%' AND name NOT LIKE 'sqlite_%'");
+    for (const { name } of tables.toArray()) sql.exec(`DROP TABLE "${name as string}"`);
+    return fn(sql, state.storage);
+  });
+}
 
-describe("a shard created by the previous release", () => {
-  it("is upgraded in place: its runs kept, new states and columns usable, indexes there", async () => {
-    const stub = env.SHARD.get(env.SHARD.idFromName(`shard-upgrade-${crypto.randomUUID()}`));
-    const result = await runInDurableObject(stub, (_s: Shard, state) => {
-      const sql = state.storage.sql;
-      for (const { name } of sql
-        .exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%' AND name NOT LIKE 'sqlite_%'")
-        .toArray()) {
-        sql.exec(`DROP TABLE "${name as string}"`);
-      }
-      sql.exec(EARLIER_SCHEMA);
+/** Tables and indexes as SQLite keeps them: what two schemas must agree on. */
+function schemaOf(sql: SqlStorage): Array<{ type: string; name: string; sql: string }> {
+  return sql
+    .exec("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE '_cf_%' AND name NOT LIKE 'sqlite_%' ORDER BY type, name")
+    .toArray() as Array<{ type: string; name: string; sql: string }>;
+}
+
+const versionOf = (sql: SqlStorage) => Number(sql.exec("SELECT value FROM meta WHERE key = 'schema_version'").one().value);
+
+describe("shard migrations", () => {
+  it("are numbered 1, 2, … with no gap, and the last one's state list is the state table's", () => {
+    expect(SHARD_MIGRATIONS.map((m) => m.version)).toEqual(SHARD_MIGRATIONS.map((_, i) => i + 1));
+    expect(SHARD_SCHEMA_VERSION).toBe(SHARD_MIGRATIONS.length);
+    // A state added to the table needs a migration that rebuilds runs with it.
+    const lastStateList = [...SHARD_MIGRATIONS].reverse().find((m) => m.sql.includes("CHECK (state IN"))!;
+    expect(lastStateList.sql).toContain(`CHECK (state IN (${RUN_STATE_SQL_LIST}))`);
+  });
+
+  it("replay history: a version-1 shard holding runs reaches the latest version with its data, equal in schema to a fresh one", async () => {
+    const result = await inBlankShard((sql, storage) => {
+      storage.transactionSync(() => sql.exec(SHARD_MIGRATIONS[0]!.sql));
+      sql.exec("INSERT INTO meta (key, value) VALUES ('schema_version', '1')");
       sql.exec("INSERT INTO jobs (id, version, spec, paused, deleted, created_at) VALUES ('job_old', 3, '{}', 0, 0, 1)");
       sql.exec(
-        "INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, created_at, finished_at, status) VALUES ('run_old', 'job_old', 3, 'schedule', 5, 'succeeded', 1, 1, 5, 6, 200)",
+        `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, finished_at, status, catch_up)
+         VALUES ('run_old', 'job_old', 3, 'schedule', 5, 'succeeded', 1, 1, NULL, 5, 6, 200, 1),
+                ('run_due', 'job_old', 3, 'schedule', 8, 'retry_wait', 1, 1, 9, 8, NULL, 503, 0)`,
       );
-
-      const store = state.storage.transactionSync(() => new ShardStore(sql));
-      const created = store.createRun(
-        { id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false },
-        7,
-        { state: "waiting" },
+      sql.exec(
+        "INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token) VALUES ('run_old', 1, 1, 5, 6, 'succeeded', 200, 'tok')",
+      );
+      const steps = storage.transactionSync(() => migrateShard(sql));
+      const again = storage.transactionSync(() => migrateShard(sql));
+      const store = new ShardStore(sql);
+      const created = storage.transactionSync(() =>
+        store.createRun({ id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false }, 7, {
+          state: "waiting",
+        }),
       );
       return {
+        steps,
+        again,
+        version: versionOf(sql),
         created,
         old: store.getRun("run_old"),
+        due: store.dueRuns(10, 10).map((r) => r.id),
+        attempts: store.attempts("run_old"),
         job: store.getJob("job_old"),
         waiting: store.waitingRuns(10, 10).map((r) => r.id),
-        indexes: sql
-          .exec("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND name NOT LIKE 'sqlite_%' ORDER BY name")
-          .toArray()
-          .map((r) => r.name),
+        schema: schemaOf(sql),
       };
     });
+    const fresh = await inBlankShard((sql, storage) => {
+      storage.transactionSync(() => migrateShard(sql));
+      return { version: versionOf(sql), schema: schemaOf(sql) };
+    });
+    expect(result.steps).toEqual({ from: 1, to: SHARD_SCHEMA_VERSION });
+    expect(result.again).toEqual({ from: SHARD_SCHEMA_VERSION, to: SHARD_SCHEMA_VERSION });
+    expect(result.version).toBe(SHARD_SCHEMA_VERSION);
     expect(result.created).toBe(true);
-    expect(result.old).toMatchObject({ id: "run_old", state: "succeeded", status: 200, permit: null, catchUp: false });
+    expect(result.old).toMatchObject({ id: "run_old", state: "succeeded", status: 200, permit: null, catchUp: true });
+    expect(result.due).toEqual(["run_new", "run_due"]); // a waiting run is due at once, for admission
+    expect(result.attempts).toMatchObject([{ fence: 1, outcome: "succeeded", status: 200 }]);
     expect(result.job).toMatchObject({ id: "job_old", tenantId: "default", version: 3, rateNextAt: null });
     expect(result.waiting).toEqual(["run_new"]);
-    expect(result.indexes).toEqual(["runs_buffered", "runs_by_job", "runs_dead_letters", "runs_due", "runs_waiting"]);
+    expect(fresh.version).toBe(SHARD_SCHEMA_VERSION);
+    expect(result.schema).toEqual(fresh.schema);
+  });
+
+  it("a shard from before versions were recorded is placed by its schema: without jobs.tenant_id at 1, with it at 2", async () => {
+    const placed = await inBlankShard((sql, storage) => {
+      storage.transactionSync(() => sql.exec(SHARD_MIGRATIONS[0]!.sql));
+      const first = storage.transactionSync(() => migrateShard(sql));
+      sql.exec("DELETE FROM meta WHERE key = 'schema_version'");
+      const second = storage.transactionSync(() => migrateShard(sql));
+      return { first, second };
+    });
+    expect(placed.first.from).toBe(1);
+    expect(placed.second.from).toBe(2);
+  });
+
+  it("an upgrade that fails leaves the shard as it was: the steps and the version move together", async () => {
+    const outcome = await inBlankShard((sql, storage) => {
+      storage.transactionSync(() => sql.exec(SHARD_MIGRATIONS[0]!.sql));
+      sql.exec("INSERT INTO meta (key, value) VALUES ('schema_version', '1')");
+      // A table in the way of step 2's rebuild makes the step fail half-way.
+      sql.exec("CREATE TABLE runs_v2 (x INTEGER)");
+      let error: string | null = null;
+      try {
+        storage.transactionSync(() => migrateShard(sql));
+      } catch (err) {
+        error = (err as Error).message;
+      }
+      const jobColumns = sql
+        .exec("SELECT name FROM pragma_table_info('jobs')")
+        .toArray()
+        .map((r) => r.name);
+      return { error, version: versionOf(sql), jobColumns };
+    });
+    expect(outcome.error).not.toBeNull();
+    expect(outcome.version).toBe(1);
+    expect(outcome.jobColumns).not.toContain("tenant_id");
   });
 });

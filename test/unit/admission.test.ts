@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { planAdmission } from "../../src/shard/admission";
 import type { RunRow } from "../../src/shard/contract";
-import type { ShardJob } from "../../src/shard/store";
+import type { ShardJob } from "../../src/shard/rows";
 
 const NOW = 1_000_000;
 const RECHECK = 15_000;

@@ -1,0 +1,130 @@
+import { newCompletionToken, parseCompletionToken } from "../model/ids";
+import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "./attempt-states";
+import {
+  type Answer,
+  type ClaimResult,
+  type Completion,
+  type Dispatch,
+  done,
+  LEASE_GRACE_MS,
+  type Outcome,
+  type RunRow,
+  refuse,
+  type TokenRefusal,
+} from "./contract";
+import { describeOutcome, type RunLedger, stoppedReason } from "./ledger";
+import type { ShardStore } from "./store";
+
+/**
+ * Completion: the consumer's side of a run and the long-running target's. A claim starts an
+ * attempt for the current dispatch only; an outcome, a completion or a heartbeat counts only
+ * for the current attempt (docs/architecture.md, invariants 4 and 5). Anything stale changes
+ * nothing, except that a late outcome of an attempt the shard gave up on is kept on it.
+ */
+export class Completions {
+  constructor(
+    private readonly store: ShardStore,
+    private readonly ledger: RunLedger,
+    private readonly shardName: () => string,
+  ) {}
+
+  claim(dispatches: Dispatch[], now: number): ClaimResult[] {
+    return dispatches.map((d): ClaimResult => {
+      const run = this.ledger.currentQueued(d);
+      const job = run && this.store.getJob(run.jobId);
+      if (!run || !job || stoppedReason(job)) return { result: "stale", runId: d.runId, fence: d.fence };
+      const completionToken = newCompletionToken(this.shardName(), run.fence);
+      this.ledger.claim(run, job, now, completionToken);
+      return {
+        result: "claimed",
+        runId: run.id,
+        fence: run.fence,
+        jobId: run.jobId,
+        tenantId: job.tenantId,
+        signingGeneration: this.store.getTenant(job.tenantId)?.signingGeneration ?? 1,
+        attempt: run.attempt,
+        scheduledAt: run.scheduledAt,
+        target: job.spec.target,
+        timeoutMs: job.spec.timeoutMs,
+        completionToken,
+      };
+    });
+  }
+
+  /** Each run's outcome is recorded once; an outcome for any fence but the current running one is stale. */
+  report(outcomes: Outcome[], now: number): Array<"recorded" | "stale"> {
+    return outcomes.map((o) => {
+      const run = this.store.getRun(o.runId);
+      const attempt = this.store.getAttempt(o.runId, o.fence);
+      if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
+        if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
+        return "stale";
+      }
+      if (o.accepted) this.ledger.accept(run, o.status ?? 202, now);
+      else this.ledger.settle(run, o, now);
+      return "recorded";
+    });
+  }
+
+  /** The end of a long-running attempt, reported by the target itself. */
+  complete(runId: string, token: string, completion: Completion, now: number): Answer<RunRow, TokenRefusal> {
+    const late = completion.ok ? "completed: succeeded" : `completed: failed${completion.error ? `: ${completion.error}` : ""}`;
+    const checked = this.checkToken(runId, token, late);
+    if (!checked.ok) return checked;
+    this.ledger.settle(
+      checked.value,
+      {
+        ok: completion.ok,
+        status: null,
+        error: completion.ok ? null : (completion.error ?? "the target reported a failure"),
+        result: completion.result ?? null,
+        kind: completion.retry === false ? "permanent" : "retryable",
+      },
+      now,
+    );
+    return checked;
+  }
+
+  /** Extends a long-running attempt's lease to `extendMs` from now. */
+  heartbeat(runId: string, token: string, extendMs: number, now: number): Answer<{ leaseUntil: number }, TokenRefusal> {
+    const checked = this.checkToken(runId, token, "heartbeat");
+    if (!checked.ok) return checked;
+    this.ledger.extendLease(checked.value, now + extendMs, extendMs + LEASE_GRACE_MS);
+    return done({ leaseUntil: now + extendMs });
+  }
+
+  /** Dispatches the Queue gave up on (its dead-letter queue): their runs fail instead of vanishing. */
+  abandon(dispatches: Dispatch[], now: number): Array<"failed" | "stale"> {
+    return dispatches.map((d) => {
+      const run = this.ledger.currentQueued(d);
+      if (!run) return "stale";
+      this.ledger.abandon(run, now);
+      return "failed";
+    });
+  }
+
+  /**
+   * Checks a completion token against the run's current attempt. A token of an earlier attempt
+   * is stale (and its outcome is noted on that attempt); anything else unknown is invalid.
+   */
+  private checkToken(runId: string, token: string, lateOutcome: string): Answer<RunRow, TokenRefusal> {
+    const run = this.store.getRun(runId);
+    if (!run) return refuse("unknown_run");
+    const fence = parseCompletionToken(token)?.fence;
+    const attempt = fence === undefined ? null : this.store.getAttempt(runId, fence);
+    if (!attempt || !sameToken(attempt.completionToken, token)) return refuse("invalid_token");
+    const live = run.fence === fence && run.state === "running" && LIVE_ATTEMPT_OUTCOMES.includes(attempt.outcome);
+    if (!live) {
+      if (LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(runId, attempt.fence, lateOutcome);
+      return refuse("stale");
+    }
+    return done(run);
+  }
+}
+
+/** Constant-time comparison of a presented token with the stored one (same length by format). */
+function sameToken(stored: string, presented: string): boolean {
+  const a = new TextEncoder().encode(stored);
+  const b = new TextEncoder().encode(presented);
+  return a.byteLength === b.byteLength && crypto.subtle.timingSafeEqual(a, b);
+}

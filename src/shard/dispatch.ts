@@ -1,0 +1,137 @@
+import { failpoint } from "../faults";
+import type { Dispatch, DispatchMessage, RunRow } from "./contract";
+import { TICK_BATCH } from "./ledger";
+import type { ShardStore } from "./store";
+
+/** How long unsent dispatches wait after the Queue refused a send. */
+const SEND_RETRY_MS = 2_000;
+/** Messages per `sendBatch`: the Queues limit. */
+const QUEUE_BATCH = 100;
+
+/** What dispatch needs of a tenant's gate (a TenantGate Durable Object). */
+export interface PermitKeeper {
+  renew(permits: string[], leaseMs: number): Promise<unknown>;
+  release(permits: string[]): Promise<unknown>;
+}
+
+/**
+ * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches go
+ * to the Queue and are deleted only once sent (docs/architecture.md, invariant 3); permits go
+ * back to, or are extended at, their tenants' gates.
+ */
+export class Dispatcher {
+  /** The flush under way: one at a time, since the alarm and a call may both ask. */
+  private flushing: Promise<void> | null = null;
+  /** A change committed while a flush was under way left rows that flush may have read past. */
+  private again = false;
+  /** The Queue refused the last send: the rows wait SEND_RETRY_MS before the alarm tries again. */
+  private lastSendFailed = false;
+  /**
+   * Permits to extend at the next flush. Kept in memory only: a renewal lost to a restart lets
+   * that permit lapse at its lease, which can only let the tenant briefly exceed its limit.
+   */
+  private permitRenewals: Array<{ permit: string; tenantId: string; leaseMs: number }> = [];
+
+  constructor(
+    private readonly store: ShardStore,
+    private readonly queue: Queue<DispatchMessage>,
+    private readonly gateOf: (tenantId: string) => PermitKeeper,
+    private readonly shardName: () => string,
+  ) {}
+
+  /**
+   * Sends everything unsent. A call made while a flush is under way does not wait for it: that
+   * flush reads the outbox until it is empty, and runs once more for rows committed after its
+   * last read; whoever started it re-arms the alarm when it ends.
+   */
+  async flush(): Promise<void> {
+    if (this.flushing) {
+      this.again = true;
+      return;
+    }
+    if (this.permitRenewals.length === 0 && !this.store.hasUnsent()) return;
+    this.flushing = (async () => {
+      try {
+        do {
+          this.again = false;
+          const sent = await this.sendOutbox();
+          await this.sendPermitRenewals();
+          const released = await this.sendPermitReleases();
+          this.lastSendFailed = !(sent && released);
+        } while (this.again && !this.lastSendFailed);
+      } finally {
+        this.flushing = null;
+      }
+    })();
+    return this.flushing;
+  }
+
+  /** Extends the run's tenant permit at the next flush, when it holds one. */
+  renewPermitLater(run: RunRow, leaseMs: number): void {
+    const tenantId = run.permit === null ? undefined : this.store.getJob(run.jobId)?.tenantId;
+    if (tenantId) this.permitRenewals.push({ permit: run.permit!, tenantId, leaseMs });
+  }
+
+  /** When dispatch next has work: now for rows unsent, later after a refused send; nothing while a flush is under way. */
+  nextDue(now: number): number | null {
+    if (this.flushing || !this.store.hasUnsent()) return null;
+    return this.lastSendFailed ? now + SEND_RETRY_MS : now;
+  }
+
+  /** Returns false when the Queue refused a send; the rows stay for the next alarm. */
+  private async sendOutbox(): Promise<boolean> {
+    const shard = this.shardName();
+    for (;;) {
+      const pending = this.store.outbox(TICK_BATCH);
+      if (pending.length === 0) return true;
+      const chunks: Dispatch[][] = [];
+      for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
+      const sent = await Promise.allSettled(
+        chunks.map(async (chunk) => {
+          failpoint("shard.queueSend", shard);
+          await this.queue.sendBatch(
+            chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
+              body: { shard, runId: d.runId, fence: d.fence },
+              contentType: "json",
+            })),
+          );
+        }),
+      );
+      const ok = chunks.filter((_, i) => sent[i]?.status === "fulfilled");
+      this.store.removeOutbox(ok.flat());
+      if (ok.length < chunks.length) {
+        const reason = sent.find((s) => s.status === "rejected") as PromiseRejectedResult;
+        console.error(`shard ${shard}: queue send failed, ${pending.length} dispatches kept`, reason.reason);
+        return false;
+      }
+    }
+  }
+
+  /** Extends the permits of attempts that outlive their first lease; best effort (see permitRenewals). */
+  private async sendPermitRenewals(): Promise<void> {
+    const renewals = this.permitRenewals.splice(0);
+    await Promise.allSettled(
+      [...Map.groupBy(renewals, (r) => r.tenantId)].map(([tenantId, list]) =>
+        this.gateOf(tenantId).renew(
+          list.map((r) => r.permit),
+          Math.max(...list.map((r) => r.leaseMs)),
+        ),
+      ),
+    );
+  }
+
+  /** Gives permits back to their tenants' gates, deleting each row only once its gate took it. */
+  private async sendPermitReleases(): Promise<boolean> {
+    const pending = this.store.permitReleases(TICK_BATCH);
+    if (pending.length === 0) return true;
+    const results = await Promise.allSettled(
+      [...Map.groupBy(pending, (p) => p.tenantId)].map(async ([tenantId, list]) => {
+        const permits = list.map((p) => p.permit);
+        await this.gateOf(tenantId).release(permits);
+        return permits;
+      }),
+    );
+    this.store.removePermitReleases(results.flatMap((r) => (r.status === "fulfilled" ? r.value : [])));
+    return results.every((r) => r.status === "fulfilled");
+  }
+}

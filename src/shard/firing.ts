@@ -1,0 +1,155 @@
+import { scheduledRunId, triggeredRunId } from "../model/ids";
+import { parseDuration } from "../schedule/duration";
+import { jitterOffset } from "../schedule/jitter";
+import { type DueFire, planDueFires } from "../schedule/misfire";
+import { firesBetween, firstFire } from "../schedule/next-fire";
+import { type Answer, type BackfillResult, done, type JobDefinition, MAX_BACKFILL, refuse, type TenantSettings } from "./contract";
+import { type RunLedger, stoppedReason, TICK_BATCH } from "./ledger";
+import { decideOverlap } from "./overlap";
+import type { NewRun, ShardJob } from "./rows";
+import type { ShardStore } from "./store";
+
+/**
+ * Firing: the shard's jobs and what makes their runs. Due fires become runs under the job's
+ * misfire, overlap and maxRuns rules; a trigger or a backfill makes runs by hand; a new or
+ * changed definition moves the job's next fire. Runs are written through the ledger.
+ */
+export class Firing {
+  constructor(
+    private readonly store: ShardStore,
+    private readonly ledger: RunLedger,
+  ) {}
+
+  /** Applies definitions newer than what the shard holds; older or equal versions change nothing. */
+  applyJobs(definitions: JobDefinition[], tenants: TenantSettings[], now: number): void {
+    for (const tenant of tenants) this.store.putTenant(tenant);
+    for (const def of definitions) {
+      const held = this.store.getJob(def.id);
+      if (held && held.version >= def.version) continue;
+      const next = nextFireOnChange(held, def, now);
+      this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next));
+      const stopped = stoppedReason(def);
+      if (stopped) this.ledger.cancelPending(def.id, stopped, now);
+    }
+  }
+
+  /**
+   * Every due fire becomes a run (subject to the job's misfire, overlap and maxRuns rules), and
+   * the job moves to its next fire. Safe to run again: run ids are derived (invariant 2).
+   */
+  fireDue(now: number): void {
+    for (const job of this.store.dueJobs(now, TICK_BATCH)) {
+      const spec = job.spec;
+      const plan = planDueFires(
+        spec.schedule,
+        job.createdAt,
+        job.nextFireAt as number,
+        now,
+        spec.misfire ?? "fire_once",
+        parseDuration(spec.catchupWindow ?? "1h")!,
+      );
+      const ready: DueFire[] = [];
+      let next = plan.next;
+      for (const fire of plan.fires) {
+        // A jittered fire that is nominally past but not yet due waits for its turn.
+        if (!fire.catchUp && fire.at + jitterOf(job, fire.at) > now) {
+          next = fire.at;
+          break;
+        }
+        ready.push(fire);
+      }
+      const left = (spec.schedule.maxRuns ?? Infinity) - job.fires;
+      if (ready.length >= left) {
+        ready.length = Math.max(0, left);
+        next = null;
+      }
+      for (const fire of ready) {
+        const run = {
+          id: scheduledRunId(job.id, fire.at),
+          jobId: job.id,
+          jobVersion: job.version,
+          trigger: "schedule" as const,
+          scheduledAt: fire.at,
+          catchUp: fire.catchUp,
+        };
+        this.startRun(job, run, now);
+      }
+      this.store.setNextFire(job.id, next, next === null ? null : next + jitterOf(job, next), ready.length);
+    }
+  }
+
+  /** One extra run now; the same trigger key always names the same run. */
+  trigger(jobId: string, triggerKey: string, now: number): Answer<string, "unknown_job" | "job_paused"> {
+    const job = this.store.getJob(jobId);
+    if (!job || job.deleted) return refuse("unknown_job");
+    if (job.paused) return refuse("job_paused"); // nothing runs for a paused job, not even by hand
+    const runId = triggeredRunId(jobId, triggerKey);
+    this.startRun(job, { id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now, catchUp: false }, now);
+    return done(runId);
+  }
+
+  /**
+   * Runs for every fire of the job in [from, to]. Idempotent: a fire that already has a run
+   * keeps it (run ids are derived from job and instant). Backfills ignore the overlap policy:
+   * the user asked for each of them.
+   */
+  backfill(jobId: string, from: number, to: number, now: number): Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many"> {
+    const job = this.store.getJob(jobId);
+    if (!job || job.deleted) return refuse("unknown_job");
+    if (job.paused) return refuse("job_paused");
+    const fires = firesBetween(job.spec.schedule, job.createdAt, from, to, MAX_BACKFILL + 1);
+    if (fires.length > MAX_BACKFILL) return refuse("too_many");
+    const created: string[] = [];
+    const existing: string[] = [];
+    for (const at of fires) {
+      const id = scheduledRunId(job.id, at);
+      const run = { id, jobId, jobVersion: job.version, trigger: "backfill" as const, scheduledAt: at, catchUp: false };
+      (this.startRun(job, run, now) ? created : existing).push(id);
+    }
+    return done({ created, existing });
+  }
+
+  /** buffer_one: a buffered fire starts once its job has no unfinished run left. */
+  startBuffered(now: number): void {
+    for (const run of this.store.bufferedRuns()) {
+      if (this.store.unfinishedRuns(run.jobId).length === 0) this.ledger.sendOn(run, "start", {}, now);
+    }
+  }
+
+  /** When firing next has work: the earliest due fire of a live job. */
+  nextDue(): number | null {
+    return this.store.earliestFire();
+  }
+
+  /** Creates a run as the job's overlap policy decides (backfills always start). False if it existed. */
+  private startRun(job: ShardJob, run: NewRun, now: number): boolean {
+    const policy = run.trigger === "backfill" ? "allow" : (job.spec.overlap ?? "allow");
+    const unfinished = policy === "allow" ? [] : this.store.unfinishedRuns(job.id);
+    const decision = decideOverlap(policy, unfinished, policy === "buffer_one" && this.store.bufferedRuns(job.id).length > 0);
+    if (decision.run === "skipped") return this.ledger.create(run, now, { state: "skipped", reason: decision.reason });
+    if (decision.run === "buffered") return this.ledger.create(run, now, { state: "buffered" });
+    if (decision.cancel.length > 0) {
+      if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
+      for (const old of unfinished) this.ledger.cancel(old, `replaced by run ${run.id}`, now);
+    }
+    return this.ledger.createQueuedOrWaiting(job, run, now);
+  }
+}
+
+/** The job's deterministic jitter for the fire at `instant` (invariant 9). */
+function jitterOf(job: Pick<JobDefinition, "id" | "spec">, instant: number): number {
+  return job.spec.jitter === undefined ? 0 : jitterOffset(job.id, instant, parseDuration(job.spec.jitter)!);
+}
+
+/**
+ * Next fire of a job whose definition changes. New jobs start from their creation (a job the
+ * sweep delivers late still gets what it missed, by its misfire policy); a changed schedule
+ * starts afresh from now; anything else, a resume included, keeps its place: fires missed
+ * while paused are then due, and the misfire policy decides what becomes of them.
+ */
+export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now: number): number | null {
+  if (def.deleted) return null;
+  if (!held) return firstFire(def.spec.schedule, def.createdAt);
+  if (JSON.stringify(held.spec.schedule) !== JSON.stringify(def.spec.schedule)) return firstFire(def.spec.schedule, now);
+  return held.nextFireAt;
+}

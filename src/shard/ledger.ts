@@ -1,0 +1,213 @@
+import { DEFAULT_RETRY } from "../model/job";
+import { retryDelay } from "../schedule/backoff";
+import { underFlowControl } from "./admission";
+import { type Dispatch, LEASE_GRACE_MS, type Outcome, type RunRow } from "./contract";
+import type { NewRun, ShardJob } from "./rows";
+import { afterFailure, classifyStatus, type FailureKind } from "./run-states";
+import type { ShardStore } from "./store";
+
+/** The job's timeout when its row is gone (job rows outlive deletion, so this is a fallback only). */
+const DEFAULT_TIMEOUT_MS = 30_000;
+/** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
+export const TICK_BATCH = 2_000;
+
+export type RunChanges = Parameters<ShardStore["moveRun"]>[2];
+
+/** What a settled outcome says, whoever reported it: the consumer, or the target itself. */
+export interface Settled {
+  ok: boolean;
+  status: number | null;
+  error: string | null;
+  retryAfterMs?: number;
+  result?: string | null;
+  kind?: FailureKind;
+}
+
+/**
+ * The run ledger: the only writer of run and attempt transitions. Every verb here is one step
+ * of the state table (`run-states.ts`) applied inside the caller's transaction; a step the
+ * table lacks throws, and the transaction with it. Other capabilities decide *what* happens to
+ * a run (firing, admission, completion); this module is *how* it is written down.
+ */
+export class RunLedger {
+  constructor(
+    private readonly store: ShardStore,
+    private readonly claimTimeoutMs: () => number,
+    /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
+    private readonly renewPermit: (run: RunRow, leaseMs: number) => void,
+  ) {}
+
+  /**
+   * A new run, as `as` says; false (nothing written) when it exists: run ids are derived, so
+   * this is what makes a repeated fire harmless (docs/architecture.md, invariant 2).
+   */
+  create(
+    run: NewRun,
+    now: number,
+    as: { state: "queued" } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+  ): boolean {
+    if (as.state === "queued") return this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
+    return this.store.createRun(run, now, as);
+  }
+
+  /** A new run for a job, held for admission when the job is under flow control. */
+  createQueuedOrWaiting(job: ShardJob, run: NewRun, now: number): boolean {
+    return this.create(run, now, { state: this.mustWait(job) ? "waiting" : "queued" });
+  }
+
+  /**
+   * Sends a run on (`queued` with its dispatch) along `event`, or, for a job under flow
+   * control, moves it to `waiting` for admission. `changes` apply either way.
+   */
+  sendOn(run: RunRow, event: "start" | "requeue" | "revive", changes: RunChanges, now: number): void {
+    const job = this.store.getJob(run.jobId);
+    if (job && this.mustWait(job)) {
+      this.store.moveRun(run, "hold", { ...changes, dueAt: now });
+      return;
+    }
+    const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs() });
+    this.store.addOutbox(next.id, next.fence);
+  }
+
+  /** A waiting run that flow control let through, holding `permit` if its tenant has a limit. */
+  admit(run: RunRow, permit: string | null, now: number): void {
+    const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit });
+    this.store.addOutbox(next.id, next.fence);
+  }
+
+  /** Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale. */
+  cancel(run: RunRow, reason: string, now: number): void {
+    if (run.state === "running") this.store.finishAttempt(run.id, run.fence, "cancelled", now, null, reason);
+    this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason });
+    this.store.removeOutboxOfRun(run.id);
+  }
+
+  /** A paused or deleted job: every run of it that has not begun an attempt ends now. */
+  cancelPending(jobId: string, reason: string, now: number): void {
+    for (const run of this.store.pendingRuns(jobId)) this.cancel(run, reason, now);
+  }
+
+  /** The consumer claimed the current dispatch: an attempt starts, its lease with it. */
+  claim(run: RunRow, job: ShardJob, now: number, completionToken: string): void {
+    // The run executes the job as it is now; it records that version (a PATCH may have come).
+    this.store.moveRun(run, "claim", {
+      dueAt: now + job.spec.timeoutMs + LEASE_GRACE_MS,
+      startedAt: run.startedAt ?? now,
+      jobVersion: job.version,
+    });
+    this.store.startAttempt(run.id, run.attempt, run.fence, now, completionToken);
+  }
+
+  /** The target answered 202: the lease restarts from its answer, and heartbeats extend it. */
+  accept(run: RunRow, status: number, now: number): void {
+    this.store.acceptAttempt(run.id, run.fence, status);
+    this.extendLease(run, now + this.timeoutOf(run) + LEASE_GRACE_MS, this.timeoutOf(run) + LEASE_GRACE_MS);
+  }
+
+  extendLease(run: RunRow, until: number, permitLeaseMs: number): void {
+    this.store.extendLease(run.id, until);
+    this.renewPermit(run, permitLeaseMs);
+  }
+
+  /** The outcome of the running attempt: success ends the run; a failure retries or ends it. */
+  settle(run: RunRow, o: Settled, now: number): void {
+    this.store.finishAttempt(run.id, run.fence, o.ok ? "succeeded" : "failed", now, o.status, o.error);
+    if (o.ok) {
+      this.store.moveRun(run, "succeed", { dueAt: null, finishedAt: now, status: o.status, error: null, result: o.result ?? null });
+    } else {
+      this.fail(run, o.status, o.error, now, o.retryAfterMs, o.kind);
+    }
+  }
+
+  /** The Queue gave up on this dispatch (its dead-letter queue): the run fails instead of vanishing. */
+  abandon(run: RunRow, now: number): void {
+    this.store.moveRun(run, "abandon", {
+      dueAt: null,
+      finishedAt: now,
+      error: "the queue dead-lettered this dispatch after repeated delivery failures",
+    });
+    this.store.removeOutboxOfRun(run.id);
+  }
+
+  /** A dead or failed run gets a fresh set of attempts. */
+  revive(run: RunRow, now: number): void {
+    this.sendOn(run, "revive", { attempt: 1, fence: run.fence + 1, finishedAt: null, status: null, error: null }, now);
+  }
+
+  /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */
+  noteLate(runId: string, fence: number, description: string): void {
+    this.store.noteLateOutcome(runId, fence, description);
+  }
+
+  /** Runs whose due time passed: lost dispatches go out again, retries start, expired leases fail. */
+  advanceDue(now: number): void {
+    for (const run of this.store.dueRuns(now, TICK_BATCH)) {
+      const stopped = stoppedReason(this.store.getJob(run.jobId));
+      if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
+        // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
+        this.cancel(run, stopped, now);
+      } else if (run.state === "queued") {
+        const next = this.store.moveRun(run, "redispatch", { fence: run.fence + 1, dueAt: now + this.claimTimeoutMs() });
+        this.store.addOutbox(next.id, next.fence);
+        this.renewPermit(run, this.claimTimeoutMs() + this.timeoutOf(run) + LEASE_GRACE_MS);
+      } else if (run.state === "retry_wait") {
+        this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
+      } else if (run.state === "running") {
+        const error = "timed out: no outcome before the lease expired";
+        this.store.finishAttempt(run.id, run.fence, "timed_out", now, null, error);
+        this.fail(run, null, error, now);
+      }
+    }
+  }
+
+  /** When the ledger next has work: the earliest due run. */
+  nextDue(): number | null {
+    return this.store.earliestRunDue();
+  }
+
+  /** The current dispatch of a queued run, or null when `d` is not it (docs/architecture.md, invariant 4). */
+  currentQueued(d: Dispatch): RunRow | null {
+    const run = this.store.getRun(d.runId);
+    return run && run.fence === d.fence && run.state === "queued" ? run : null;
+  }
+
+  /**
+   * Retry later, or end the run as dead (retries exhausted) or failed (the target refused).
+   * A job paused or deleted while this attempt ran gets no further attempt: its run is cancelled.
+   */
+  private fail(run: RunRow, status: number | null, error: string | null, now: number, retryAfterMs = 0, kind?: FailureKind): void {
+    // Job rows outlive deletion (tombstones), so the policy is always there.
+    const job = this.store.getJob(run.jobId);
+    const retry = job?.spec.retry ?? DEFAULT_RETRY;
+    const decision = afterFailure(kind ?? classifyStatus(status, retry.retryOn), run.attempt, retry.maxAttempts);
+    const stopped = stoppedReason(job);
+    if (decision === "retry" && stopped) {
+      this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` });
+    } else if (decision === "retry") {
+      const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
+      this.store.moveRun(run, "retry", { dueAt: now + delay, status, error });
+    } else {
+      this.store.moveRun(run, decision, { dueAt: null, finishedAt: now, status, error });
+    }
+  }
+
+  private mustWait(job: Pick<ShardJob, "spec" | "tenantId">): boolean {
+    return underFlowControl(job.spec, this.store.getTenant(job.tenantId));
+  }
+
+  timeoutOf(run: RunRow): number {
+    return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+}
+
+/** Why nothing more may run for this job, or null when it is live. */
+export function stoppedReason(job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {
+  if (!job || job.deleted) return "job deleted";
+  return job.paused ? "job paused" : null;
+}
+
+/** How a stale outcome is noted on the attempt it belonged to. */
+export function describeOutcome(o: Outcome): string {
+  if (o.accepted) return `HTTP ${o.status ?? 202}: accepted`;
+  return o.ok ? `HTTP ${o.status}` : (o.error ?? `HTTP ${o.status}`);
+}

@@ -1,0 +1,155 @@
+/**
+ * The shard's schema as numbered, forward-only steps, the way `migrations/` is for D1 and
+ * graphile-worker's `sql/` is for Postgres. Each step is the SQL one release added, written
+ * out as it was (never derived from today's constants: a later change to the run states must
+ * not rewrite what an old step did), and never edited once released. A fresh shard runs every
+ * step; an older one runs the steps it lacks. The version lives in the shard's `meta` table.
+ */
+export interface ShardMigration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const SHARD_MIGRATIONS: readonly ShardMigration[] = [
+  {
+    version: 1,
+    name: "scheduling: jobs with fire times, runs, attempts, the outbox",
+    sql: `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  version INTEGER NOT NULL,
+  spec TEXT NOT NULL,
+  paused INTEGER NOT NULL,
+  deleted INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  next_fire_at INTEGER,              -- the next fire's nominal instant (what its run is scheduled at)
+  next_due_at INTEGER,               -- when it is acted on: next_fire_at plus the job's jitter offset
+  fires INTEGER NOT NULL DEFAULT 0   -- scheduled fires so far, for maxRuns
+);
+CREATE INDEX IF NOT EXISTS jobs_next_due ON jobs (next_due_at) WHERE next_due_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  job_version INTEGER NOT NULL,
+  trigger TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual', 'backfill')),
+  scheduled_at INTEGER NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'retry_wait', 'buffered', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
+  attempt INTEGER NOT NULL,          -- the attempt being dispatched or run (1-based)
+  fence INTEGER NOT NULL,            -- bumped on every dispatch; only the current one may claim or report
+  due_at INTEGER,                    -- when the alarm must look at this run again; null once final
+  created_at INTEGER NOT NULL,
+  started_at INTEGER,
+  finished_at INTEGER,
+  status INTEGER,
+  error TEXT,
+  result TEXT,                       -- what a long-running target sent with its completion
+  catch_up INTEGER NOT NULL DEFAULT 0 -- the fire was missed and this run catches it up
+);
+CREATE INDEX IF NOT EXISTS runs_buffered ON runs (job_id) WHERE state = 'buffered';
+CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
+CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS attempts (
+  run_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  fence INTEGER NOT NULL,
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  outcome TEXT NOT NULL,
+  status INTEGER,
+  error TEXT,
+  completion_token TEXT NOT NULL,    -- the target's credential for /complete and /heartbeat
+  late TEXT,                         -- an outcome that arrived after the attempt was given up on
+  PRIMARY KEY (run_id, fence)
+);
+CREATE TABLE IF NOT EXISTS outbox (
+  run_id TEXT NOT NULL,
+  fence INTEGER NOT NULL,
+  PRIMARY KEY (run_id, fence)
+);`,
+  },
+  {
+    version: 2,
+    name: "tenants and flow control: a job's tenant and rate, the waiting state, permits",
+    // The runs table's CHECK on states cannot be altered in SQLite, so the table is rebuilt
+    // with the list that gained `waiting`; its indexes go with the old table and are made again.
+    sql: `
+ALTER TABLE jobs ADD COLUMN tenant_id TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE jobs ADD COLUMN rate_next_at INTEGER; -- ratePerSecond: the earliest the job's next run may be admitted
+CREATE TABLE runs_v2 (
+  id TEXT PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  job_version INTEGER NOT NULL,
+  trigger TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual', 'backfill')),
+  scheduled_at INTEGER NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('waiting', 'queued', 'running', 'retry_wait', 'buffered', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
+  attempt INTEGER NOT NULL,
+  fence INTEGER NOT NULL,
+  due_at INTEGER,
+  created_at INTEGER NOT NULL,
+  started_at INTEGER,
+  finished_at INTEGER,
+  status INTEGER,
+  error TEXT,
+  result TEXT,
+  catch_up INTEGER NOT NULL DEFAULT 0,
+  permit TEXT                        -- the tenant run-in-flight permit it holds (its grant key), if any
+);
+INSERT INTO runs_v2 (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at,
+  finished_at, status, error, result, catch_up)
+  SELECT id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at,
+  finished_at, status, error, result, catch_up FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+CREATE INDEX runs_buffered ON runs (job_id) WHERE state = 'buffered';
+CREATE INDEX runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
+CREATE INDEX runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX runs_by_job ON runs (job_id, scheduled_at DESC, id DESC);
+CREATE INDEX runs_waiting ON runs (due_at) WHERE state = 'waiting';
+-- Tenants of this shard's jobs, as the catalog last said: how to sign, how many may be in flight.
+CREATE TABLE tenants (
+  id TEXT PRIMARY KEY,
+  version INTEGER NOT NULL,
+  signing_generation INTEGER NOT NULL,
+  max_in_flight INTEGER
+);
+-- Permits to give back to tenant gates: an outbox too, written with the run's change.
+CREATE TABLE permit_releases (permit TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);`,
+  },
+];
+
+export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;
+
+/**
+ * Brings the shard's storage to the latest version, applying each missing step once. The
+ * caller runs this inside one transaction (the Durable Object's constructor does), so an
+ * interrupted upgrade leaves nothing half done and the version moves with the steps.
+ */
+export function migrateShard(sql: SqlStorage): { from: number; to: number } {
+  const from = schemaVersion(sql);
+  for (const step of SHARD_MIGRATIONS) {
+    if (step.version <= from) continue;
+    sql.exec(step.sql);
+    sql.exec(
+      "INSERT INTO meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+      String(step.version),
+    );
+  }
+  return { from, to: SHARD_SCHEMA_VERSION };
+}
+
+/**
+ * The version the shard's storage is at. Shards created before versions were recorded have
+ * none: their schema says which release made them (only the tenants release added
+ * `jobs.tenant_id`), and from then on the recorded version decides.
+ */
+function schemaVersion(sql: SqlStorage): number {
+  const hasTable = (name: string) => sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
+  if (!hasTable("meta")) return 0;
+  const recorded = sql.exec("SELECT value FROM meta WHERE key = 'schema_version'").toArray()[0]?.value;
+  if (recorded !== undefined) return Number(recorded);
+  if (!hasTable("jobs")) return 0;
+  return sql.exec("SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'tenant_id'").toArray().length > 0 ? 2 : 1;
+}

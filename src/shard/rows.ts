@@ -1,0 +1,64 @@
+import type { JobSpec } from "../model/job";
+import type { AttemptRow, JobDefinition, RunRow } from "./contract";
+import type { RunState } from "./run-states";
+
+/**
+ * The shard's rows as the code sees them: each table's columns turned into its typed shape in
+ * one place, so that a column added by a migration is read in one place too.
+ */
+
+export interface ShardJob extends JobDefinition {
+  nextFireAt: number | null;
+  fires: number;
+  rateNextAt: number | null;
+}
+
+/** A run about to be created. */
+export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
+
+export type Row = Record<string, SqlStorageValue>;
+
+export const toJob = (r: Row): ShardJob => ({
+  id: r.id as string,
+  tenantId: r.tenant_id as string,
+  version: r.version as number,
+  spec: JSON.parse(r.spec as string) as JobSpec,
+  paused: r.paused === 1,
+  deleted: r.deleted === 1,
+  createdAt: r.created_at as number,
+  nextFireAt: r.next_fire_at as number | null,
+  fires: r.fires as number,
+  rateNextAt: r.rate_next_at as number | null,
+});
+
+export const toRun = (r: Row): RunRow => ({
+  id: r.id as string,
+  jobId: r.job_id as string,
+  jobVersion: r.job_version as number,
+  trigger: r.trigger as RunRow["trigger"],
+  scheduledAt: r.scheduled_at as number,
+  catchUp: r.catch_up === 1,
+  state: r.state as RunState,
+  attempt: r.attempt as number,
+  fence: r.fence as number,
+  dueAt: r.due_at as number | null,
+  createdAt: r.created_at as number,
+  startedAt: r.started_at as number | null,
+  finishedAt: r.finished_at as number | null,
+  status: r.status as number | null,
+  error: r.error as string | null,
+  result: r.result as string | null,
+  permit: (r.permit as string | null) ?? null,
+});
+
+export const toAttempt = (r: Row): AttemptRow => ({
+  attempt: r.attempt as number,
+  fence: r.fence as number,
+  startedAt: r.started_at as number,
+  finishedAt: r.finished_at as number | null,
+  outcome: r.outcome as AttemptRow["outcome"],
+  status: r.status as number | null,
+  error: r.error as string | null,
+  completionToken: r.completion_token as string,
+  late: r.late as string | null,
+});

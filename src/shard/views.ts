@@ -1,0 +1,59 @@
+import type { CatalogEntry, JobRuntime, RunRow, RunView, ShardMetrics } from "./contract";
+import type { ShardStore } from "./store";
+
+/** How many recent lags a metrics window samples per shard. */
+const MAX_LAG_SAMPLES = 1_000;
+
+/** What the shard shows: reads only, no transition, no settle. */
+export class Views {
+  constructor(private readonly store: ShardStore) {}
+
+  run(runId: string): RunView | null {
+    const run = this.store.getRun(runId);
+    if (!run) return null;
+    const attemptLog = this.store.attempts(runId);
+    return { ...run, attempts: attemptLog.length, attemptLog };
+  }
+
+  runs(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunView[] {
+    return this.withAttemptCounts(this.store.listRuns(jobId, limit, before));
+  }
+
+  deadLetters(
+    scope: { tenantId: string | null; jobId: string | null },
+    limit: number,
+    before?: { finishedAt: number; id: string },
+  ): RunView[] {
+    return this.withAttemptCounts(this.store.deadLetters(scope, limit, before));
+  }
+
+  jobRuntimes(ids: string[]): JobRuntime[] {
+    return this.store.getJobs(ids).map((j) => ({
+      id: j.id,
+      version: j.version,
+      nextRunAt: j.paused ? null : j.nextFireAt,
+      completed: !j.deleted && j.nextFireAt === null,
+    }));
+  }
+
+  /** Of the catalog's entries, the ids this shard lacks or holds at an older version. */
+  staleJobs(entries: CatalogEntry[]): string[] {
+    const held = this.store.jobVersions(entries.map((e) => e.id));
+    return entries
+      .filter((e) => {
+        const version = held.get(e.id);
+        return version === undefined ? !e.deleted : version < e.version;
+      })
+      .map((e) => e.id);
+  }
+
+  /** Of one tenant's runs, or of all (null). */
+  metrics(windowMs: number, tenantId: string | null, now: number): ShardMetrics {
+    return this.store.metrics(now - windowMs, now, MAX_LAG_SAMPLES, tenantId);
+  }
+
+  private withAttemptCounts(runs: RunRow[]): RunView[] {
+    const counts = this.store.attemptCounts(runs.map((r) => r.id));
+    return runs.map((r) => ({ ...r, attempts: counts.get(r.id) ?? 0 }));
+  }
+}
