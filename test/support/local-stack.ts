@@ -41,16 +41,37 @@ export interface StackOptions {
   snapshot?: boolean;
   /** Prefixed to each line of the stack's output in `tail()`. */
   label?: string;
-  /** Called with each line of the stack's output. */
-  onLine?: (line: string) => void;
+  /** Called with each line of the stack's output and the stream it came on. */
+  onLine?: OnLine;
   readyTimeoutMs?: number;
+  /** Aborting it ends a start still waiting for readiness: what was started is stopped and the start fails. */
+  signal?: AbortSignal;
+  /** How the temporary directory's name starts; "edgecron-e2e-" by default. */
+  dirPrefix?: string;
+  /** Leaves the temporary directory (state, registry, snapshot) in place after `stop()`, to be looked at. */
+  keepDir?: boolean;
+  /**
+   * SIGKILLs the process group if this process exits while the stack still runs, e.g. through
+   * `process.exit()` after a second Ctrl-C: wrangler and workerd are not its children once
+   * detached, so nothing else would end them.
+   */
+  killOnExit?: boolean;
 }
+
+export type OnLine = (line: string, stream: "stdout" | "stderr") => void;
 
 export interface ApiResponse {
   status: number;
   /** The parsed body, or `{ unparsable: text }`. */
   json: any;
   headers: Headers;
+}
+
+export interface ApiOptions {
+  auth?: boolean;
+  /** A bearer token other than the stack's, e.g. a tenant's API key. */
+  token?: string;
+  timeoutMs?: number;
 }
 
 export interface Exit {
@@ -63,6 +84,8 @@ export interface Stack {
   readonly base: string;
   readonly port: number;
   readonly token: string;
+  /** The temporary directory of this stack and of those it restarts: state/, registry/ and, for a snapshot, tree/. */
+  readonly dir: string;
   /** The D1/Durable Object state directory (PERSIST_DIR). */
   readonly persistDir: string;
   /** The process group of start.mjs, wrangler and workerd. */
@@ -73,8 +96,8 @@ export interface Stack {
   readonly reloads: number;
   /** The last `lines` non-empty lines of the output of this stack and of those it restarted from. */
   tail(lines?: number): string;
-  /** An API call with the stack's token (unless `auth: false`); 20 s timeout by default. */
-  api(method: string, path: string, body?: unknown, options?: { auth?: boolean; timeoutMs?: number }): Promise<ApiResponse>;
+  /** An API call with the stack's token (or `token`; none with `auth: false`); 20 s timeout by default. */
+  api(method: string, path: string, body?: unknown, options?: ApiOptions): Promise<ApiResponse>;
   /**
    * SIGTERM to the process group, SIGKILL if it is still there after 10 s; fails unless every
    * thread of the group is gone. Removes the temporary directory once no stack runs in it.
@@ -86,7 +109,7 @@ export interface Stack {
    */
   kill9(): Promise<{ groupGoneMs: number; portClosedMs: number }>;
   /** The same stack again, once this one is gone: same port, token, state, sources and environment. */
-  restart(options?: { label?: string; onLine?: (line: string) => void }): Promise<Stack>;
+  restart(options?: { label?: string; onLine?: OnLine }): Promise<Stack>;
 }
 
 /** What the starts of one stack share: its directory, port, token, sources and output. */
@@ -97,6 +120,9 @@ interface Home {
   token: string;
   env: Record<string, string>;
   readyTimeoutMs: number;
+  signal: AbortSignal | undefined;
+  keepDir: boolean;
+  killOnExit: boolean;
   output: string[];
   running: Set<Stack>;
 }
@@ -136,7 +162,7 @@ export async function until<T>(
 
 /** Starts the stack and waits until it answers; if it does not, ends it and fails with its output. */
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
-  const dir = await mkdtemp(join(tmpdir(), "edgecron-e2e-"));
+  const dir = await mkdtemp(join(tmpdir(), options.dirPrefix ?? "edgecron-e2e-"));
   let cwd = ROOT;
   if (options.snapshot) {
     cwd = join(dir, "tree");
@@ -150,13 +176,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     token: options.token ?? `e2e-${randomBytes(8).toString("hex")}`,
     env: options.env ?? {},
     readyTimeoutMs: options.readyTimeoutMs ?? 90_000,
+    signal: options.signal,
+    keepDir: options.keepDir ?? false,
+    killOnExit: options.killOnExit ?? false,
     output: [],
     running: new Set(),
   };
   return launch(home, options.label ?? "stack", options.onLine);
 }
 
-async function launch(home: Home, label: string, onLine?: (line: string) => void): Promise<Stack> {
+async function launch(home: Home, label: string, onLine?: OnLine): Promise<Stack> {
   const { port, token } = home;
   const base = `http://127.0.0.1:${port}`;
   const persistDir = join(home.dir, "state");
@@ -182,26 +211,43 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
   child.on("exit", (code, signal) => {
     exited = { code, signal };
   });
-  for (const stream of [child.stdout!, child.stderr!]) {
+  const killOnExit = () => {
+    if (!gone) signalGroup(pgid, "SIGKILL");
+  };
+  if (home.killOnExit) process.on("exit", killOnExit);
+  const markGone = () => {
+    gone = true;
+    process.off("exit", killOnExit);
+  };
+  const take = (line: string, name: "stdout" | "stderr") => {
+    if (ready && /Reloading local server/.test(line)) reloads++;
+    onLine?.(line, name);
+    if (line.trim() === "") return;
+    home.output.push(`[${label}] ${line}`);
+    if (home.output.length > OUTPUT_LINES_KEPT) home.output.splice(0, home.output.length - OUTPUT_LINES_KEPT);
+  };
+  for (const [name, stream] of [
+    ["stdout", child.stdout!],
+    ["stderr", child.stderr!],
+  ] as const) {
     let partial = "";
     stream.on("data", (chunk: Buffer) => {
       const lines = (partial + chunk.toString("utf8")).split(/\r?\n/);
       partial = lines.pop()!;
-      for (const line of lines) {
-        if (ready && /Reloading local server/.test(line)) reloads++;
-        onLine?.(line);
-        if (line.trim() === "") continue;
-        home.output.push(`[${label}] ${line}`);
-        if (home.output.length > OUTPUT_LINES_KEPT) home.output.splice(0, home.output.length - OUTPUT_LINES_KEPT);
-      }
+      for (const line of lines) take(line, name);
+    });
+    // The last words of a process that dies often come without a newline.
+    stream.on("end", () => {
+      if (partial !== "") take(partial, name);
     });
   }
 
   const tail = (lines = 150) => home.output.slice(-lines).join("\n");
 
-  async function api(method: string, path: string, body?: unknown, { auth = true, timeoutMs = 20_000 } = {}): Promise<ApiResponse> {
+  async function api(method: string, path: string, body?: unknown, options: ApiOptions = {}): Promise<ApiResponse> {
+    const { auth = true, timeoutMs = 20_000 } = options;
     const headers: Record<string, string> = {};
-    if (auth) headers.authorization = `Bearer ${token}`;
+    if (auth) headers.authorization = `Bearer ${options.token ?? token}`;
     if (body !== undefined) headers["content-type"] = "application/json";
     const res = await fetch(`${base}${path}`, {
       method,
@@ -237,6 +283,7 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
     base,
     port,
     token,
+    dir: home.dir,
     persistDir,
     pgid,
     get exited() {
@@ -254,10 +301,10 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
         for (let waited = 0; waited < 10_000 && liveMembers(pgid).length > 0; waited += 100) await sleep(100);
         live = await killAll(10_000);
         // Once seen gone its group id may be reused by someone else: it is not signalled again.
-        gone = live.length === 0;
+        if (live.length === 0) markGone();
       }
       if (gone) home.running.delete(stack);
-      if (home.running.size === 0) await rm(home.dir, { recursive: true, force: true });
+      if (home.running.size === 0 && !home.keepDir) await rm(home.dir, { recursive: true, force: true });
       if (live.length > 0) throw survived(live);
     },
     async kill9() {
@@ -265,7 +312,7 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
       const start = Date.now();
       const live = await killAll(10_000);
       if (live.length > 0) throw survived(live);
-      gone = true;
+      markGone();
       home.running.delete(stack);
       const groupGoneMs = Date.now() - start;
       while (!(await refused(port))) {
@@ -290,6 +337,7 @@ async function launch(home: Home, label: string, onLine?: (line: string) => void
       `${base}/healthz to answer 200`,
       home.readyTimeoutMs,
       async () => {
+        if (home.signal?.aborted) throw new Error(`the start of the stack on port ${port} was aborted`);
         try {
           if ((await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(2_000) })).status !== 200) return undefined;
         } catch {
@@ -359,8 +407,12 @@ function refused(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = createConnection({ host: "127.0.0.1", port });
     socket.setTimeout(2_000);
-    socket.once("connect", () => (socket.destroy(), resolve(false)));
-    socket.once("timeout", () => (socket.destroy(), resolve(false)));
+    const accepted = () => {
+      socket.destroy();
+      resolve(false);
+    };
+    socket.once("connect", accepted);
+    socket.once("timeout", accepted);
     socket.once("error", (err: NodeJS.ErrnoException) => resolve(err.code === "ECONNREFUSED"));
   });
 }
