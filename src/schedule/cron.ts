@@ -64,7 +64,10 @@ export function nextCronFire(expression: string, timezone: string, afterMs: numb
   const offsets = new Map<number, number>(); // the same instants come up repeatedly below
   const offset = (t: number) => {
     let ms = offsets.get(t);
-    if (ms === undefined) offsets.set(t, (ms = Math.round(new CronDate(t, timezone).getUTCOffset() * 60_000)));
+    if (ms === undefined) {
+      ms = Math.round(new CronDate(t, timezone).getUTCOffset() * 60_000);
+      offsets.set(t, ms);
+    }
     return ms;
   };
 

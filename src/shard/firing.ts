@@ -35,7 +35,7 @@ export class Firing {
 
   /**
    * Every due fire becomes a run (subject to the job's misfire, overlap and maxRuns rules), and
-   * the job moves to its next fire. Safe to run again: run ids are derived (invariant 2).
+   * the job moves to its next fire. Safe to run again: run ids are derived (docs/architecture.md, invariant 2).
    */
   fireDue(now: number): void {
     for (const job of this.store.dueJobs(now, TICK_BATCH)) {
@@ -136,7 +136,7 @@ export class Firing {
   }
 }
 
-/** The job's deterministic jitter for the fire at `instant` (invariant 9). */
+/** The job's deterministic jitter for the fire at `instant` (docs/architecture.md, invariant 9). */
 function jitterOf(job: Pick<JobDefinition, "id" | "spec">, instant: number): number {
   return job.spec.jitter === undefined ? 0 : jitterOffset(job.id, instant, parseDuration(job.spec.jitter)!);
 }

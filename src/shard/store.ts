@@ -297,11 +297,16 @@ export class ShardStore {
     limit: number,
     before?: { finishedAt: number; id: string },
   ): RunRow[] {
+    // Only the filters asked are written, so that SQLite can pick the index that fits them.
     const where = [`state IN (${DEAD_LETTERS})`];
     const args: SqlStorageValue[] = [];
-    if (scope.jobId !== null) where.push("job_id = ?"), args.push(scope.jobId);
-    if (scope.tenantId !== null) where.push("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)"), args.push(scope.tenantId);
-    if (before) where.push("(finished_at < ? OR (finished_at = ? AND id < ?))"), args.push(before.finishedAt, before.finishedAt, before.id);
+    const filter = (condition: string, ...values: SqlStorageValue[]) => {
+      where.push(condition);
+      args.push(...values);
+    };
+    if (scope.jobId !== null) filter("job_id = ?", scope.jobId);
+    if (scope.tenantId !== null) filter("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)", scope.tenantId);
+    if (before) filter("(finished_at < ? OR (finished_at = ? AND id < ?))", before.finishedAt, before.finishedAt, before.id);
     return this.sql
       .exec(`SELECT * FROM runs WHERE ${where.join(" AND ")} ORDER BY finished_at DESC, id DESC LIMIT ?`, ...args, limit)
       .toArray()

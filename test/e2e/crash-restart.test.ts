@@ -67,6 +67,7 @@ function countErrors(start: number): (line: string) => void {
     if (/Reloading local server/.test(line)) return;
     if (/ERROR|Error|error|failed|unreachable|did not confirm|✘/.test(line) && !/update available|trace-stream|tail session/.test(line)) {
       errorLines[start]!++;
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: it strips the ANSI colour codes wrangler writes
       if (errorExamples[start]!.length < 3) errorExamples[start]!.push(line.replace(/\x1b\[[0-9;]*[A-Za-z]/g, "").slice(0, 200));
     }
   };
@@ -136,7 +137,10 @@ const total = (counts: Record<string, number>) => Object.values(counts).reduce((
 /** The run id edgecron derives for a scheduled fire (src/model/ids.ts). */
 const runIdOf = (jobId: string, at: number) => `run_${jobId.slice("job_".length)}_${at.toString(36)}`;
 const countBy = <T>(items: T[], key: (t: T) => string) =>
-  items.reduce<Record<string, number>>((acc, t) => ((acc[key(t)] = (acc[key(t)] ?? 0) + 1), acc), {});
+  items.reduce<Record<string, number>>((acc, t) => {
+    acc[key(t)] = (acc[key(t)] ?? 0) + 1;
+    return acc;
+  }, {});
 
 afterAll(async () => {
   const failures: string[] = [];

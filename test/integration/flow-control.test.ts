@@ -20,7 +20,10 @@ function maxOverlap(spans: Array<[number, number]>): number {
   const edges = spans.flatMap(([a, b]) => [[a, 1] as const, [b, -1] as const]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
   let open = 0;
   let most = 0;
-  for (const [, step] of edges) most = Math.max(most, (open += step));
+  for (const [, step] of edges) {
+    open += step;
+    most = Math.max(most, open);
+  }
   return most;
 }
 

@@ -505,7 +505,10 @@ describe("across transitions (examples)", () => {
   ])("%s in %s after %s", (expr, zone, after, expected) => {
     const fires: number[] = [];
     let t = T(after);
-    for (const _ of expected) fires.push((t = nextCronFire(expr, zone, t)!));
+    for (const _ of expected) {
+      t = nextCronFire(expr, zone, t)!;
+      fires.push(t);
+    }
     expect(labels(zone, fires)).toEqual(expected);
   });
 });

@@ -84,7 +84,11 @@ describe("the run state table", () => {
     for (let grew = true; grew; ) {
       grew = false;
       for (const from of [...seen])
-        for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) if (!seen.has(to!)) seen.add(to!), (grew = true);
+        for (const to of Object.values(TRANSITIONS[from as keyof typeof TRANSITIONS])) {
+          if (seen.has(to!)) continue;
+          seen.add(to!);
+          grew = true;
+        }
     }
     expect([...seen].sort()).toEqual([...RUN_STATES].sort());
   });
@@ -212,6 +216,9 @@ describe("backoff", () => {
   it("full jitter spreads a herd: delays of simultaneous failures are not all alike", () => {
     const delays = new Set(Array.from({ length: 50 }, () => retryDelay(4)));
     expect(delays.size).toBeGreaterThan(40);
-    for (const d of delays) expect(d).toBeGreaterThanOrEqual(0), expect(d).toBeLessThanOrEqual(4_000);
+    for (const d of delays) {
+      expect(d).toBeGreaterThanOrEqual(0);
+      expect(d).toBeLessThanOrEqual(4_000);
+    }
   });
 });
