@@ -16,7 +16,6 @@ const LIVE_ATTEMPT = outcomeSqlList(LIVE_ATTEMPT_OUTCOMES);
  * synchronous (SQLite in a Durable Object is), so a caller that wraps several of them in
  * `transactionSync` gets one atomic change with no interleaving.
  */
-
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
 
