@@ -1,6 +1,5 @@
 import type { Context } from "hono";
 import type { Tenant } from "../catalog/tenants";
-import type { Env } from "../env";
 
 /**
  * Who is calling: the admin token (every tenant), or one tenant's API key. Handlers never read

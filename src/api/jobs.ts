@@ -1,16 +1,17 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { type CatalogJob, getJob, insertJob, listJobs, toDefinition, updateJob } from "../catalog/jobs";
 import { getTenant, settingsOf } from "../catalog/tenants";
-import { type Env, shardStub } from "../env";
+import { config } from "../config";
 import { failpoint } from "../faults";
 import { PageQuery, pageOf } from "../model/common";
 import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor, TRIGGER_KEY } from "../model/ids";
 import { BackfillSchema, CreateJobSchema, canonicalSchedule, JobSchema, type JobSpec, PatchJobSchema, type Target } from "../model/job";
 import { RunSchema } from "../model/run";
 import { firstFire } from "../schedule/next-fire";
-import { allowPrivateTargets, targetRefusal } from "../security/target-guard";
+import { targetRefusal } from "../security/target-guard";
 import { sealTarget, viewTarget } from "../security/targets";
 import { type JobRuntime, MAX_BACKFILL } from "../shard/contract";
+import { shardStub } from "../stubs";
 import { type AppContext, type AppEnv, ownsTenant, scopeOf } from "./context";
 import { ApiError, invalidField, notFound } from "./errors";
 import { presentJob, presentRun } from "./present";
@@ -44,7 +45,7 @@ jobs.openapi(
       id,
       tenantId: tenant.id,
       name: name ?? null,
-      shard: shardFor(id, Number(c.env.SHARD_COUNT)),
+      shard: shardFor(id, config(c.env).shardCount),
       version: 1,
       spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now), target: await acceptTarget(c, fields.target, id) },
       paused: false,
@@ -71,7 +72,7 @@ jobs.openapi(
 
 /** The SSRF guard's verdict at creation, then the target sealed for storage. */
 async function acceptTarget(c: AppContext, target: Target, jobId: string) {
-  const refusal = targetRefusal(target.url, { allowPrivate: allowPrivateTargets(c.env.ALLOW_PRIVATE_TARGETS) });
+  const refusal = targetRefusal(target.url, { allowPrivate: config(c.env).allowPrivateTargets });
   if (refusal) throw invalidField("target.url", refusal);
   return sealTarget(c.env.ENCRYPTION_KEYS, target, jobId);
 }

@@ -1,9 +1,9 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { shardsInUse } from "../catalog/jobs";
-import { shardStub } from "../env";
 import { ErrorSchema } from "../model/common";
 import { parseDuration } from "../schedule/duration";
 import type { ShardMetrics } from "../shard/contract";
+import { shardStub } from "../stubs";
 import { type AppEnv, scopeOf } from "./context";
 import { validationHook } from "./validation";
 

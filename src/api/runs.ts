@@ -1,10 +1,10 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { type CatalogJob, shardsInUse } from "../catalog/jobs";
-import { shardStub } from "../env";
 import { PageQuery, pageOf, Text } from "../model/common";
 import { JOB_ID, jobIdOfRun, parseCompletionToken } from "../model/ids";
 import { RunSchema } from "../model/run";
 import type { RunView, TokenRefusal } from "../shard/contract";
+import { shardStub } from "../stubs";
 import { type AppContext, type AppEnv, scopeOf } from "./context";
 import { ApiError, notFound } from "./errors";
 import { loadJob } from "./jobs";

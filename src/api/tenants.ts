@@ -13,10 +13,11 @@ import {
   type Tenant,
   updateTenant,
 } from "../catalog/tenants";
-import { Misconfigured, shardStub } from "../env";
+import { Misconfigured } from "../config";
 import { pageOf, Text } from "../model/common";
 import { DEFAULT_TENANT, KEY_ID, newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
 import { SIGNATURE_HEADER, signingSecrets } from "../security/signing";
+import { shardStub } from "../stubs";
 import { type AppContext, type AppEnv, ownsTenant, scopeOf } from "./context";
 import { ApiError, notFound } from "./errors";
 import { bearer, errors, json } from "./route-parts";
