@@ -1,6 +1,5 @@
 import { app } from "./api/app";
 import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
-import type { Env } from "./env";
 import { sweep } from "./reconcile/sweep";
 import type { DispatchMessage } from "./shard/contract";
 

@@ -3,9 +3,11 @@ import { authenticate, limitBody, requireJsonBody } from "./auth";
 import type { AppEnv } from "./context";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
+import { keys } from "./keys";
 import { metrics } from "./metrics";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
+import { signing } from "./signing-keys";
 import { tenants } from "./tenants";
 
 export const app = new OpenAPIHono<AppEnv>();
@@ -23,6 +25,8 @@ app.route("/v1", runs);
 app.route("/v1", metrics);
 app.route("/v1", schedules);
 app.route("/v1", tenants);
+app.route("/v1", keys);
+app.route("/v1", signing);
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
 app.doc31("/openapi.json", {

@@ -1,7 +1,7 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
-import { gateStub } from "../env";
+import { gateStub } from "../stubs";
 import type { AppEnv } from "./context";
 import { ApiError } from "./errors";
 

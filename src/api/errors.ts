@@ -3,7 +3,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
 import { CatalogUnavailable } from "../catalog/d1";
-import { Misconfigured } from "../env";
+import { Misconfigured } from "../config";
 
 /** The one error type handlers throw; `onError` turns it (and anything else) into the JSON body. */
 export class ApiError extends Error {

@@ -1,18 +1,13 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { type CatalogJob, getJob, insertJob, listJobs, toDefinition, updateJob } from "../catalog/jobs";
-import { getTenant, settingsOf } from "../catalog/tenants";
-import { type Env, shardStub } from "../env";
-import { failpoint } from "../faults";
+import { backfill, changeJob, createJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
+import { listRuns } from "../app/runs";
 import { PageQuery, pageOf } from "../model/common";
-import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor, TRIGGER_KEY } from "../model/ids";
-import { BackfillSchema, CreateJobSchema, canonicalSchedule, JobSchema, type JobSpec, PatchJobSchema, type Target } from "../model/job";
+import { TRIGGER_KEY } from "../model/ids";
+import { BackfillSchema, CreateJobSchema, JobSchema, PatchJobSchema } from "../model/job";
 import { RunSchema } from "../model/run";
-import { firstFire } from "../schedule/next-fire";
-import { allowPrivateTargets, targetRefusal } from "../security/target-guard";
-import { sealTarget, viewTarget } from "../security/targets";
-import { type JobRuntime, MAX_BACKFILL } from "../shard/contract";
-import { type AppContext, type AppEnv, ownsTenant, scopeOf } from "./context";
-import { ApiError, invalidField, notFound } from "./errors";
+import { viewTarget } from "../security/targets";
+import { MAX_BACKFILL } from "../shard/contract";
+import type { AppContext, AppEnv } from "./context";
 import { presentJob, presentRun } from "./present";
 import { bearer, errors, json, pathId } from "./route-parts";
 import { validationHook } from "./validation";
@@ -33,50 +28,11 @@ jobs.openapi(
     request: { body: { content: { "application/json": { schema: CreateJobSchema } }, required: true } },
     responses: { 201: json(JobSchema, "the job, with its first fire"), ...errors(400, 403) },
   }),
-  async (c) => {
-    const { name, ...fields } = c.req.valid("json");
-    const caller = c.var.caller;
-    const tenant = caller.admin ? await getTenant(c.env.DB, DEFAULT_TENANT) : caller.tenant;
-    if (!tenant) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
-    const now = Date.now();
-    const id = newJobId(now);
-    const job: CatalogJob = {
-      id,
-      tenantId: tenant.id,
-      name: name ?? null,
-      shard: shardFor(id, Number(c.env.SHARD_COUNT)),
-      version: 1,
-      spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now), target: await acceptTarget(c, fields.target, id) },
-      paused: false,
-      createdAt: now,
-      updatedAt: now,
-      deletedAt: null,
-    };
-    if (!(await insertJob(c.env.DB, job, tenant.limits.maxJobs))) {
-      throw new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
-    }
-    failpoint("api.afterCatalogWrite");
-    let runtime: JobRuntime | undefined;
-    try {
-      [runtime] = await shardStub(c.env, job.shard).applyJobs([toDefinition(job)], [settingsOf(tenant)]);
-    } catch (err) {
-      // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
-      // the same pure function the shard uses, so the answer stays true.
-      console.error(`job ${id}: shard ${job.shard} unreachable, left to the sweep`, err);
-      runtime = { id, version: 1, nextRunAt: firstFire(job.spec.schedule, now), completed: false };
-    }
-    return c.json(await present(c, job, runtime), 201);
-  },
+  async (c) => c.json(await present(c, await createJob(c.env, c.var.caller, c.req.valid("json"))), 201),
 );
 
-/** The SSRF guard's verdict at creation, then the target sealed for storage. */
-async function acceptTarget(c: AppContext, target: Target, jobId: string) {
-  const refusal = targetRefusal(target.url, { allowPrivate: allowPrivateTargets(c.env.ALLOW_PRIVATE_TARGETS) });
-  if (refusal) throw invalidField("target.url", refusal);
-  return sealTarget(c.env.ENCRYPTION_KEYS, target, jobId);
-}
-
-async function present(c: AppContext, job: CatalogJob, runtime: JobRuntime | undefined) {
+/** A job's target is shown with its body opened and header names only (see viewTarget). */
+async function present(c: AppContext, { job, runtime }: JobState) {
   return presentJob(job, await viewTarget(c.env.ENCRYPTION_KEYS, job.spec.target, job.id), runtime);
 }
 
@@ -92,27 +48,10 @@ jobs.openapi(
     responses: { 200: json(pageOf(JobSchema), "a page of jobs"), ...errors(400) },
   }),
   async (c) => {
-    const { limit, cursor } = c.req.valid("query");
-    if (cursor !== undefined && !JOB_ID.test(cursor)) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
-    const rows = await listJobs(c.env.DB, scopeOf(c), limit + 1, cursor);
-    const page = rows.slice(0, limit);
-    const runtimes = await runtimesOf(c.env, page);
-    return c.json(
-      {
-        items: await Promise.all(page.map((job) => present(c, job, runtimes.get(job.id)))),
-        nextCursor: rows.length > limit ? page[page.length - 1]!.id : null,
-      },
-      200,
-    );
+    const page = await listJobs(c.env, c.var.caller, c.req.valid("query"));
+    return c.json({ items: await Promise.all(page.items.map((state) => present(c, state))), nextCursor: page.nextCursor }, 200);
   },
 );
-
-/** Runtime views (next fire, completed) for a page of jobs: one call per shard, not one per job. */
-async function runtimesOf(env: Env, page: CatalogJob[]): Promise<Map<string, JobRuntime>> {
-  const byShard = Map.groupBy(page, (job) => job.shard);
-  const answers = await Promise.all([...byShard].map(([shard, list]) => shardStub(env, shard).jobRuntimes(list.map((j) => j.id))));
-  return new Map(answers.flat().map((r) => [r.id, r]));
-}
 
 jobs.openapi(
   createRoute({
@@ -123,40 +62,10 @@ jobs.openapi(
     request: { params: IdParam },
     responses: { 200: json(JobSchema, "the job"), ...errors(404) },
   }),
-  async (c) => {
-    const job = await loadJob(c, c.req.valid("param").id);
-    const runtimes = await runtimesOf(c.env, [job]);
-    return c.json(await present(c, job, runtimes.get(job.id)), 200);
-  },
+  async (c) => c.json(await present(c, await readJob(c.env, c.var.caller, c.req.valid("param").id)), 200),
 );
 
 // ---- change: pause, resume, delete ----
-
-/**
- * Applies a change in D1, then has the shard confirm it. The 2xx is sent only after the shard
- * applied it, so once a pause or delete is answered no run of the job starts. If the shard
- * cannot be reached the client gets 503 and may repeat the call: repeating is harmless.
- */
-async function changeJob(c: AppContext, id: string, change: { paused?: boolean; deleted?: boolean }) {
-  const current = await loadJob(c, id, { includeDeleted: change.deleted === true });
-  const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
-  const job = alreadyThere ? current : await updateJob(c.env.DB, id, change, Date.now());
-  if (!job) throw notFound("job", id);
-  return { job, runtime: await confirmWithShard(c, job) };
-}
-
-/** Hands a changed job to its shard; 503 (safe to repeat) when the shard cannot confirm. */
-async function confirmWithShard(c: AppContext, job: CatalogJob): Promise<JobRuntime | undefined> {
-  try {
-    const [runtime] = await shardStub(c.env, job.shard).applyJobs([toDefinition(job)]);
-    return runtime;
-  } catch (err) {
-    console.error(`job ${job.id}: shard ${job.shard} did not confirm the change`, err);
-    throw new ApiError(503, "shard_unavailable", "the change is saved but its shard has not confirmed it yet; repeat the request", {
-      "Retry-After": "1",
-    });
-  }
-}
 
 for (const action of ["pause", "resume"] as const) {
   jobs.openapi(
@@ -168,10 +77,8 @@ for (const action of ["pause", "resume"] as const) {
       request: { params: IdParam },
       responses: { 200: json(JobSchema, "the job"), ...errors(404, 503) },
     }),
-    async (c) => {
-      const { job, runtime } = await changeJob(c, c.req.valid("param").id, { paused: action === "pause" });
-      return c.json(await present(c, job, runtime), 200);
-    },
+    async (c) =>
+      c.json(await present(c, await changeJob(c.env, c.var.caller, c.req.valid("param").id, { paused: action === "pause" })), 200),
   );
 }
 
@@ -185,7 +92,7 @@ jobs.openapi(
     responses: { 200: json(z.object({ id: z.string(), deleted: z.literal(true) }), "deleted"), ...errors(404, 503) },
   }),
   async (c) => {
-    const { job } = await changeJob(c, c.req.valid("param").id, { deleted: true });
+    const { job } = await changeJob(c.env, c.var.caller, c.req.valid("param").id, { deleted: true });
     return c.json({ id: job.id, deleted: true as const }, 200);
   },
 );
@@ -203,33 +110,8 @@ jobs.openapi(
     request: { params: IdParam, body: { content: { "application/json": { schema: PatchJobSchema } }, required: true } },
     responses: { 200: json(JobSchema, "the job at its new version"), ...errors(400, 404, 503) },
   }),
-  async (c) => {
-    const { id } = c.req.valid("param");
-    const { name, ...fields } = c.req.valid("json");
-    const current = await loadJob(c, id);
-    const now = Date.now();
-    const { jitter, maxConcurrency, ratePerSecond, target, ...rest } = fields;
-    const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
-    if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
-    if (target) spec.target = await acceptTarget(c, target, id);
-    // null clears an optional setting; absent leaves it as it is.
-    for (const [key, value] of [
-      ["jitter", jitter],
-      ["maxConcurrency", maxConcurrency],
-      ["ratePerSecond", ratePerSecond],
-    ] as const) {
-      if (value === null) delete spec[key];
-      else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
-    }
-    const job = await updateJob(c.env.DB, id, { spec, ...(name !== undefined && { name }) }, now);
-    if (!job) throw notFound("job", id);
-    return c.json(await present(c, job, await confirmWithShard(c, job)), 200);
-  },
+  async (c) => c.json(await present(c, await patchJob(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
 );
-
-function definedOnly<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
 
 // ---- backfill ----
 
@@ -249,17 +131,7 @@ jobs.openapi(
       ...errors(400, 404, 409),
     },
   }),
-  async (c) => {
-    const job = await loadJob(c, c.req.valid("param").id);
-    const { from, to } = c.req.valid("json");
-    const answer = await shardStub(c.env, job.shard).backfill(job.id, Date.parse(from), Date.parse(to));
-    if (!answer.ok) {
-      if (answer.refusal === "unknown_job") throw notFound("job", job.id);
-      if (answer.refusal === "job_paused") throw new ApiError(409, "job_paused", "the job is paused: resume it to backfill");
-      throw new ApiError(400, "invalid_request", `to: the range holds more than ${MAX_BACKFILL} fires; split it`);
-    }
-    return c.json(answer.value, 202);
-  },
+  async (c) => c.json(await backfill(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json")), 202),
 );
 
 // ---- trigger ----
@@ -278,21 +150,12 @@ jobs.openapi(
     responses: { 202: json(RunSchema, "the run, queued"), ...errors(400, 404, 409) },
   }),
   async (c) => {
-    const job = await loadJob(c, c.req.valid("param").id);
-    const key = c.req.valid("header")["idempotency-key"] ?? newTriggerKey();
-    const answer = await shardStub(c.env, job.shard).trigger(job.id, key);
-    if (!answer.ok) {
-      if (answer.refusal === "unknown_job") throw notFound("job", job.id);
-      throw new ApiError(409, "job_paused", "the job is paused: resume it to run it");
-    }
-    return c.json(presentRun(answer.value), 202);
+    const run = await trigger(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("header")["idempotency-key"]);
+    return c.json(presentRun(run), 202);
   },
 );
 
 // ---- runs of a job ----
-
-/** Runs are paged by (scheduledAt, id), newest first; the cursor carries both. */
-const RUN_CURSOR = /^([0-9a-z]{1,12})\.(run_[0-9A-Za-z_-]{1,120})$/;
 
 jobs.openapi(
   createRoute({
@@ -304,30 +167,7 @@ jobs.openapi(
     responses: { 200: json(pageOf(RunSchema), "a page of runs"), ...errors(400, 404) },
   }),
   async (c) => {
-    const job = await loadJob(c, c.req.valid("param").id, { includeDeleted: true });
-    const { limit, cursor } = c.req.valid("query");
-    let before: { scheduledAt: number; id: string } | undefined;
-    if (cursor !== undefined) {
-      const match = RUN_CURSOR.exec(cursor);
-      if (!match) throw new ApiError(400, "invalid_request", "cursor: not a cursor this API returned");
-      before = { scheduledAt: parseInt(match[1]!, 36), id: match[2]! };
-    }
-    const runs = await shardStub(c.env, job.shard).listRuns(job.id, limit + 1, before);
-    const page = runs.slice(0, limit);
-    const last = page[page.length - 1];
-    return c.json(
-      {
-        items: page.map(presentRun),
-        nextCursor: runs.length > limit && last ? `${last.scheduledAt.toString(36)}.${last.id}` : null,
-      },
-      200,
-    );
+    const page = await listRuns(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("query"));
+    return c.json({ items: page.items.map(presentRun), nextCursor: page.nextCursor }, 200);
   },
 );
-
-/** A job the caller may see, or 404: another tenant's job is answered exactly like an unknown one. */
-export async function loadJob(c: AppContext, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob> {
-  const job = JOB_ID.test(id) ? await getJob(c.env.DB, id, opts) : null;
-  if (!job || !ownsTenant(c, job.tenantId)) throw notFound("job", id);
-  return job;
-}

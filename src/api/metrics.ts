@@ -1,10 +1,8 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { shardsInUse } from "../catalog/jobs";
-import { shardStub } from "../env";
+import { schedulerMetrics } from "../app/metrics";
 import { ErrorSchema } from "../model/common";
 import { parseDuration } from "../schedule/duration";
-import type { ShardMetrics } from "../shard/contract";
-import { type AppEnv, scopeOf } from "./context";
+import type { AppEnv } from "./context";
 import { validationHook } from "./validation";
 
 export const metrics = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -37,11 +35,6 @@ const MetricsSchema = z
   })
   .openapi("Metrics");
 
-export function percentile(sorted: number[], p: number): number | null {
-  if (sorted.length === 0) return null;
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
-}
-
 metrics.openapi(
   createRoute({
     method: "get",
@@ -64,36 +57,6 @@ metrics.openapi(
   }),
   async (c) => {
     const windowMs = parseDuration(c.req.valid("query").window)!;
-    const tenantId = scopeOf(c);
-    const shards = await shardsInUse(c.env.DB, tenantId);
-    const all: ShardMetrics[] = await Promise.all(shards.map((s) => shardStub(c.env, s).metrics(windowMs, tenantId)));
-    const sum = (pick: (m: ShardMetrics) => Record<string, number>) => {
-      const total: Record<string, number> = {};
-      for (const m of all) for (const [k, v] of Object.entries(pick(m))) total[k] = (total[k] ?? 0) + v;
-      return total;
-    };
-    const byOutcome = sum((m) => m.attemptsByOutcome);
-    const finished = (byOutcome.succeeded ?? 0) + (byOutcome.failed ?? 0) + (byOutcome.timed_out ?? 0);
-    const lags = all.flatMap((m) => m.lagsMs).sort((a, b) => a - b);
-    const oldest = all.map((m) => m.oldestAwaitingClaimMs).filter((x): x is number => x !== null);
-    return c.json(
-      {
-        windowMs,
-        shards: shards.length,
-        runsByState: sum((m) => m.runsByState),
-        attempts: { byOutcome, failureRate: finished === 0 ? null : ((byOutcome.failed ?? 0) + (byOutcome.timed_out ?? 0)) / finished },
-        fireLagMs: {
-          count: lags.length,
-          p50: percentile(lags, 50),
-          p90: percentile(lags, 90),
-          p99: percentile(lags, 99),
-          max: lags.at(-1) ?? null,
-        },
-        outbox: all.reduce((n, m) => n + m.outbox, 0),
-        awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
-        oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,
-      },
-      200,
-    );
+    return c.json(await schedulerMetrics(c.env, c.var.caller, windowMs), 200);
   },
 );

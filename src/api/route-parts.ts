@@ -17,3 +17,10 @@ export const pathId = (example: string) =>
       .max(200)
       .openapi({ param: { name: "id", in: "path" }, example }),
   });
+
+export const tenantParam = z.object({
+  id: z
+    .string()
+    .max(100)
+    .openapi({ param: { name: "id", in: "path" }, example: "ten_0123456789abcdefghij" }),
+});

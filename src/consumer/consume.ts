@@ -1,7 +1,7 @@
-import { type Env, shardStub } from "../env";
 import { failpoint } from "../faults";
-import type { DispatchMessage, Outcome } from "../shard/contract";
-import { executeContext, executeTarget } from "./execute";
+import type { DispatchMessage, Outcome, ShardApi } from "../shard/contract";
+import { shardStub } from "../stubs";
+import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 
 const REPORT_TRIES = 3;
 
@@ -12,14 +12,16 @@ const REPORT_TRIES = 3;
  * (leases).
  */
 export async function consumeDispatches(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
-  await Promise.all([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, shard, messages)));
+  // Read before anything is claimed: a misconfigured Worker then leaves every dispatch to the Queue's retries.
+  const context = executeContext(env);
+  await Promise.all([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, context, shard, messages)));
 }
 
 function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string, Message<DispatchMessage>[]> {
   return Map.groupBy(messages, (m) => m.body.shard);
 }
 
-async function runShardGroup(env: Env, shard: string, messages: Message<DispatchMessage>[]): Promise<void> {
+async function runShardGroup(env: Env, context: ExecuteContext, shard: string, messages: Message<DispatchMessage>[]): Promise<void> {
   const stub = shardStub(env, shard);
   let claims;
   try {
@@ -31,7 +33,6 @@ async function runShardGroup(env: Env, shard: string, messages: Message<Dispatch
     for (const m of messages) m.retry();
     return;
   }
-  const context = executeContext(env);
   const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c, context)] : [])));
   failpoint("consumer.beforeReport", shard);
   if (outcomes.length > 0) await reportOutcomes(stub, shard, outcomes);
@@ -55,7 +56,7 @@ export async function consumeDeadLetters(batch: MessageBatch<DispatchMessage>, e
  * Reports are retried a few times here; if the shard stays unreachable the attempts' leases
  * expire and the shard retries them, so an outcome can be lost but never recorded twice.
  */
-async function reportOutcomes(stub: ReturnType<typeof shardStub>, shard: string, outcomes: Outcome[]): Promise<void> {
+async function reportOutcomes(stub: ShardApi, shard: string, outcomes: Outcome[]): Promise<void> {
   for (let tries = 1; ; tries++) {
     try {
       await stub.report(outcomes);

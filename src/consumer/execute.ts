@@ -1,6 +1,6 @@
-import type { Env } from "../env";
+import { config } from "../config";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
-import { allowPrivateTargets, type TargetPolicy, targetRefusal } from "../security/target-guard";
+import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/contract";
 
@@ -22,11 +22,12 @@ export interface ExecuteContext {
 }
 
 export function executeContext(env: Env): ExecuteContext {
+  const { publicUrl, allowPrivateTargets } = config(env);
   return {
-    publicUrl: env.PUBLIC_URL,
+    publicUrl,
     encryptionKeys: env.ENCRYPTION_KEYS,
     signingSecret: env.SIGNING_SECRET,
-    policy: { allowPrivate: allowPrivateTargets(env.ALLOW_PRIVATE_TARGETS) },
+    policy: { allowPrivate: allowPrivateTargets },
   };
 }
 

@@ -1,5 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import { type Env, shardStub } from "../env";
+import { shardStub } from "../stubs";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,

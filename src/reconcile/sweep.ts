@@ -1,8 +1,8 @@
 import { getJobsByIds, jobsWithUnsealedTargets, replaceSpec, shardEntries, shardsInUse, toDefinition } from "../catalog/jobs";
 import { tenantsOfShard } from "../catalog/tenants";
-import { type Env, shardStub } from "../env";
 import type { Target } from "../model/job";
 import { sealTarget } from "../security/targets";
+import { shardStub } from "../stubs";
 
 /** D1's bound-parameter limit is 100 per statement; pages stay under it. */
 const PAGE = 90;

@@ -73,11 +73,6 @@ export function targetRefusal(url: string, policy: TargetPolicy): string | null 
   return nameRefusal(name, host, policy);
 }
 
-/** Reads ALLOW_PRIVATE_TARGETS: only an explicit yes turns the guard's private checks off. */
-export function allowPrivateTargets(flag: string | undefined): boolean {
-  return ["true", "1", "yes", "on"].includes((flag ?? "").trim().toLowerCase());
-}
-
 function ipv4Refusal(address: ipaddr.IPv4, shown: string, policy: TargetPolicy): string | null {
   if (METADATA_ADDRESSES.has(address.toString())) return METADATA_REFUSAL;
   const range = address.range();

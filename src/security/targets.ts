@@ -1,4 +1,4 @@
-import { Misconfigured } from "../env";
+import { Misconfigured } from "../config";
 import type { StoredTarget, Target, TargetSecrets, TargetView } from "../model/job";
 import { type KeyRing, loadKeyRing, open, seal } from "./sealing";
 

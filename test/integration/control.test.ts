@@ -1,7 +1,6 @@
 import { createExecutionContext, createScheduledController, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { insertJob } from "../../src/catalog/jobs";
-import type { Env } from "../../src/env";
 import worker from "../../src/index";
 import { DEFAULT_TENANT, newJobId, shardFor } from "../../src/model/ids";
 import { CreateJobSchema, type Job } from "../../src/model/job";

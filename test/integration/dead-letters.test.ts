@@ -1,6 +1,5 @@
 import { createExecutionContext, createMessageBatch, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { Env } from "../../src/env";
 import { armFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import type { Run } from "../../src/model/run";

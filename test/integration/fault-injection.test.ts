@@ -9,7 +9,6 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import type { Env } from "../../src/env";
 import { armFault, disarmFaults, type FaultPoint, faultCounts } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { percentile } from "../../src/api/metrics";
+import { percentile } from "../../src/app/metrics";
 import { api, createJob, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
 
 describe("GET /v1/metrics", () => {

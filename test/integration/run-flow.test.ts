@@ -7,7 +7,6 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { Env } from "../../src/env";
 import worker from "../../src/index";
 import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";

@@ -1,9 +1,9 @@
 import type { D1Migration } from "cloudflare:test";
-import type { Env as WorkerEnv } from "../../src/env";
 
+/** Bindings only the test projects add (vitest.config.ts); the Worker's own are generated. */
 declare global {
   namespace Cloudflare {
-    interface Env extends WorkerEnv {
+    interface Env {
       TEST_MIGRATIONS: D1Migration[];
       RECEIVER_URL: string;
     }

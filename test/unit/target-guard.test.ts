@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { allowPrivateTargets, targetRefusal } from "../../src/security/target-guard";
+import { targetRefusal } from "../../src/security/target-guard";
 
 const METADATA = "cloud metadata endpoints are never allowed";
 const NOT_URL = "must be an absolute http or https URL";
@@ -183,26 +183,5 @@ describe("targetRefusal", () => {
         expect(targetRefusal(`http://0${n.toString(8)}/`, { allowPrivate })).toBe(plain);
       }),
     );
-  });
-});
-
-describe("allowPrivateTargets", () => {
-  it.each([
-    ["true", true],
-    ["TRUE", true],
-    ["1", true],
-    ["yes", true],
-    ["Yes", true],
-    ["on", true],
-    [" on ", true],
-    ["false", false],
-    ["0", false],
-    ["no", false],
-    ["off", false],
-    ["", false],
-    ["enabled", false],
-    [undefined, false],
-  ] as const)("%j → %s", (flag, expected) => {
-    expect(allowPrivateTargets(flag)).toBe(expected);
   });
 });

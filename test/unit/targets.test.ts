@@ -1,6 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { Misconfigured } from "../../src/env";
+import { Misconfigured } from "../../src/config";
 import type { StoredTarget } from "../../src/model/job";
 import { headerNamesOf, openTarget, sealTarget, viewTarget } from "../../src/security/targets";
 

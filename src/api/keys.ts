@@ -1,0 +1,80 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { addKey, listKeys, revokeKey } from "../app/keys";
+import type { ApiKeyRow } from "../catalog/tenants";
+import type { AppEnv } from "./context";
+import { bearer, errors, json, tenantParam } from "./route-parts";
+import { validationHook } from "./validation";
+
+/** API keys: add one, move clients over, revoke the old one. */
+export const keys = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+const KeySchema = z
+  .object({
+    id: z.string().openapi({ example: "key_0123456789abcdefghij" }),
+    prefix: z.string().openapi({ description: "The key's first characters, to recognise it." }),
+    createdAt: z.string(),
+    revokedAt: z.string().nullable(),
+  })
+  .openapi("ApiKey");
+
+const NewKeySchema = KeySchema.extend({
+  apiKey: z.string().openapi({ description: "Shown once: only its hash is stored." }),
+}).openapi("NewApiKey");
+
+const presentKey = (k: ApiKeyRow) => ({
+  id: k.id,
+  prefix: k.prefix,
+  createdAt: new Date(k.createdAt).toISOString(),
+  revokedAt: k.revokedAt === null ? null : new Date(k.revokedAt).toISOString(),
+});
+
+keys.openapi(
+  createRoute({
+    method: "post",
+    path: "/tenants/{id}/keys",
+    summary: "Add an API key (the admin, or the tenant itself)",
+    security: bearer,
+    request: { params: tenantParam },
+    responses: { 201: json(NewKeySchema, "the key; shown this once"), ...errors(404) },
+  }),
+  async (c) => {
+    const { row, key } = await addKey(c.env, c.var.caller, c.req.valid("param").id);
+    return c.json({ ...presentKey(row), apiKey: key.apiKey }, 201);
+  },
+);
+
+keys.openapi(
+  createRoute({
+    method: "get",
+    path: "/tenants/{id}/keys",
+    summary: "List a tenant's API keys, revoked ones included (never the keys themselves)",
+    security: bearer,
+    request: { params: tenantParam },
+    responses: { 200: json(z.object({ items: z.array(KeySchema) }), "the keys"), ...errors(404) },
+  }),
+  async (c) => c.json({ items: (await listKeys(c.env, c.var.caller, c.req.valid("param").id)).map(presentKey) }, 200),
+);
+
+keys.openapi(
+  createRoute({
+    method: "delete",
+    path: "/tenants/{id}/keys/{keyId}",
+    summary: "Revoke an API key: it stops working at once",
+    description: "A tenant may not revoke its own last live key (it would lock itself out); the admin may.",
+    security: bearer,
+    request: {
+      params: tenantParam.extend({
+        keyId: z
+          .string()
+          .max(100)
+          .openapi({ param: { name: "keyId", in: "path" } }),
+      }),
+    },
+    responses: { 200: json(z.object({ id: z.string(), revoked: z.literal(true) }), "revoked"), ...errors(404, 409) },
+  }),
+  async (c) => {
+    const { id, keyId } = c.req.valid("param");
+    await revokeKey(c.env, c.var.caller, id, keyId);
+    return c.json({ id: keyId, revoked: true as const }, 200);
+  },
+);

@@ -1,0 +1,40 @@
+import { notFound } from "../api/errors";
+import { type Tenant, updateTenant } from "../catalog/tenants";
+import { Misconfigured } from "../config";
+import { DEFAULT_TENANT } from "../model/ids";
+import { signingSecrets } from "../security/signing";
+import { type Caller, scopeOf } from "./caller";
+import { loadTenant, pushSettings } from "./tenants";
+
+export interface SigningKeys {
+  tenantId: string;
+  current: string;
+  next: string;
+}
+
+/** The tenant a signing-keys call is about: the caller's own, or for the admin the one named. */
+async function signingTenant(env: Env, caller: Caller, named: string | undefined): Promise<Tenant> {
+  const own = scopeOf(caller);
+  if (own !== null && named !== undefined && named !== own) throw notFound("tenant", named);
+  return loadTenant(env, caller, own ?? named ?? DEFAULT_TENANT);
+}
+
+async function keysOf(env: Env, tenant: Tenant): Promise<SigningKeys> {
+  const { current, next } = await signingSecrets(env.SIGNING_SECRET, tenant.id, tenant.signingGeneration).catch((err: Error) => {
+    throw new Misconfigured(err.message);
+  });
+  return { tenantId: tenant.id, current, next };
+}
+
+export async function signingKeys(env: Env, caller: Caller, named: string | undefined): Promise<SigningKeys> {
+  return keysOf(env, await signingTenant(env, caller, named));
+}
+
+/** Next becomes current and a new next appears; shards sign with the new pair from now on. */
+export async function rotateSigning(env: Env, caller: Caller, named: string | undefined): Promise<SigningKeys> {
+  const before = await signingTenant(env, caller, named);
+  const tenant = await updateTenant(env.DB, before.id, { rotateSigning: true });
+  if (!tenant) throw notFound("tenant", before.id);
+  await pushSettings(env, tenant);
+  return keysOf(env, tenant);
+}

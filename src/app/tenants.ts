@@ -1,0 +1,92 @@
+import { ApiError, notFound } from "../api/errors";
+import { shardsInUse } from "../catalog/jobs";
+import {
+  getTenant,
+  hashKey,
+  insertTenant,
+  listTenants as listCatalogTenants,
+  settingsOf,
+  type Tenant,
+  type TenantLimits,
+  updateTenant,
+} from "../catalog/tenants";
+import { newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
+import { shardStub } from "../stubs";
+import { type Caller, ownsTenant } from "./caller";
+import { type Page, paged, tenantCursor } from "./pagination";
+
+/** A new tenant's limits unless given: generous, but a runaway client cannot take the whole system. */
+const DEFAULT_LIMITS = { maxJobs: 10_000, maxRunsInFlight: 1_000, requestsPerSecond: 100 };
+
+/** Limits as a request gives them: absent keeps the current (or default) value, null means no limit. */
+export type LimitsChange = Partial<TenantLimits>;
+
+export function requireAdmin(caller: Caller): void {
+  if (!caller.admin) throw new ApiError(403, "forbidden", "only the admin token may do this");
+}
+
+/** A tenant the caller may see (itself, or any for the admin), or 404 exactly as for an unknown id. */
+export async function loadTenant(env: Env, caller: Caller, id: string): Promise<Tenant> {
+  const tenant = TENANT_ID.test(id) && ownsTenant(caller, id) ? await getTenant(env.DB, id) : null;
+  if (!tenant) throw notFound("tenant", id);
+  return tenant;
+}
+
+export interface MintedKey {
+  id: string;
+  /** Shown once: only its hash is stored. */
+  apiKey: string;
+  hash: string;
+  prefix: string;
+}
+
+export async function mintKey(): Promise<MintedKey> {
+  const apiKey = newApiKey();
+  return { id: newKeyId(), apiKey, hash: await hashKey(apiKey), prefix: apiKey.slice(0, 7) };
+}
+
+/** A tenant and its first API key (admin only). */
+export async function createTenant(
+  env: Env,
+  caller: Caller,
+  input: { name?: string | undefined; limits?: LimitsChange | undefined },
+): Promise<{ tenant: Tenant; key: MintedKey }> {
+  requireAdmin(caller);
+  const tenant: Tenant = {
+    id: newTenantId(),
+    name: input.name ?? null,
+    limits: { ...DEFAULT_LIMITS, ...input.limits },
+    signingGeneration: 1,
+    version: 1,
+    createdAt: Date.now(),
+  };
+  const key = await mintKey();
+  await insertTenant(env.DB, tenant, key);
+  return { tenant, key };
+}
+
+export async function listTenants(env: Env, caller: Caller, query: { limit: number; cursor?: string }): Promise<Page<Tenant>> {
+  requireAdmin(caller);
+  return paged(tenantCursor, query, (limit, after) => listCatalogTenants(env.DB, limit, after));
+}
+
+export async function changeLimits(env: Env, caller: Caller, id: string, limits: LimitsChange): Promise<Tenant> {
+  requireAdmin(caller);
+  await loadTenant(env, caller, id);
+  const tenant = await updateTenant(env.DB, id, { limits });
+  if (!tenant) throw notFound("tenant", id);
+  await pushSettings(env, tenant);
+  return tenant;
+}
+
+/**
+ * Hands a tenant's new settings to every shard holding its jobs. A shard that cannot be
+ * reached now gets them from the next sweep; signatures stay verifiable meanwhile, because
+ * every request is signed with the current and the next secret.
+ */
+export async function pushSettings(env: Env, tenant: Tenant): Promise<void> {
+  const shards = await shardsInUse(env.DB, tenant.id);
+  const results = await Promise.allSettled(shards.map((s) => shardStub(env, s).applyTenants([settingsOf(tenant)])));
+  const failed = results.filter((r) => r.status === "rejected").length;
+  if (failed > 0) console.error(`tenant ${tenant.id}: ${failed} of ${shards.length} shards did not take its new settings; the sweep will`);
+}

@@ -1,0 +1,64 @@
+import { z } from "zod";
+
+/** A required secret or setting is missing or malformed: the operator's to fix, not the client's. */
+export class Misconfigured extends Error {}
+
+/** The Worker's plain settings (wrangler.toml [vars]), parsed. Secrets are parsed where they are used (src/security). */
+export interface Config {
+  /** Jobs are spread over this many shards; a job records its shard, so raising it moves none. */
+  readonly shardCount: number;
+  /** How long a dispatched run may wait for a consumer before its shard sends it again. */
+  readonly claimTimeoutMs: number;
+  /** This Worker's public base URL, when known: targets then get X-Edgecron-Complete-Url. */
+  readonly publicUrl: string | undefined;
+  /** Targets may be loopback or private addresses: local development only. */
+  readonly allowPrivateTargets: boolean;
+}
+
+const DEFAULT_CLAIM_TIMEOUT_MS = 60_000;
+
+const positiveInteger = z
+  .string({ error: (issue) => (issue.input === undefined ? "is not set; it must be a positive integer" : "must be a string") })
+  .regex(/^[1-9][0-9]{0,14}$/, "must be a positive integer")
+  .transform(Number);
+
+/** An optional var may be absent or empty (wrangler.toml lists every var, empty when unset). */
+const optional = <T extends z.ZodType>(schema: T) =>
+  z.preprocess((value) => (value === "" ? undefined : value), schema.optional()) as unknown as z.ZodOptional<T>;
+
+const VarsSchema = z.object({
+  SHARD_COUNT: positiveInteger,
+  CLAIM_TIMEOUT_MS: optional(positiveInteger),
+  PUBLIC_URL: optional(z.url({ protocol: /^https?$/, error: "must be an http or https URL" })),
+  ALLOW_PRIVATE_TARGETS: optional(z.enum(["true", "false"], 'must be "true" or "false"')),
+});
+
+const parsed = new WeakMap<object, Config>();
+
+/**
+ * The settings of this environment, checked once per env object (the runtime hands every
+ * request of an isolate the same one). Throws Misconfigured naming each bad variable; the API
+ * answers that with a 500 that says so, rather than scheduling with a wrong value.
+ */
+export function config(env: Env): Config {
+  let found = parsed.get(env);
+  if (!found) {
+    found = parseConfig(env);
+    parsed.set(env, found);
+  }
+  return found;
+}
+
+export function parseConfig(vars: Partial<Record<keyof typeof VarsSchema.shape, string>>): Config {
+  const result = VarsSchema.safeParse(vars);
+  if (!result.success) {
+    throw new Misconfigured(result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`).join("; "));
+  }
+  const v = result.data;
+  return Object.freeze({
+    shardCount: v.SHARD_COUNT,
+    claimTimeoutMs: v.CLAIM_TIMEOUT_MS ?? DEFAULT_CLAIM_TIMEOUT_MS,
+    publicUrl: v.PUBLIC_URL,
+    allowPrivateTargets: v.ALLOW_PRIVATE_TARGETS === "true",
+  });
+}

@@ -1,0 +1,13 @@
+import type { ShardApi } from "./shard/contract";
+
+/**
+ * How the Worker reaches its Durable Objects, by name. A shard is typed by its contract, not
+ * its class, so callers depend on what a shard promises and never on how it keeps it.
+ */
+export function shardStub(env: Env, shard: string): ShardApi {
+  return env.SHARD.get(env.SHARD.idFromName(shard));
+}
+
+export function gateStub(env: Env, tenantId: string) {
+  return env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenantId));
+}
