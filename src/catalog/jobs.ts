@@ -1,5 +1,6 @@
 import type { JobSpec } from "../model/job";
 import type { JobDefinition } from "../shard/contract";
+import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
 
 /** The catalog in D1: job definitions as accepted. Nothing here is on the fire → record path. */
@@ -152,14 +153,17 @@ export async function shardEntries(
 }
 
 export async function getJobsByIds(db: D1Database, ids: string[]): Promise<CatalogJob[]> {
-  if (ids.length === 0) return [];
-  const { results } = await guard("read", () =>
-    db
-      .prepare(`SELECT * FROM jobs WHERE id IN (${ids.map(() => "?").join(",")})`)
-      .bind(...ids)
-      .all<Row>(),
+  const pages = await Promise.all(
+    chunksForStatement(ids).map((chunk) =>
+      guard("read", () =>
+        db
+          .prepare(`SELECT * FROM jobs WHERE id IN (${placeholders(chunk.length)})`)
+          .bind(...chunk)
+          .all<Row>(),
+      ),
+    ),
   );
-  return results.map(toJob);
+  return pages.flatMap((page) => page.results.map(toJob));
 }
 
 /** Jobs, deleted ones included, whose target was stored before targets were sealed. */

@@ -1,5 +1,5 @@
 import { failpoint } from "../faults";
-import type { DispatchMessage, Outcome, ShardApi } from "../shard/contract";
+import type { ClaimResult, DispatchMessage, Outcome, ShardApi } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 
@@ -23,7 +23,7 @@ function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string
 
 async function runShardGroup(env: Env, context: ExecuteContext, shard: string, messages: Message<DispatchMessage>[]): Promise<void> {
   const stub = shardStub(env, shard);
-  let claims;
+  let claims: ClaimResult[];
   try {
     failpoint("consumer.beforeClaim", shard);
     claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));

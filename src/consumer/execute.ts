@@ -133,7 +133,9 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
 
 async function describe(base: { runId: string; fence: number }, response: Response): Promise<Outcome> {
   const ok = response.status >= 200 && response.status < 300;
-  const text = ok ? (await response.body?.cancel(), "") : await response.text();
+  // A success's body is not kept: cancelling it frees the connection at once.
+  if (ok) await response.body?.cancel();
+  const text = ok ? "" : await response.text();
   return {
     ...base,
     ok,

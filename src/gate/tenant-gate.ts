@@ -1,4 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
+import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
 
 /**
@@ -48,9 +49,8 @@ export class TenantGate extends DurableObject<Env> {
       // Statements scale with what is granted, not with what is asked: a shard may ask for
       // thousands while only a few permits are free.
       const held = new Set<string>();
-      for (let i = 0; i < permits.length; i += 90) {
-        const chunk = permits.slice(i, i + 90);
-        const rows = this.sql.exec(`SELECT permit FROM permits WHERE permit IN (${chunk.map(() => "?").join(",")})`, ...chunk).toArray();
+      for (const chunk of chunksForStatement(permits)) {
+        const rows = this.sql.exec(`SELECT permit FROM permits WHERE permit IN (${placeholders(chunk.length)})`, ...chunk).toArray();
         for (const row of rows) held.add(row.permit as string);
       }
       let free = limit - (this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number);

@@ -2,10 +2,11 @@ import { getJobsByIds, jobsWithUnsealedTargets, replaceSpec, shardEntries, shard
 import { tenantsOfShard } from "../catalog/tenants";
 import type { Target } from "../model/job";
 import { sealTarget } from "../security/targets";
+import { MAX_BOUND_PARAMETERS } from "../sql";
 import { shardStub } from "../stubs";
 
-/** D1's bound-parameter limit is 100 per statement; pages stay under it. */
-const PAGE = 90;
+/** Catalog entries compared per shard call: a page's stale ids are read back in one statement. */
+const PAGE = MAX_BOUND_PARAMETERS;
 
 export interface SweepReport {
   shards: number;

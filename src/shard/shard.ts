@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
-import { type Env, gateStub } from "../env";
+import { config } from "../config";
 import { failpoint } from "../faults";
+import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
 import { Completions } from "./completion";
 import {
@@ -27,8 +28,6 @@ import { migrateShard } from "./migrations";
 import { DEAD_LETTER_STATES } from "./run-states";
 import { ShardStore } from "./store";
 import { Views } from "./views";
-
-const DEFAULT_CLAIM_TIMEOUT_MS = 60_000;
 
 /**
  * One shard: the single writer of its jobs' runtime state (docs/architecture.md, invariant 1).
@@ -58,7 +57,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     // One transaction: a shard an earlier release created is upgraded all at once or not at all.
     ctx.storage.transactionSync(() => migrateShard(sql));
     const name = () => this.name;
-    const claimTimeoutMs = () => Number(this.env.CLAIM_TIMEOUT_MS ?? DEFAULT_CLAIM_TIMEOUT_MS);
+    const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
     const gate = (tenantId: string) => gateStub(this.env, tenantId);
     this.store = new ShardStore(sql);
     this.dispatcher = new Dispatcher(this.store, env.RUNS, gate, name);
