@@ -74,7 +74,18 @@ const dev = spawn(
     ...persist,
     ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ],
-  { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, WRANGLER_REGISTRY_PATH: registry } },
+  {
+    stdio: ["ignore", "inherit", "inherit"],
+    // wrangler.toml lists the required secrets; wrangler looks for them in its environment and
+    // warns when they are missing there, even when --var supplies them.
+    env: {
+      ...process.env,
+      WRANGLER_REGISTRY_PATH: registry,
+      API_TOKEN: vars.API_TOKEN,
+      ENCRYPTION_KEYS: vars.ENCRYPTION_KEYS,
+      SIGNING_SECRET: vars.SIGNING_SECRET,
+    },
+  },
 );
 
 let sweeper;
