@@ -1,9 +1,9 @@
 import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { underFlowControl } from "./admission";
-import { type Dispatch, LEASE_GRACE_MS, type Outcome, type RunRow } from "./contract";
+import { type Answer, type Dispatch, done, LEASE_GRACE_MS, type Outcome, type RunRow, refuse } from "./contract";
 import type { NewRun, ShardJob } from "./rows";
-import { afterFailure, classifyStatus, type FailureKind } from "./run-states";
+import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import type { ShardStore } from "./store";
 
 /** The job's timeout when its row is gone (job rows outlive deletion, so this is a fallback only). */
@@ -129,9 +129,13 @@ export class RunLedger {
     this.store.removeOutboxOfRun(run.id);
   }
 
-  /** A dead or failed run gets a fresh set of attempts. */
-  revive(run: RunRow, now: number): void {
+  /** A dead or failed run of a live job gets a fresh set of attempts. */
+  revive(runId: string, now: number): Answer<RunRow, "unknown_run" | "not_retryable"> {
+    const run = this.store.getRun(runId);
+    if (!run) return refuse("unknown_run");
+    if (stoppedReason(this.store.getJob(run.jobId)) || !DEAD_LETTER_STATES.includes(run.state)) return refuse("not_retryable");
     this.sendOn(run, "revive", { attempt: 1, fence: run.fence + 1, finishedAt: null, status: null, error: null }, now);
+    return done(run);
   }
 
   /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */

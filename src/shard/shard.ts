@@ -23,9 +23,8 @@ import {
 } from "./contract";
 import { Dispatcher } from "./dispatch";
 import { Firing } from "./firing";
-import { RunLedger, stoppedReason } from "./ledger";
+import { RunLedger } from "./ledger";
 import { migrateShard } from "./migrations";
-import { DEAD_LETTER_STATES } from "./run-states";
 import { ShardStore } from "./store";
 import { Views } from "./views";
 
@@ -163,15 +162,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   /** Gives a dead or failed run of a live job a fresh set of attempts. */
   async retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">> {
-    const answer = this.change((now): Answer<null, "unknown_run" | "not_retryable"> => {
-      const run = this.store.getRun(runId);
-      if (!run) return { ok: false, refusal: "unknown_run" };
-      if (stoppedReason(this.store.getJob(run.jobId)) || !DEAD_LETTER_STATES.includes(run.state)) {
-        return { ok: false, refusal: "not_retryable" };
-      }
-      this.ledger.revive(run, now);
-      return done(null);
-    });
+    const answer = this.change((now) => this.ledger.revive(runId, now));
     if (!answer.ok) return answer;
     await this.settle();
     return done(this.views.run(runId)!);
