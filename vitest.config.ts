@@ -52,6 +52,8 @@ export default defineConfig({
     projects: [
       workerdProject("workers", ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"], true),
       workerdProject("strict", ["test/strict/**/*.test.ts"], false),
+      // Not part of npm test: `npm run bench:history` (figures, no assertion on time).
+      workerdProject("bench-history", ["bench/history/**/*.test.ts"], true),
       {
         test: {
           name: "e2e",

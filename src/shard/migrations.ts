@@ -118,6 +118,14 @@ CREATE TABLE tenants (
 -- Permits to give back to tenant gates: an outbox too, written with the run's change.
 CREATE TABLE permit_releases (permit TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);`,
   },
+  {
+    version: 3,
+    name: "a job's open runs indexed apart from its history",
+    // Overlap, maxConcurrency, pause and the wake-up of waiting runs ask for one job's runs
+    // that have not ended; through runs_by_job they read every run the job ever had.
+    sql: `
+CREATE INDEX runs_open ON runs (job_id) WHERE state IN ('waiting', 'queued', 'running', 'retry_wait', 'buffered');`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

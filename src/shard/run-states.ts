@@ -88,6 +88,12 @@ export const AWAITING_CLAIM_STATES: readonly RunState[] = ["queued"];
 export const LEASED_STATES: readonly RunState[] = ["running"];
 /** overlap buffer_one: waits for the job's unfinished run to end. */
 export const BUFFERED_STATES: readonly RunState[] = ["buffered"];
+/**
+ * Not final: unfinished or buffered. A job's open runs are what its per-job queries look at
+ * (overlap, maxConcurrency, pause, a run ending); the partial index `runs_open` holds exactly
+ * these, so those queries never read a job's history. A query names this group to use it.
+ */
+export const OPEN_STATES: readonly RunState[] = ["waiting", "queued", "running", "retry_wait", "buffered"];
 
 /** The state `event` leads to from `from`, or null when the table has no such transition. */
 export function transition(from: RunState, event: RunEvent): RunState | null {

@@ -2,9 +2,20 @@ import { chunksForStatement, placeholders } from "../sql";
 import { LIVE_ATTEMPT_OUTCOMES, outcomeSqlList } from "./attempt-states";
 import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
 import { type NewRun, type Row, type ShardJob, toAttempt, toJob, toRun } from "./rows";
-import { DEAD_LETTER_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
+import {
+  DEAD_LETTER_STATES,
+  IN_FLIGHT_STATES,
+  OPEN_STATES,
+  PENDING_STATES,
+  type RunEvent,
+  sqlList,
+  transition,
+  UNFINISHED_STATES,
+} from "./run-states";
 
 /** Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle). */
+/** Every per-job query over runs names OPEN as well, so that SQLite reads the `runs_open` index, not the job's history. */
+const OPEN = sqlList(OPEN_STATES);
 const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
@@ -120,12 +131,17 @@ export class ShardStore {
     return true;
   }
 
-  /** A job's runs that have not ended: the ones an overlap policy looks at. */
+  /**
+   * A job's runs that have not ended, oldest fire first: the ones an overlap policy looks at.
+   * Sorted here, not by SQL: an ORDER BY would lead SQLite to runs_by_job, through the job's
+   * whole history, instead of the few rows in runs_open.
+   */
   unfinishedRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${UNFINISHED}) ORDER BY scheduled_at`, jobId)
+      .exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${OPEN}) AND state IN (${UNFINISHED})`, jobId)
       .toArray()
-      .map(toRun);
+      .map(toRun)
+      .sort((a, b) => a.scheduledAt - b.scheduledAt);
   }
 
   bufferedRuns(jobId?: string): RunRow[] {
@@ -159,7 +175,8 @@ export class ShardStore {
 
   /** A job's runs dispatched or running: what its maxConcurrency counts. */
   inFlightCount(jobId: string): number {
-    return this.sql.exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state IN (${IN_FLIGHT})`, jobId).one().n as number;
+    return this.sql.exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state IN (${OPEN}) AND state IN (${IN_FLIGHT})`, jobId).one()
+      .n as number;
   }
 
   /** When a waiting run is looked at again by the alarm (null: when one of its job's runs ends). */
@@ -221,7 +238,10 @@ export class ShardStore {
 
   /** Runs of a job that have not started an attempt yet or wait for their next one. */
   pendingRuns(jobId: string): RunRow[] {
-    return this.sql.exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${PENDING})`, jobId).toArray().map(toRun);
+    return this.sql
+      .exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${OPEN}) AND state IN (${PENDING})`, jobId)
+      .toArray()
+      .map(toRun);
   }
 
   listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunRow[] {
@@ -264,7 +284,11 @@ export class ShardStore {
         );
         next.permit = null;
       }
-      this.sql.exec("UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND state = 'waiting' AND due_at > ?1", Date.now(), run.jobId);
+      this.sql.exec(
+        `UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND state IN (${OPEN}) AND state = 'waiting' AND due_at > ?1`,
+        Date.now(),
+        run.jobId,
+      );
     }
     this.sql.exec(
       `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,

@@ -1,0 +1,96 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { expect, it } from "vitest";
+import type { JobSpec } from "../../src/model/job";
+import type { Outcome } from "../../src/shard/contract";
+import type { Shard } from "../../src/shard/shard";
+
+/**
+ * `npm run bench:history`: what one claim and one report of 100 runs cost in time on an empty
+ * shard and on one holding a million finished runs of the same job (and their attempts). The
+ * hot path reads what it returns, never the history, so the two should be close. Figures only:
+ * the machine is shared, so nothing here asserts a duration.
+ */
+
+const BATCH = 100;
+const ROUNDS = 7;
+const HISTORY = Number(process.env.BENCH_HISTORY_RUNS ?? 1_000_000);
+
+const spec = {
+  schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+  target: { url: "http://127.0.0.1:9/never", method: "POST", headerNames: [] },
+  timeoutMs: 30_000,
+  retry: { maxAttempts: 3, backoff: { initialMs: 1_000, maxMs: 300_000, factor: 2 }, jitter: "full" },
+} as unknown as JobSpec;
+
+async function measure(history: number): Promise<{ claimMs: number[]; reportMs: number[]; seedMs: number }> {
+  const name = `history-bench-${crypto.randomUUID()}`;
+  const stub = env.SHARD.get(env.SHARD.idFromName(name));
+  const jobId = "job_bench";
+  await stub.applyJobs([{ id: jobId, tenantId: "default", version: 1, spec, paused: false, deleted: false, createdAt: Date.now() }]);
+  const seedMs = await runInDurableObject(stub, (_s: Shard, state) => {
+    const started = Date.now();
+    const sql = state.storage.sql;
+    if (history > 0) {
+      sql.exec(
+        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+         INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, created_at, started_at, finished_at, status)
+         SELECT 'run_old_' || i, ?1, 1, 'schedule', i * 60000, 'succeeded', 1, 1, i * 60000, i * 60000 + 5, i * 60000 + 50, 200 FROM n`,
+        jobId,
+        history,
+      );
+      sql.exec(
+        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token)
+         SELECT 'run_old_' || i, 1, 1, i * 60000 + 5, i * 60000 + 50, 'succeeded', 200, 'token' FROM n`,
+        history,
+      );
+    }
+    return Date.now() - started;
+  });
+  const claimMs: number[] = [];
+  const reportMs: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const ids = Array.from({ length: BATCH }, (_, i) => `run_bench_${round}_${i}`);
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      const now = Date.now();
+      for (const id of ids) {
+        state.storage.sql.exec(
+          `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at)
+           VALUES (?, ?, 1, 'manual', ?, 'queued', 1, 1, ?, ?)`,
+          id,
+          jobId,
+          now,
+          now + 60_000,
+          now,
+        );
+      }
+    });
+    let t = performance.now();
+    const claims = await stub.claim(ids.map((runId) => ({ runId, fence: 1 })));
+    claimMs.push(performance.now() - t);
+    expect(claims.every((c) => c.result === "claimed")).toBe(true);
+    const outcomes: Outcome[] = ids.map((runId) => ({ runId, fence: 1, ok: true, status: 200, error: null }));
+    t = performance.now();
+    const recorded = await stub.report(outcomes);
+    reportMs.push(performance.now() - t);
+    expect(recorded.every((r) => r === "recorded")).toBe(true);
+  }
+  return { claimMs, reportMs, seedMs };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+it(`claim + report of ${BATCH} runs: empty shard vs ${HISTORY.toLocaleString("en")} finished runs`, async () => {
+  const empty = await measure(0);
+  const full = await measure(HISTORY);
+  const summary = {
+    batch: BATCH,
+    rounds: ROUNDS,
+    history: HISTORY,
+    seedMs: full.seedMs,
+    emptyMs: { claim: median(empty.claimMs), report: median(empty.reportMs), total: median(empty.claimMs) + median(empty.reportMs) },
+    historyMs: { claim: median(full.claimMs), report: median(full.reportMs), total: median(full.claimMs) + median(full.reportMs) },
+  };
+  console.log(`history bench: ${JSON.stringify(summary)}`);
+  expect(summary.historyMs.total).toBeGreaterThan(0);
+}, 600_000);

@@ -1,0 +1,160 @@
+import { runInDurableObject, SELF } from "cloudflare:test";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Job } from "../../src/model/job";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
+
+/**
+ * The shard's cost per call must not grow with its history (a minute job holds ~525,000 runs
+ * after a year). A shard seeded with a long history is driven through every hot-path call —
+ * create, trigger, the alarm, admission, claim, report, 202 completion and heartbeat, retry,
+ * pause and resume — by the real API, queue consumer and receiver. Every statement the shard
+ * executes meanwhile is recorded (a spy on its own SQL handle), then each is asked for its
+ * query plan with the same parameters: none may scan runs, attempts or jobs.
+ */
+
+const HISTORY_RUNS = 200_000;
+const OTHER_JOBS = 20_000;
+
+/**
+ * Partial indexes that hold only runs that have not ended: walking one whole is proportional
+ * to the work in hand, never to history. (runs_dead_letters, also partial, holds history.)
+ */
+const OPEN_RUN_INDEXES = ["runs_open", "runs_due", "runs_waiting", "runs_buffered"];
+
+/**
+ * A plan step that reads history: a walk of all of runs, attempts or jobs (the table, or an
+ * index over all its rows), or a search of one job's runs through runs_by_job, which holds
+ * every run the job ever had. Only a page (a query with LIMIT) may read that index: its work is
+ * bounded by the page.
+ */
+function readsHistory(query: string, step: string): boolean {
+  const scan = /^SCAN (runs|attempts|jobs)\b(?: USING (?:COVERING )?INDEX (\w+))?/.exec(step);
+  if (scan) return !(scan[2] !== undefined && OPEN_RUN_INDEXES.includes(scan[2]));
+  return /^SEARCH runs USING (COVERING )?INDEX runs_by_job\b/.test(step) && !/\bLIMIT\b/i.test(query);
+}
+
+interface Executed {
+  query: string;
+  bindings: SqlStorageValue[];
+}
+
+const executed: Executed[] = [];
+let job: Job;
+let stopSpying: (() => Promise<void>) | undefined;
+
+/** Finished runs, their attempts and other jobs, written in bulk straight into the shard. */
+function seedHistory(sql: SqlStorage, jobId: string): void {
+  sql.exec(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+     INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at, finished_at, status, error)
+     SELECT 'run_history_' || i, ?1, 1, 'schedule', i * 60000, CASE WHEN i % 10 = 0 THEN 'dead' ELSE 'succeeded' END, 1, 1, NULL,
+       i * 60000, i * 60000 + 5, i * 60000 + 50, CASE WHEN i % 10 = 0 THEN 503 ELSE 200 END, NULL FROM n`,
+    jobId,
+    HISTORY_RUNS,
+  );
+  sql.exec(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+     INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token)
+     SELECT 'run_history_' || i, 1, 1, i * 60000 + 5, i * 60000 + 50, 'succeeded', 200, 'token' FROM n`,
+    HISTORY_RUNS,
+  );
+  sql.exec(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+     INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, fires)
+     SELECT 'job_other_' || i, 'default', 1, '{}', 0, i % 2, 1, NULL, NULL, 1 FROM n`,
+    OTHER_JOBS,
+  );
+}
+
+function callback(runId: string, action: "complete" | "heartbeat", body: unknown): Promise<Response> {
+  return SELF.fetch(`https://edgecron.test/v1/runs/${runId}/${action}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+async function patch(fields: Record<string, unknown>): Promise<void> {
+  const res = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: fields });
+  expect(res.status, await res.clone().text()).toBe(200);
+}
+
+async function trigger(): Promise<string> {
+  const res = await api(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
+  expect(res.status, await res.clone().text()).toBe(202);
+  return ((await res.json()) as { id: string }).id;
+}
+
+describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finished runs`, () => {
+  beforeAll(async () => {
+    // maxConcurrency and overlap make every run pass admission and the overlap check.
+    job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("plans") }, overlap: "forbid", maxConcurrency: 3 });
+    stopSpying = await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+      const sql = state.storage.sql;
+      seedHistory(sql, job.id);
+      const exec = sql.exec;
+      // The shard's store holds this same handle: every statement it runs passes through here.
+      sql.exec = ((query: string, ...bindings: SqlStorageValue[]) => {
+        executed.push({ query, bindings });
+        return exec.call(sql, query, ...bindings);
+      }) as typeof sql.exec;
+      return async () => {
+        await runInDurableObject(shardOf(job), () => {
+          sql.exec = exec;
+        });
+      };
+    });
+  });
+
+  afterAll(async () => {
+    await stopSpying?.();
+  });
+
+  it("runs a trigger, a scheduled fire, a 202 completion, a heartbeat, a retry, a pause and a resume", async () => {
+    const triggered = await trigger();
+    await waitForRun(triggered, ["succeeded"]);
+
+    await fireNow(job);
+    const scheduled = (await listRuns(job.id)).find((r) => r.trigger === "schedule" && !r.id.startsWith("run_history_"))!;
+    await waitForRun(scheduled.id, ["succeeded"]);
+
+    const longRunning = receiverPath("plans-202", "status=202");
+    await patch({ target: { url: longRunning } });
+    const accepted = await trigger();
+    await expect.poll(async () => (await getRun(accepted)).attemptLog?.at(-1)?.outcome, { timeout: 15_000 }).toBe("accepted");
+    const token = (await hitsOf(longRunning))[0]!.headers["x-edgecron-completion-token"]!;
+    expect((await callback(accepted, "heartbeat", { token, extendMs: 60_000 })).status).toBe(200);
+    expect((await callback(accepted, "complete", { token, ok: true })).status).toBe(200);
+
+    await patch({ target: { url: receiverPath("plans-503", "status=503") }, retry: { maxAttempts: 2, backoff: { initialMs: 1_000 } } });
+    const failing = await trigger();
+    await waitForRun(failing, ["retry_wait"]);
+    await makeRunDue(job, failing);
+    await waitForRun(failing, ["dead"]);
+    expect((await api(`/v1/runs/${failing}/retry`, { method: "POST" })).status).toBe(202);
+
+    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
+    expect((await api(`/v1/jobs/${job.id}/resume`, { method: "POST" })).status).toBe(200);
+  });
+
+  it("reads no history in any statement it ran: no scan of runs, attempts or jobs, no walk of a job's past runs", async () => {
+    const distinct = new Map<string, Executed>();
+    for (const e of executed) if (!distinct.has(e.query)) distinct.set(e.query, e);
+    // The calls above reach every capability: claims, reports, admission, the alarm, completion.
+    expect(distinct.size).toBeGreaterThan(25);
+    const scans = await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+      const found: Array<{ query: string; plan: string[] }> = [];
+      for (const { query, bindings } of distinct.values()) {
+        if (!/^\s*(SELECT|UPDATE|DELETE|INSERT|WITH)/i.test(query)) continue;
+        const plan = state.storage.sql
+          .exec(`EXPLAIN QUERY PLAN ${query}`, ...bindings)
+          .toArray()
+          .map((row) => row.detail as string);
+        if (plan.some((step) => readsHistory(query, step))) found.push({ query: query.replace(/\s+/g, " "), plan });
+      }
+      return found;
+    });
+    expect(scans).toEqual([]);
+  });
+});
