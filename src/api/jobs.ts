@@ -1,9 +1,10 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { jobHistory, MAX_HISTORY_SPAN_MS } from "../app/history";
 import { backfill, changeJob, createJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
 import { listRuns } from "../app/runs";
 import { PageQuery, pageOf } from "../model/common";
 import { TRIGGER_KEY } from "../model/ids";
-import { BackfillSchema, CreateJobSchema, JobSchema, PatchJobSchema } from "../model/job";
+import { BackfillSchema, CreateJobSchema, Instant, JobSchema, PatchJobSchema } from "../model/job";
 import { RunSchema } from "../model/run";
 import { viewTarget } from "../security/targets";
 import { MAX_BACKFILL } from "../shard/contract";
@@ -169,5 +170,38 @@ jobs.openapi(
   async (c) => {
     const page = await listRuns(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("query"));
     return c.json({ items: page.items.map(presentRun), nextCursor: page.nextCursor }, 200);
+  },
+);
+
+// ---- archived history ----
+
+const HistoryQuery = z
+  .object({ from: Instant, to: Instant })
+  .refine((q) => Date.parse(q.to) >= Date.parse(q.from), { message: "to must not be before from", path: ["to"] })
+  .refine((q) => Date.parse(q.to) - Date.parse(q.from) <= MAX_HISTORY_SPAN_MS, {
+    message: "the range may span at most 31 days; ask again for the next",
+    path: ["to"],
+  });
+
+jobs.openapi(
+  createRoute({
+    method: "get",
+    path: "/jobs/{id}/history",
+    summary: "Stream a job's archived runs (those retention moved out of its shard), oldest first",
+    description:
+      "Newline-delimited JSON, one run per line with its attempts, for runs scheduled in [from, to] (at most 31 days). Runs still in the shard are at /jobs/{id}/runs.",
+    security,
+    request: { params: IdParam, query: HistoryQuery },
+    responses: {
+      200: { content: { "application/x-ndjson": { schema: z.string() } }, description: "one Run (as GET /v1/runs/{id} shows it) per line" },
+      ...errors(400, 404),
+    },
+  }),
+  async (c) => {
+    const { from, to } = c.req.valid("query");
+    const runs = await jobHistory(c.env, c.var.caller, c.req.valid("param").id, Date.parse(from), Date.parse(to));
+    const lines = runs.map((run) => `${JSON.stringify(presentRun({ ...run, attempts: run.attemptLog.length }))}\n`);
+    // A stream is not one of the typed JSON answers the router checks; the route above documents it.
+    return c.body(new Blob(lines).stream(), 200, { "Content-Type": "application/x-ndjson" }) as never;
   },
 );

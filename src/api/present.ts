@@ -1,7 +1,7 @@
 import type { CatalogJob } from "../catalog/jobs";
 import type { Job, TargetView } from "../model/job";
 import type { Run } from "../model/run";
-import type { RunView } from "../shard/contract";
+import type { AttemptRow, RunView } from "../shard/contract";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
@@ -29,7 +29,8 @@ export function presentJob(
   };
 }
 
-export function presentRun(run: RunView): Run {
+/** A run from its shard (RunView) or from the archive (its attempts without completion tokens). */
+export function presentRun(run: Omit<RunView, "attemptLog"> & { attemptLog?: Array<Omit<AttemptRow, "completionToken">> }): Run {
   return {
     id: run.id,
     jobId: run.jobId,

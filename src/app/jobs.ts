@@ -120,7 +120,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
   const { name, ...fields } = patch;
   const current = await loadJob(env, caller, id);
   const now = Date.now();
-  const { jitter, maxConcurrency, ratePerSecond, target, ...rest } = fields;
+  const { jitter, maxConcurrency, ratePerSecond, retention, target, ...rest } = fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
   if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
   if (target) spec.target = await acceptTarget(env, target, id);
@@ -129,6 +129,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
     ["jitter", jitter],
     ["maxConcurrency", maxConcurrency],
     ["ratePerSecond", ratePerSecond],
+    ["retention", retention],
   ] as const) {
     if (value === null) delete spec[key];
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;

@@ -252,6 +252,19 @@ export const DEFAULT_RETRY: z.infer<typeof RetrySchema> = { maxAttempts: 3, back
 export const OVERLAP_POLICIES = ["allow", "forbid", "buffer_one", "replace"] as const;
 
 /** Everything about a job but its name: what PATCH may change, and what the shard runs. */
+/** How long a job's finished runs stay in its shard before they go to the archive (R2). */
+export const RetentionSchema = z
+  .strictObject({
+    days: z.int().min(1).max(3_650).optional().openapi({ description: "Finished runs older than this leave the shard (default 7)." }),
+    maxRuns: z
+      .int()
+      .min(1)
+      .max(100_000)
+      .optional()
+      .openapi({ description: "Beyond this many of the job's newest runs, older finished ones leave the shard (default 1,000)." }),
+  })
+  .openapi("Retention");
+
 const JobFields = {
   schedule: ScheduleSchema,
   target: TargetSchema,
@@ -281,6 +294,9 @@ const JobFields = {
     .max(1_000)
     .optional()
     .openapi({ description: "Runs start toward the target at most this often (evenly spaced), so a burst does not hammer it." }),
+  retention: RetentionSchema.optional().openapi({
+    description: "Overrides how long finished runs are kept in the shard; older ones are archived and read back through /history.",
+  }),
 };
 
 export const CreateJobSchema = z.strictObject({ name: Text(200).min(1).optional(), ...JobFields }).openapi("CreateJob");
@@ -303,6 +319,7 @@ export const PatchJobSchema = z
     jitter: JobFields.jitter.unwrap().nullable().optional(),
     maxConcurrency: JobFields.maxConcurrency.unwrap().nullable().optional(),
     ratePerSecond: JobFields.ratePerSecond.unwrap().nullable().optional(),
+    retention: RetentionSchema.nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
@@ -322,6 +339,7 @@ export const JobSchema = z
     jitter: z.string().optional(),
     maxConcurrency: z.int().optional(),
     ratePerSecond: z.number().optional(),
+    retention: RetentionSchema.optional(),
     paused: z.boolean(),
     completed: z.boolean().openapi({ description: "No fire is left: a one-off fired, or endAt or maxRuns was reached." }),
     version: z.int().openapi({ description: "Bumped on every change." }),

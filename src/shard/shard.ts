@@ -1,4 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
+import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
 import { failpoint } from "../faults";
 import { gateStub } from "../stubs";
@@ -25,6 +26,7 @@ import { Dispatcher } from "./dispatch";
 import { Firing } from "./firing";
 import { RunLedger } from "./ledger";
 import { migrateShard } from "./migrations";
+import { Retention } from "./retention";
 import { ShardStore } from "./store";
 import { Views } from "./views";
 
@@ -49,6 +51,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly dispatcher: Dispatcher;
   private readonly completions: Completions;
   private readonly views: Views;
+  private readonly retention: Retention;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -65,6 +68,9 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.admitter = new Admitter(this.store, this.ledger, (change) => ctx.storage.transactionSync(change), gate, name, claimTimeoutMs);
     this.completions = new Completions(this.store, this.ledger, name);
     this.views = new Views(this.store);
+    // Without a bucket bound, expired history is only deleted.
+    const bucket = (env as Partial<Env>).ARCHIVE;
+    this.retention = new Retention(this.store, bucket ? (shard, runs) => writeArchive(bucket, shard, runs, Date.now()) : null, name);
   }
 
   // ---- the alarm ----
@@ -83,12 +89,17 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
     failpoint("shard.afterCommit", this.name);
     await this.settle();
+    // After the due work, never before it: a pass is bounded and re-arms for what is left.
+    if (await this.retention.pass(Date.now(), (change) => this.ctx.storage.transactionSync(change))) await this.armAlarm();
   }
 
   // ---- RPC: jobs and tenants ----
 
   async applyJobs(definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
-    this.change((now) => this.firing.applyJobs(definitions, tenants, now));
+    this.change((now) => {
+      this.firing.applyJobs(definitions, tenants, now);
+      this.retention.schedule(now);
+    });
     await this.settle();
     return this.views.jobRuntimes(definitions.map((d) => d.id));
   }
@@ -229,7 +240,9 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   /** The earliest thing any capability has to do (admission's and completion's waits are runs' due times). */
   private nextDue(now: number): number | null {
-    const times = [this.firing.nextDue(), this.ledger.nextDue(), this.dispatcher.nextDue(now)].filter((t) => t !== null);
+    const times = [this.firing.nextDue(), this.ledger.nextDue(), this.dispatcher.nextDue(now), this.retention.nextDue()].filter(
+      (t) => t !== null,
+    );
     return times.length === 0 ? null : Math.min(...times);
   }
 

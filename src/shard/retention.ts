@@ -1,0 +1,104 @@
+import type { ArchivedRun } from "../archive/run-archive";
+import type { RunRow } from "./contract";
+import type { ShardJob } from "./rows";
+import type { ShardStore } from "./store";
+
+/** Finished runs stay this long unless the job says otherwise. */
+export const DEFAULT_RETENTION_DAYS = 7;
+/** A job keeps at most this many of its newest runs unless it says otherwise. */
+export const DEFAULT_RETENTION_RUNS = 1_000;
+/** A shard looks for expired history this often. */
+const RETENTION_EVERY_MS = 10 * 60_000;
+/** Runs removed per pass: small, so that a pass never holds the shard long. */
+export const RETENTION_CHUNK = 500;
+/** Jobs looked at per pass. */
+const JOBS_PER_PASS = 100;
+const DAY_MS = 86_400_000;
+
+const NEXT_PASS = "retention_next_at";
+const CURSOR = "retention_cursor";
+
+/** Where expired history goes before it leaves the shard; null: it is only deleted. */
+export type Archive = ((shard: string, runs: ArchivedRun[]) => Promise<void>) | null;
+
+/**
+ * Retention: a shard's history is kept for a window and up to a cap per job, then archived and
+ * removed, so that a shard's size and its cost per call stay flat however long it runs. Passes
+ * run on the alarm after its due work, remove at most RETENTION_CHUNK runs each, and walk the
+ * jobs from a cursor kept in the shard, so a long backlog is worked off a chunk at a time.
+ */
+export class Retention {
+  constructor(
+    private readonly store: ShardStore,
+    private readonly archive: Archive,
+    private readonly shardName: () => string,
+  ) {}
+
+  /** A shard that holds jobs looks for expired history from now on. */
+  schedule(now: number): void {
+    if (this.store.getMeta(NEXT_PASS) === null) this.store.setMeta(NEXT_PASS, String(now + RETENTION_EVERY_MS));
+  }
+
+  nextDue(): number | null {
+    const next = this.store.getMeta(NEXT_PASS);
+    return next === null ? null : Number(next);
+  }
+
+  /**
+   * One pass, if one is due: picks expired runs (read only), archives them, then removes them
+   * in one transaction. A crash between the archive and the removal archives them again on
+   * the next pass; readers of the archive keep one copy per run id.
+   */
+  async pass(now: number, transaction: <T>(change: () => T) => T): Promise<{ removed: number } | null> {
+    const due = this.nextDue();
+    if (due === null || due > now) return null;
+    const cursor = this.store.getMeta(CURSOR) ?? "";
+    const jobs = this.store.jobsAfter(cursor, JOBS_PER_PASS);
+    const expired: RunRow[] = [];
+    let reached = cursor;
+    for (const job of jobs) {
+      expired.push(...this.expiredRuns(job, now, RETENTION_CHUNK - expired.length));
+      if (expired.length >= RETENTION_CHUNK) break; // this job may hold more: the next pass starts at it again
+      reached = job.id;
+    }
+    const full = expired.length >= RETENTION_CHUNK;
+    if (expired.length > 0 && this.archive) await this.archive(this.shardName(), this.withAttempts(expired));
+    const removed = transaction(() => {
+      const gone = this.store.removeFinishedRuns(expired.map((r) => r.id));
+      for (const job of jobs) if (job.deleted && job.id <= reached) this.store.purgeDeletedJob(job.id);
+      const wrapped = !full && jobs.length < JOBS_PER_PASS;
+      this.store.setMeta(CURSOR, wrapped ? "" : reached);
+      // More to do: the next pass comes at once, after whatever else is due; done: in a while.
+      this.store.setMeta(NEXT_PASS, String(wrapped ? now + RETENTION_EVERY_MS : now));
+      return gone.length;
+    });
+    return { removed };
+  }
+
+  /** The job's finished runs past its window or beyond its cap, oldest first. */
+  private expiredRuns(job: ShardJob, now: number, limit: number): RunRow[] {
+    if (limit <= 0) return [];
+    const { days, maxRuns } = retentionOf(job);
+    const keptFrom = this.store.keptFrom(job.id, maxRuns);
+    const before = Math.max(now - days * DAY_MS, keptFrom ?? -Infinity);
+    return this.store.finishedRunsBefore(job.id, before, limit);
+  }
+
+  private withAttempts(runs: RunRow[]): ArchivedRun[] {
+    const attempts = Map.groupBy(this.store.attemptsOf(runs.map((r) => r.id)), (a) => a.runId);
+    const shard = this.shardName();
+    return runs.map((run) => ({
+      ...run,
+      shard,
+      attemptLog: (attempts.get(run.id) ?? []).map(({ completionToken: _token, runId: _run, ...attempt }) => attempt),
+    }));
+  }
+}
+
+/** The job's retention: its own setting, else the defaults. A deleted job's runs go by the same rule. */
+export function retentionOf(job: Pick<ShardJob, "spec">): { days: number; maxRuns: number } {
+  return {
+    days: job.spec.retention?.days ?? DEFAULT_RETENTION_DAYS,
+    maxRuns: job.spec.retention?.maxRuns ?? DEFAULT_RETENTION_RUNS,
+  };
+}

@@ -1,0 +1,176 @@
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { Job } from "../../src/model/job";
+import type { Run } from "../../src/model/run";
+import { RETENTION_CHUNK } from "../../src/shard/retention";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf } from "./helpers";
+
+const DAY = 86_400_000;
+
+/** Finished (or, with `state`, other) runs written straight into the job's shard, each with one attempt. */
+async function seedRuns(job: Job, runs: Array<{ id: string; scheduledAt: number; state?: string }>): Promise<void> {
+  await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+    for (const run of runs) {
+      const final = (run.state ?? "succeeded") !== "retry_wait";
+      state.storage.sql.exec(
+        `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at, finished_at, status)
+         VALUES (?, ?, 1, 'schedule', ?, ?, 1, 1, ?, ?, ?, ?, 200)`,
+        run.id,
+        job.id,
+        run.scheduledAt,
+        run.state ?? "succeeded",
+        final ? null : Date.now() + DAY,
+        run.scheduledAt,
+        run.scheduledAt + 10,
+        final ? run.scheduledAt + 20 : null,
+      );
+      state.storage.sql.exec(
+        `INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token)
+         VALUES (?, 1, 1, ?, ?, 'succeeded', 200, 'secret-completion-token')`,
+        run.id,
+        run.scheduledAt + 10,
+        run.scheduledAt + 20,
+      );
+    }
+  });
+}
+
+/** Makes the shard's retention pass due and runs its alarm; returns the pass's bookkeeping after. */
+async function runRetention(job: Job): Promise<{ nextAt: number; cursor: string | null }> {
+  const stub = shardOf(job);
+  await runInDurableObject(stub, async (_s: Shard, state) => {
+    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(Date.now() - 1));
+    await state.storage.setAlarm(Date.now() - 1);
+  });
+  await runDurableObjectAlarm(stub);
+  return runInDurableObject(stub, (_s: Shard, state) => {
+    const meta = (key: string) =>
+      state.storage.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined;
+    return { nextAt: Number(meta("retention_next_at")), cursor: meta("retention_cursor") ?? null };
+  });
+}
+
+async function runIdsInShard(job: Job): Promise<string[]> {
+  return runInDurableObject(shardOf(job), (_s: Shard, state) =>
+    state.storage.sql
+      .exec("SELECT id FROM runs WHERE job_id = ? ORDER BY scheduled_at", job.id)
+      .toArray()
+      .map((r) => r.id as string),
+  );
+}
+
+async function history(job: Job, from: number, to: number, as: typeof api = api): Promise<Response> {
+  return as(`/v1/jobs/${job.id}/history?from=${new Date(from).toISOString()}&to=${new Date(to).toISOString()}`);
+}
+
+describe("retention", () => {
+  it("keeps a job's newest runs within its window; archives the rest to R2, where /history reads them back", async () => {
+    const tenant = await createTenant();
+    const job = await createJob(
+      { schedule: FAR_CRON, target: { url: receiverPath("retention") }, retention: { days: 7, maxRuns: 3 } },
+      tenant.api,
+    );
+    const now = Date.now();
+    const recent = Array.from({ length: 6 }, (_, i) => ({ id: `run_recent_${i}`, scheduledAt: now - 3_600_000 + i * 60_000 }));
+    const old = [
+      { id: "run_old_0", scheduledAt: now - 8 * DAY },
+      { id: "run_old_1", scheduledAt: now - 8 * DAY + 60_000 },
+    ];
+    const unfinished = { id: "run_unfinished", scheduledAt: now - 9 * DAY, state: "retry_wait" };
+    await seedRuns(job, [...recent, ...old, unfinished]);
+
+    await runRetention(job);
+
+    // The three newest stay; the other finished ones leave; an unfinished run never does.
+    expect(await runIdsInShard(job)).toEqual(["run_unfinished", "run_recent_3", "run_recent_4", "run_recent_5"]);
+    const removed = ["run_old_0", "run_old_1", "run_recent_0", "run_recent_1", "run_recent_2"];
+
+    const res = await history(job, now - 10 * DAY, now, tenant.api);
+    expect(res.status, await res.clone().text()).toBe(200);
+    expect(res.headers.get("Content-Type")).toContain("application/x-ndjson");
+    const lines = (await res.text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Run);
+    expect(lines.map((r) => r.id)).toEqual(removed);
+    expect(lines[0]).toMatchObject({ jobId: job.id, state: "succeeded", status: 200, attempts: 1 });
+    expect(lines[0]!.attemptLog).toEqual([expect.objectContaining({ attempt: 1, outcome: "succeeded", status: 200 })]);
+
+    // The archive's layout: gzipped NDJSON under runs/v1/<shard>/<date>/<hour>/, no credentials in it.
+    const listed = await env.ARCHIVE.list({ prefix: `runs/v1/${job.shard}/` });
+    expect(listed.objects.length).toBeGreaterThanOrEqual(2);
+    for (const object of listed.objects) {
+      expect(object.key).toMatch(new RegExp(`^runs/v1/${job.shard}/\\d{4}/\\d{2}/\\d{2}/\\d{2}/\\d+-run_[a-z0-9_]+\\.ndjson\\.gz$`));
+      const body = await env.ARCHIVE.get(object.key);
+      const text = await new Response(body!.body.pipeThrough(new DecompressionStream("gzip"))).text();
+      expect(text).not.toContain("secret-completion-token");
+    }
+
+    // A narrower range reads only its hours; another tenant sees nothing; bad ranges are 400.
+    const narrow = await (await history(job, now - 8 * DAY - 1, now - 8 * DAY + 30_000, tenant.api)).text();
+    expect(
+      narrow
+        .trim()
+        .split("\n")
+        .map((l) => (JSON.parse(l) as Run).id),
+    ).toEqual(["run_old_0"]);
+    const stranger = await createTenant();
+    expect((await history(job, now - DAY, now, stranger.api)).status).toBe(404);
+    const backwards = await history(job, now, now - DAY, tenant.api);
+    expect(backwards.status).toBe(400);
+    expect(await backwards.json()).toMatchObject({ error: { code: "invalid_request", issues: [{ path: "to" }] } });
+    expect((await history(job, now - 40 * DAY, now, tenant.api)).status).toBe(400);
+    // The runs still in the shard are where they were.
+    expect((await listRuns(job.id)).map((r) => r.id)).toEqual(["run_recent_5", "run_recent_4", "run_recent_3", "run_unfinished"]);
+  });
+
+  it(`removes a long backlog ${RETENTION_CHUNK} runs per alarm, after the alarm's due fires`, async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("retention-backlog") } });
+    const now = Date.now();
+    const backlog = RETENTION_CHUNK * 2 + 200;
+    await seedRuns(
+      job,
+      Array.from({ length: backlog }, (_, i) => ({ id: `run_backlog_${String(i).padStart(5, "0")}`, scheduledAt: now - 30 * DAY + i })),
+    );
+    // A fire falls due at the same moment: it is made before the pass takes its chunk.
+    await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", now - 1, job.id);
+    });
+    const first = await runRetention(job);
+    const afterFirst = await runIdsInShard(job);
+    expect(afterFirst.filter((id) => id.startsWith("run_backlog_"))).toHaveLength(backlog - RETENTION_CHUNK);
+    expect(afterFirst.filter((id) => !id.startsWith("run_backlog_"))).toHaveLength(1); // the fire
+    expect(first.nextAt).toBeLessThanOrEqual(Date.now()); // more to do: at once
+
+    await runRetention(job);
+    const last = await runRetention(job);
+    expect((await runIdsInShard(job)).filter((id) => id.startsWith("run_backlog_"))).toEqual([]);
+    expect(last.nextAt).toBeGreaterThan(Date.now() + 60_000); // done: the next pass in a while
+    expect(last.cursor).toBe("");
+  });
+
+  it("a deleted job leaves its shard once its runs have gone", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("retention-deleted") } });
+    const now = Date.now();
+    await seedRuns(job, [{ id: "run_gone_0", scheduledAt: now - 20 * DAY }]);
+    expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBe(200);
+    const held = () =>
+      runInDurableObject(
+        shardOf(job),
+        (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM jobs WHERE id = ?", job.id).one().n,
+      );
+    expect(await held()).toBe(1);
+    await runRetention(job);
+    expect(await runIdsInShard(job)).toEqual([]);
+    expect(await held()).toBe(0);
+    // Its archived runs stay readable through the catalog's tombstone.
+    const res = await history(job, now - 21 * DAY, now - 19 * DAY);
+    expect(
+      (await res.text())
+        .trim()
+        .split("\n")
+        .map((l) => (JSON.parse(l) as Run).id),
+    ).toEqual(["run_gone_0"]);
+  });
+});
