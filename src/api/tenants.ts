@@ -25,6 +25,9 @@ const LimitsSchema = z
       .nullable()
       .optional()
       .openapi({ description: "API requests per second with its keys (429 above)." }),
+    retentionDays: z.int().min(1).max(3_650).nullable().optional().openapi({
+      description: "Days finished runs stay in their shards before the archive; null: the default (7). A job's own retention wins.",
+    }),
   })
   .openapi("TenantLimits");
 
@@ -32,7 +35,12 @@ const TenantSchema = z
   .object({
     id: z.string().openapi({ example: "ten_0123456789abcdefghij" }),
     name: z.string().nullable(),
-    limits: z.object({ maxJobs: z.int().nullable(), maxRunsInFlight: z.int().nullable(), requestsPerSecond: z.int().nullable() }),
+    limits: z.object({
+      maxJobs: z.int().nullable(),
+      maxRunsInFlight: z.int().nullable(),
+      requestsPerSecond: z.int().nullable(),
+      retentionDays: z.int().nullable(),
+    }),
     createdAt: z.string(),
   })
   .openapi("Tenant");

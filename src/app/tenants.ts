@@ -16,7 +16,7 @@ import { type Caller, ownsTenant } from "./caller";
 import { type Page, paged, tenantCursor } from "./pagination";
 
 /** A new tenant's limits unless given: generous, but a runaway client cannot take the whole system. */
-const DEFAULT_LIMITS = { maxJobs: 10_000, maxRunsInFlight: 1_000, requestsPerSecond: 100 };
+const DEFAULT_LIMITS = { maxJobs: 10_000, maxRunsInFlight: 1_000, requestsPerSecond: 100, retentionDays: null };
 
 /** Limits as a request gives them: absent keeps the current (or default) value, null means no limit. */
 export type LimitsChange = Partial<TenantLimits>;

@@ -10,6 +10,8 @@ export interface TenantLimits {
   maxRunsInFlight: number | null;
   /** API requests per second with this tenant's keys. */
   requestsPerSecond: number | null;
+  /** Days its finished runs stay in their shards before the archive; null: the default. */
+  retentionDays: number | null;
 }
 
 export interface Tenant {
@@ -38,6 +40,7 @@ const toTenant = (r: Row): Tenant => ({
     maxJobs: (r.max_jobs as number | null) ?? null,
     maxRunsInFlight: (r.max_runs_in_flight as number | null) ?? null,
     requestsPerSecond: (r.requests_per_second as number | null) ?? null,
+    retentionDays: (r.retention_days as number | null) ?? null,
   },
   signingGeneration: r.signing_generation as number,
   version: r.version as number,
@@ -57,6 +60,7 @@ export const settingsOf = (t: Tenant): TenantSettings => ({
   version: t.version,
   signingGeneration: t.signingGeneration,
   maxRunsInFlight: t.limits.maxRunsInFlight,
+  retentionDays: t.limits.retentionDays,
 });
 
 /** Hex SHA-256: API keys carry ~186 random bits, so a fast hash is as good as a slow one here. */
@@ -71,8 +75,8 @@ export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: st
     db.batch([
       db
         .prepare(
-          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, signing_generation, version, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
         .bind(
           tenant.id,
@@ -80,6 +84,7 @@ export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: st
           tenant.limits.maxJobs,
           tenant.limits.maxRunsInFlight,
           tenant.limits.requestsPerSecond,
+          tenant.limits.retentionDays,
           tenant.signingGeneration,
           tenant.version,
           tenant.createdAt,
@@ -181,6 +186,7 @@ export async function updateTenant(
            max_jobs = CASE WHEN ? THEN ? ELSE max_jobs END,
            max_runs_in_flight = CASE WHEN ? THEN ? ELSE max_runs_in_flight END,
            requests_per_second = CASE WHEN ? THEN ? ELSE requests_per_second END,
+           retention_days = CASE WHEN ? THEN ? ELSE retention_days END,
            signing_generation = signing_generation + ?
          WHERE id = ? RETURNING *`,
       )
@@ -191,6 +197,8 @@ export async function updateTenant(
         l.maxRunsInFlight ?? null,
         has("requestsPerSecond"),
         l.requestsPerSecond ?? null,
+        has("retentionDays"),
+        l.retentionDays ?? null,
         change.rotateSigning ? 1 : 0,
         id,
       )

@@ -62,6 +62,8 @@ export interface TenantSettings {
   version: number;
   signingGeneration: number;
   maxRunsInFlight: number | null;
+  /** Days its finished runs stay before the archive; null or absent (a Worker of an earlier release): the default. */
+  retentionDays?: number | null;
 }
 
 /** A catalog entry as the sweep compares it with what a shard holds. */

@@ -126,6 +126,12 @@ CREATE TABLE permit_releases (permit TEXT PRIMARY KEY, tenant_id TEXT NOT NULL);
     sql: `
 CREATE INDEX runs_open ON runs (job_id) WHERE state IN ('waiting', 'queued', 'running', 'retry_wait', 'buffered');`,
   },
+  {
+    version: 4,
+    name: "a tenant's retention of finished runs",
+    sql: `
+ALTER TABLE tenants ADD COLUMN retention_days INTEGER;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

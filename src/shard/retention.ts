@@ -11,6 +11,8 @@ export const DEFAULT_RETENTION_RUNS = 1_000;
 const RETENTION_EVERY_MS = 10 * 60_000;
 /** Runs removed per pass: small, so that a pass never holds the shard long. */
 export const RETENTION_CHUNK = 500;
+/** With a backlog left, the next pass waits this long: history work never crowds out runs. */
+const BACKLOG_PAUSE_MS = 1_000;
 /** Jobs looked at per pass. */
 const JOBS_PER_PASS = 100;
 const DAY_MS = 86_400_000;
@@ -57,7 +59,8 @@ export class Retention {
     const expired: RunRow[] = [];
     let reached = cursor;
     for (const job of jobs) {
-      expired.push(...this.expiredRuns(job, now, RETENTION_CHUNK - expired.length));
+      const tenant = this.store.getTenant(job.tenantId);
+      expired.push(...this.expiredRuns(job, tenant?.retentionDays ?? null, now, RETENTION_CHUNK - expired.length));
       if (expired.length >= RETENTION_CHUNK) break; // this job may hold more: the next pass starts at it again
       reached = job.id;
     }
@@ -68,17 +71,17 @@ export class Retention {
       for (const job of jobs) if (job.deleted && job.id <= reached) this.store.purgeDeletedJob(job.id);
       const wrapped = !full && jobs.length < JOBS_PER_PASS;
       this.store.setMeta(CURSOR, wrapped ? "" : reached);
-      // More to do: the next pass comes at once, after whatever else is due; done: in a while.
-      this.store.setMeta(NEXT_PASS, String(wrapped ? now + RETENTION_EVERY_MS : now));
+      // More to do: the next pass comes shortly; done: in a while.
+      this.store.setMeta(NEXT_PASS, String(now + (wrapped ? RETENTION_EVERY_MS : BACKLOG_PAUSE_MS)));
       return gone.length;
     });
     return { removed };
   }
 
   /** The job's finished runs past its window or beyond its cap, oldest first. */
-  private expiredRuns(job: ShardJob, now: number, limit: number): RunRow[] {
+  private expiredRuns(job: ShardJob, tenantDays: number | null, now: number, limit: number): RunRow[] {
     if (limit <= 0) return [];
-    const { days, maxRuns } = retentionOf(job);
+    const { days, maxRuns } = retentionOf(job, tenantDays);
     const keptFrom = this.store.keptFrom(job.id, maxRuns);
     const before = Math.max(now - days * DAY_MS, keptFrom ?? -Infinity);
     return this.store.finishedRunsBefore(job.id, before, limit);
@@ -95,10 +98,10 @@ export class Retention {
   }
 }
 
-/** The job's retention: its own setting, else the defaults. A deleted job's runs go by the same rule. */
-export function retentionOf(job: Pick<ShardJob, "spec">): { days: number; maxRuns: number } {
+/** The job's retention: its own setting, else its tenant's days, else the defaults. A deleted job's runs go by the same rule. */
+export function retentionOf(job: Pick<ShardJob, "spec">, tenantDays: number | null): { days: number; maxRuns: number } {
   return {
-    days: job.spec.retention?.days ?? DEFAULT_RETENTION_DAYS,
+    days: job.spec.retention?.days ?? tenantDays ?? DEFAULT_RETENTION_DAYS,
     maxRuns: job.spec.retention?.maxRuns ?? DEFAULT_RETENTION_RUNS,
   };
 }

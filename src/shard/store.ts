@@ -200,13 +200,14 @@ export class ShardStore {
   putTenant(t: TenantSettings): void {
     this.tenants.delete(t.id); // read again after the write (or after its rollback)
     this.sql.exec(
-      `INSERT INTO tenants (id, version, signing_generation, max_in_flight) VALUES (?, ?, ?, ?)
+      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days) VALUES (?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
-         max_in_flight = excluded.max_in_flight WHERE excluded.version > tenants.version`,
+         max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days WHERE excluded.version > tenants.version`,
       t.id,
       t.version,
       t.signingGeneration,
       t.maxRunsInFlight,
+      t.retentionDays ?? null,
     );
   }
 
@@ -220,6 +221,7 @@ export class ShardStore {
           version: row.version as number,
           signingGeneration: row.signing_generation as number,
           maxRunsInFlight: row.max_in_flight as number | null,
+          retentionDays: (row.retention_days as number | null) ?? null,
         }
       : null;
     this.tenants.set(id, tenant);
