@@ -16,9 +16,10 @@ CREATE TABLE sweep_state (
   targets_sealed   INTEGER NOT NULL DEFAULT 0
 );
 
--- The feed starts at the upgrade: rows changed before it were compared by the previous
+-- The feed starts at the upgrade, less the margin a write may take to become visible
+-- (CHANGES_MARGIN_MS in src/reconcile/changes.ts): older rows were compared by the previous
 -- release's sweep, and the consistency pass compares every row anyway.
-INSERT INTO sweep_state (id, changes_at) VALUES (1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+INSERT INTO sweep_state (id, changes_at) VALUES (1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - 60000);
 
 -- The change feed's query walks this index instead of the table.
 CREATE INDEX jobs_by_updated ON jobs (updated_at, id);
