@@ -152,6 +152,42 @@ export async function shardEntries(
   return results.map((r) => ({ id: r.id as string, version: r.version as number, deleted: r.deleted_at !== null }));
 }
 
+/** Of the next shard after `after` in name order that holds any job (deleted ones included), or null. */
+export async function nextShardInUse(db: D1Database, after: string): Promise<string | null> {
+  // MIN over the (shard, id) index is one seek, where DISTINCT would read every row.
+  const row = await guard("shards", () =>
+    db.prepare("SELECT MIN(shard) AS shard FROM jobs WHERE shard > ?").bind(after).first<{ shard: string | null }>(),
+  );
+  return row?.shard ?? null;
+}
+
+/** A catalog row as the change feed sees it: enough to ask its shard whether it is behind. */
+export interface ChangedEntry {
+  id: string;
+  shard: string;
+  version: number;
+  deleted: boolean;
+  updatedAt: number;
+}
+
+/**
+ * Rows changed after (updated_at, id) = (?1, ?2), in that order: the row-value comparison lets
+ * SQLite seek the jobs_by_updated index (a test checks the plan).
+ */
+export const CHANGED_SINCE_SQL =
+  "SELECT id, shard, version, deleted_at, updated_at FROM jobs WHERE (updated_at, id) > (?1, ?2) ORDER BY updated_at, id LIMIT ?3";
+
+export async function changedSince(db: D1Database, after: { at: number; id: string }, limit: number): Promise<ChangedEntry[]> {
+  const { results } = await guard("changes", () => db.prepare(CHANGED_SINCE_SQL).bind(after.at, after.id, limit).all<Row>());
+  return results.map((r) => ({
+    id: r.id as string,
+    shard: r.shard as string,
+    version: r.version as number,
+    deleted: r.deleted_at !== null,
+    updatedAt: r.updated_at as number,
+  }));
+}
+
 export async function getJobsByIds(db: D1Database, ids: string[]): Promise<CatalogJob[]> {
   const pages = await Promise.all(
     chunksForStatement(ids).map((chunk) =>

@@ -1,4 +1,5 @@
 import type { TenantSettings } from "../shard/contract";
+import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
 
 /** Tenants and their API keys in D1. Keys are kept only as hashes: a leaked table grants nothing. */
@@ -211,6 +212,20 @@ export async function updateTenant(
 export async function tenantsOfShard(db: D1Database, shard: string): Promise<TenantSettings[]> {
   const { results } = await guard("tenants of shard", () =>
     db.prepare("SELECT * FROM tenants WHERE id IN (SELECT DISTINCT tenant_id FROM jobs WHERE shard = ?)").bind(shard).all<Row>(),
+  );
+  return results.map((r) => settingsOf(toTenant(r)));
+}
+
+/** Settings of the given tenants (at most MAX_BOUND_PARAMETERS ids: one statement). */
+export async function tenantSettingsByIds(db: D1Database, ids: string[]): Promise<TenantSettings[]> {
+  const [chunk = [], ...rest] = chunksForStatement(ids);
+  if (rest.length > 0) throw new Error(`tenantSettingsByIds takes one statement's worth of ids, not ${ids.length}`);
+  if (chunk.length === 0) return [];
+  const { results } = await guard("tenants", () =>
+    db
+      .prepare(`SELECT * FROM tenants WHERE id IN (${placeholders(chunk.length)})`)
+      .bind(...chunk)
+      .all<Row>(),
   );
   return results.map((r) => settingsOf(toTenant(r)));
 }

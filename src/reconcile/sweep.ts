@@ -1,67 +1,72 @@
-import { getJobsByIds, jobsWithUnsealedTargets, replaceSpec, shardEntries, shardsInUse, toDefinition } from "../catalog/jobs";
-import { tenantsOfShard } from "../catalog/tenants";
-import type { Target } from "../model/job";
-import { sealTarget } from "../security/targets";
-import { MAX_BOUND_PARAMETERS } from "../sql";
-import { shardStub } from "../stubs";
-
-/** Catalog entries compared per shard call: a page's stale ids are read back in one statement. */
-const PAGE = MAX_BOUND_PARAMETERS;
+import { readSweepState, writeSweepState } from "../catalog/sweep-state";
+import { Meter, SWEEP_BUDGET, type SweepBudget } from "./budget";
+import { deliverChanges } from "./changes";
+import { continuePass } from "./pass";
+import { sealOldTargets } from "./sealing";
 
 export interface SweepReport {
+  /** Shards the consistency pass finished in this invocation (tenants re-applied, alarm re-asserted). */
   shards: number;
   jobsCompared: number;
   jobsRepaired: number;
   shardsThatRanDueWork: number;
   targetsSealed: number;
+  /** Rows of the change feed compared in this invocation. */
+  changesCompared: number;
+  changesCaughtUp: boolean;
+  /** The consistency pass reached its end in this invocation; `passesCompleted` counts them all. */
+  passCompleted: boolean;
+  passesCompleted: number;
+  /** Where the pass stands for the next invocation. */
+  passShard: string;
+  d1Queries: number;
+  shardCalls: number;
 }
 
-/** Targets sealed per sweep, so that an upgrade spreads over a few minutes instead of one long sweep. */
-const SEAL_PER_SWEEP = 500;
+/** The state write at the end is always paid for. */
+const STATE_WRITE = 1;
 
 /**
- * The reconciliation sweep (the cron trigger): every shard receives the catalog's jobs it
- * lacks or holds at an older version (a crash between the D1 write and the shard call loses
- * nothing) and its tenants' current settings (a rotation or limit change it missed), and every
- * shard re-asserts its alarm (alarms can be lost or late).
+ * The reconciliation sweep (the cron trigger), doing a bounded part of the work per invocation
+ * whatever the catalog's size (SWEEP_BUDGET):
+ * - the change feed: rows changed since the last invocation are compared with their shards and
+ *   re-delivered where the API's shard call was lost (a crash between the D1 write and the
+ *   shard call loses nothing), within a minute or two;
+ * - the consistency pass, resumed from where the last invocation stopped: every job compared
+ *   with its shard, every shard's tenants' settings re-applied (a rotation or limit change it
+ *   missed) and its alarm re-asserted (alarms can be lost or late);
+ * - until none is left, the sealing of targets stored in clear before sealing.
+ * Its place is kept in D1 (sweep_state), read once and written once per invocation.
  */
-export async function sweep(env: Env): Promise<SweepReport> {
-  const targetsSealed = await sealOldTargets(env);
-  // Every shard that ever held a job; a shard never handed one has nothing to do.
-  const shards = await shardsInUse(env.DB);
-  const report: SweepReport = { shards: shards.length, jobsCompared: 0, jobsRepaired: 0, shardsThatRanDueWork: 0, targetsSealed };
-  await Promise.all(
-    shards.map(async (shard) => {
-      const stub = shardStub(env, shard);
-      await stub.applyTenants(await tenantsOfShard(env.DB, shard));
-      for (let after = ""; ; ) {
-        const entries = await shardEntries(env.DB, shard, after, PAGE);
-        if (entries.length === 0) break;
-        report.jobsCompared += entries.length;
-        const stale = await stub.staleJobs(entries);
-        if (stale.length > 0) {
-          const jobs = await getJobsByIds(env.DB, stale);
-          await stub.applyJobs(jobs.map(toDefinition));
-          report.jobsRepaired += jobs.length;
-        }
-        after = entries[entries.length - 1]!.id;
-      }
-      const { ranDueWork } = await stub.assertAlarm();
-      if (ranDueWork) report.shardsThatRanDueWork++;
-    }),
+export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promise<SweepReport> {
+  const meter = new Meter(budget);
+  const db = meter.d1(env.DB);
+  const now = Date.now();
+  const state = await readSweepState(db);
+  const targetsSealed = await sealOldTargets(env, db, meter, state, STATE_WRITE);
+  // The feed may take half of what is left, so the pass always moves on.
+  const changes = await deliverChanges(
+    env,
+    db,
+    meter,
+    state,
+    { d1: Math.floor((meter.d1Left - STATE_WRITE) / 2), calls: Math.floor(meter.callsLeft / 2) },
+    now,
   );
-  return report;
-}
-
-/**
- * Jobs stored before targets were sealed hold headers and body in clear, in D1 and in their
- * shard. Each is sealed here at a new version, which the shard pass below then delivers.
- */
-async function sealOldTargets(env: Env): Promise<number> {
-  let sealed = 0;
-  for (const job of await jobsWithUnsealedTargets(env.DB, SEAL_PER_SWEEP)) {
-    const target = await sealTarget(env.ENCRYPTION_KEYS, job.spec.target as unknown as Target, job.id);
-    if (await replaceSpec(env.DB, job, { ...job.spec, target }, Date.now())) sealed++;
-  }
-  return sealed;
+  const pass = await continuePass(env, db, meter, state, STATE_WRITE, now);
+  await writeSweepState(db, state);
+  return {
+    shards: pass.shards,
+    jobsCompared: pass.compared,
+    jobsRepaired: changes.repaired + pass.repaired,
+    shardsThatRanDueWork: pass.shardsThatRanDueWork,
+    targetsSealed,
+    changesCompared: changes.compared,
+    changesCaughtUp: changes.caughtUp,
+    passCompleted: pass.completed,
+    passesCompleted: state.pass.completed,
+    passShard: state.pass.shard,
+    d1Queries: meter.d1Queries,
+    shardCalls: meter.shardCalls,
+  };
 }

@@ -1,12 +1,10 @@
 import {
   createExecutionContext,
   createMessageBatch,
-  createScheduledController,
   env,
   evictDurableObject,
   runDurableObjectAlarm,
   runInDurableObject,
-  waitOnExecutionContext,
 } from "cloudflare:test";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { armFault, disarmFaults, type FaultPoint, faultCounts } from "../../src/faults";
@@ -14,7 +12,7 @@ import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, fireNow, hitsOf, makeRunDue, receiverPath, shardOf } from "./helpers";
+import { api, createJob, FAR_CRON, fireNow, hitsOf, makeRunDue, receiverPath, shardOf, sweepFully } from "./helpers";
 
 /**
  * The fault-injection suite: each scenario makes a named step fail (or the platform misbehave)
@@ -60,9 +58,7 @@ async function runAlarm(job: Job): Promise<void> {
 }
 
 async function sweep(): Promise<void> {
-  const ctx = createExecutionContext();
-  await handler.scheduled!(createScheduledController({ cron: "* * * * *" }), env, ctx);
-  await waitOnExecutionContext(ctx);
+  await sweepFully();
 }
 
 /** Drives a job's runs to final states: expired leases and retry waits are made due at once. */

@@ -1,6 +1,15 @@
-import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
+import {
+  createExecutionContext,
+  createScheduledController,
+  env,
+  runDurableObjectAlarm,
+  runInDurableObject,
+  SELF,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import { expect, vi } from "vitest";
 import { armFault, disarmFault } from "../../src/faults";
+import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import type { Shard } from "../../src/shard/shard";
@@ -135,3 +144,27 @@ export async function makeRunDue(job: Job, runId: string): Promise<void> {
 
 /** A cron that will not fire during a test on its own: 00:00 on January 1st. */
 export const FAR_CRON = { cron: "0 0 1 1 *" };
+
+/** One invocation of the cron trigger, as production makes it every minute. */
+export async function runCron(): Promise<void> {
+  const ctx = createExecutionContext();
+  await (worker as ExportedHandler<Env>).scheduled!(createScheduledController({ cron: "* * * * *" }), env, ctx);
+  await waitOnExecutionContext(ctx);
+}
+
+/**
+ * Runs the cron trigger until a whole consistency pass, from its first shard to its last, has
+ * run since the call: what one sweep did when it swept everything every minute. A pass already
+ * under way is finished first (it visited some shards before the caller's change).
+ */
+export async function sweepFully(maxInvocations = 50): Promise<number> {
+  const read = () =>
+    env.DB.prepare("SELECT pass_shard, passes_completed FROM sweep_state").first<{ pass_shard: string; passes_completed: number }>();
+  const start = (await read())!;
+  const target = start.passes_completed + (start.pass_shard === "" ? 1 : 2);
+  for (let n = 1; n <= maxInvocations; n++) {
+    await runCron();
+    if ((await read())!.passes_completed >= target) return n;
+  }
+  throw new Error(`the sweep did not complete a pass in ${maxInvocations} invocations`);
+}
