@@ -2,7 +2,16 @@ import { chunksForStatement, placeholders } from "../sql";
 import { LIVE_ATTEMPT_OUTCOMES, outcomeSqlList } from "./attempt-states";
 import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
 import { type NewRun, type Row, type ShardJob, toAttempt, toJob, toRun } from "./rows";
-import { DEAD_LETTER_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
+import {
+  DEAD_LETTER_STATES,
+  FINAL_STATES,
+  IN_FLIGHT_STATES,
+  PENDING_STATES,
+  type RunEvent,
+  sqlList,
+  transition,
+  UNFINISHED_STATES,
+} from "./run-states";
 
 /** Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle). */
 const UNFINISHED = sqlList(UNFINISHED_STATES);
@@ -19,8 +28,14 @@ const LIVE_ATTEMPT = outcomeSqlList(LIVE_ATTEMPT_OUTCOMES);
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
 
-  /** Over storage `migrateShard` has brought to the latest schema. */
-  constructor(private readonly sql: SqlStorage) {}
+  /**
+   * Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's,
+   * which counts each statement's rows); `onFinished` hears of each run reaching a final state.
+   */
+  constructor(
+    private readonly sql: Pick<SqlStorage, "exec">,
+    private readonly onFinished: () => void = () => {},
+  ) {}
 
   // ---- jobs ----
 
@@ -253,6 +268,7 @@ export class ShardStore {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
+    if (FINAL_STATES.includes(to)) this.onFinished();
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
@@ -398,7 +414,7 @@ export class ShardStore {
   // ---- metrics ----
 
   /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
-  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): ShardMetrics {
+  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost"> {
     // ?1 is the tenant (null: all); a run belongs to it through its job.
     const ofTenant = (runIdColumn: string) =>
       `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;
