@@ -136,8 +136,8 @@ export class ShardMeter {
   }
 
   private of(operation: string): OperationCost {
-    let c = this.counted.get(operation);
-    if (!c) this.counted.set(operation, (c = zero()));
+    const c = this.counted.get(operation) ?? zero();
+    this.counted.set(operation, c);
     return c;
   }
 
