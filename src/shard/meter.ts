@@ -146,20 +146,3 @@ export class ShardMeter {
     this.own.rowsWritten += cursor.rowsWritten;
   }
 }
-
-/**
- * A Durable Object stub whose every method call is counted: each RPC call is a billed request
- * of the object called.
- */
-export function countingStub<T extends object>(stub: T, onCall: () => void): T {
-  return new Proxy(stub, {
-    get(target, prop) {
-      const value = Reflect.get(target, prop);
-      if (typeof value !== "function") return value;
-      return (...args: unknown[]) => {
-        onCall();
-        return value.apply(target, args);
-      };
-    },
-  });
-}

@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { config } from "../config";
+import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
 import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
@@ -24,7 +25,7 @@ import {
 import { Dispatcher } from "./dispatch";
 import { Firing } from "./firing";
 import { RunLedger } from "./ledger";
-import { countingStub, SETTLE, ShardMeter } from "./meter";
+import { SETTLE, ShardMeter } from "./meter";
 import { migrateShard } from "./migrations";
 import { ShardStore } from "./store";
 import { Views } from "./views";
