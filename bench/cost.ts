@@ -13,18 +13,28 @@ export interface CostFigures {
   meter: Record<string, number>;
   prices: { asOf: string };
   /** The whole `cost` object as the API answered, per operation. */
-  cost: Record<string, unknown>;
+  cost: unknown;
 }
 
 const MAX_WINDOW_MS = 86_400_000;
+
+/** The parts of GET /v1/metrics' `cost` this reads (src/model/cost.ts has all of it). */
+interface ApiCost {
+  runsFinished: number;
+  perRun: Record<string, number> | null;
+  usdPerMillionRuns: number | null;
+  workerOperations: Record<string, { calls: number; rowsWritten: number }>;
+  meter: Record<string, number>;
+  prices: { asOf: string };
+}
 
 export async function readCost(stack: Stack, sinceMs: number): Promise<CostFigures> {
   // Whole minutes, one more for the minute the bench started in.
   const minutes = Math.min(Math.ceil((Date.now() - sinceMs) / 60_000) + 1, MAX_WINDOW_MS / 60_000);
   const r = await stack.api("GET", `/v1/metrics?window=${minutes}m`, undefined, { timeoutMs: 60_000 });
-  const cost = (r.json as { cost?: Record<string, any> | null }).cost;
+  const cost = (r.json as { cost?: ApiCost | null }).cost;
   if (r.status !== 200 || !cost) throw new Error(`GET /v1/metrics: ${r.status} ${JSON.stringify(r.json).slice(0, 300)}`);
-  const created = cost.workerOperations?.["POST /v1/jobs"] as { calls: number; rowsWritten: number } | undefined;
+  const created = cost.workerOperations["POST /v1/jobs"];
   return {
     windowMs: minutes * 60_000,
     runsFinished: cost.runsFinished,
