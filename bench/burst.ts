@@ -13,6 +13,7 @@ import { cpus, loadavg, totalmem } from "node:os";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Stack, startStack } from "../test/support/local-stack.ts";
+import { costLines, readCost } from "./cost.ts";
 import { type Options, parseOptions, UsageError, usage } from "./options.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import { summaryLines } from "./report.ts";
@@ -159,6 +160,12 @@ async function main(opts: Options): Promise<number> {
       apiRequestsLogged: log.observed.apiRequests,
     };
     await readRunsSample(run, T, jobs, expected, delivery);
+    // ---- 6. what it cost, as the scheduler's meters counted it
+    try {
+      result.cost = await readCost(live, t0);
+    } catch (err) {
+      say(`reading the cost: ${(err as Error).message}`);
+    }
     result.harness.ok = true;
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
@@ -174,6 +181,7 @@ async function main(opts: Options): Promise<number> {
 
   writeFileSync(jsonPath, `${JSON.stringify(result, null, 2)}\n`);
   console.log(summaryLines(result).join("\n"));
+  if (result.cost) console.log(costLines(result.cost).join("\n"));
   console.log(`\nresults: ${relative(ROOT, jsonPath)}\nstack log: ${relative(ROOT, logPath)}`);
   if (opts["keep-state"] && result.startup) console.log(`state kept in ${result.startup.workDir}`);
   if (interrupted) return 130;

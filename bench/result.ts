@@ -48,6 +48,8 @@ export interface Result {
     nextRunAtMismatch: number;
   };
   waitEndedAt?: string;
+  /** GET /v1/metrics' cost over the bench's window (bench/cost.ts). */
+  cost?: import("./cost.ts").CostFigures;
   delivery?: {
     expected: number;
     received: number;

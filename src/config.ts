@@ -33,18 +33,27 @@ const VarsSchema = z.object({
   ALLOW_PRIVATE_TARGETS: optional(z.enum(["true", "false"], 'must be "true" or "false"')),
 });
 
-const parsed = new WeakMap<object, Config>();
+/** Parsed settings by the vars' raw values: one entry per deployment's settings, in practice one. */
+const parsed = new Map<string, Config>();
 
 /**
- * The settings of this environment, checked once per env object (the runtime hands every
- * request of an isolate the same one). Throws Misconfigured naming each bad variable; the API
- * answers that with a 500 that says so, rather than scheduling with a wrong value.
+ * The settings of this environment, checked once per distinct set of values (an env object may
+ * be wrapped per request, e.g. by the cost meter, so the values are the key, not the object).
+ * Throws Misconfigured naming each bad variable; the API answers that with a 500 that says so,
+ * rather than scheduling with a wrong value.
  */
 export function config(env: Env): Config {
-  let found = parsed.get(env);
+  const vars = {
+    SHARD_COUNT: env.SHARD_COUNT,
+    CLAIM_TIMEOUT_MS: env.CLAIM_TIMEOUT_MS,
+    PUBLIC_URL: env.PUBLIC_URL,
+    ALLOW_PRIVATE_TARGETS: env.ALLOW_PRIVATE_TARGETS,
+  };
+  const key = JSON.stringify(vars);
+  let found = parsed.get(key);
   if (!found) {
-    found = parseConfig(env);
-    parsed.set(env, found);
+    found = parseConfig(vars);
+    parsed.set(key, found);
   }
   return found;
 }

@@ -1,5 +1,8 @@
 import { app } from "./api/app";
+import { recordWorkerCost } from "./catalog/cost";
 import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
+import { D1Meter } from "./cost/d1-meter";
+import { apiOperation } from "./cost/operation";
 import { sweep } from "./reconcile/sweep";
 import type { DispatchMessage } from "./shard/contract";
 
@@ -9,17 +12,48 @@ export { Shard } from "./shard/shard";
 /** Named in wrangler.toml as the dispatch queue's dead_letter_queue. */
 const DEAD_LETTER_QUEUE = "edgecron-runs-dlq";
 
+/**
+ * Runs one invocation with its D1 rows and gate calls counted, and records them after it (off
+ * the response's path). A lost record only undercounts: the meter never fails a request.
+ */
+async function metered<T>(env: Env, ctx: ExecutionContext, operation: () => string, work: (env: Env) => Promise<T>): Promise<T> {
+  const meter = new D1Meter();
+  try {
+    return await work(meter.wrap(env));
+  } finally {
+    if (meter.touched)
+      ctx.waitUntil(recordWorkerCost(env.DB, operation(), meter.counts, Date.now()).catch((err) => console.error("cost meter:", err)));
+  }
+}
+
 /** The Worker's three entry points: the API, the Queue consumer and the reconciliation sweep. */
 export default {
-  fetch: app.fetch,
-
-  async queue(batch, env) {
-    if (batch.queue === DEAD_LETTER_QUEUE) await consumeDeadLetters(batch, env);
-    else await consumeDispatches(batch, env);
+  fetch(request: Request, env: Env, ctx: ExecutionContext) {
+    return metered(
+      env,
+      ctx,
+      () => apiOperation(request.method, new URL(request.url).pathname),
+      (counted) => Promise.resolve(app.fetch(request, counted, ctx)),
+    );
   },
 
-  async scheduled(_controller, env) {
-    const report = await sweep(env);
+  async queue(batch, env, ctx) {
+    const dead = batch.queue === DEAD_LETTER_QUEUE;
+    await metered(
+      env,
+      ctx,
+      () => (dead ? "queue dead letters" : "queue"),
+      (counted) => (dead ? consumeDeadLetters(batch, counted) : consumeDispatches(batch, counted)),
+    );
+  },
+
+  async scheduled(_controller, env, ctx) {
+    const report = await metered(
+      env,
+      ctx,
+      () => "sweep",
+      (counted) => sweep(counted),
+    );
     console.log(JSON.stringify({ sweep: report }));
   },
 } satisfies ExportedHandler<Env, DispatchMessage>;

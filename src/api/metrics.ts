@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { schedulerMetrics } from "../app/metrics";
 import { ErrorSchema } from "../model/common";
+import { CostSchema } from "../model/cost";
 import { parseDuration } from "../schedule/duration";
 import type { AppEnv } from "./context";
 import { validationHook } from "./validation";
@@ -32,6 +33,7 @@ const MetricsSchema = z
       .int()
       .openapi({ description: "Runs sent to the queue and not yet claimed by a consumer: the queue's depth as the shards see it." }),
     oldestAwaitingClaimMs: z.int().nullable(),
+    cost: CostSchema.nullable().openapi({ description: "What the window cost (admin token only; null for a tenant key)." }),
   })
   .openapi("Metrics");
 

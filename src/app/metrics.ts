@@ -1,7 +1,9 @@
+import { workerCost } from "../catalog/cost";
 import { shardsInUse } from "../catalog/jobs";
 import type { ShardMetrics } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { type Caller, scopeOf } from "./caller";
+import { schedulerCost } from "./cost";
 
 /** Nearest-rank percentile of an ascending array; null when empty. */
 export function percentile(sorted: number[], p: number): number | null {
@@ -9,7 +11,10 @@ export function percentile(sorted: number[], p: number): number | null {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
-/** Scheduler health over every shard in use (a tenant's own runs only, for a tenant key). */
+/**
+ * Scheduler health over every shard in use (a tenant's own runs only, for a tenant key), and,
+ * for the admin, what the window cost: the meters count the whole scheduler, not one tenant.
+ */
 export async function schedulerMetrics(env: Env, caller: Caller, windowMs: number) {
   const tenantId = scopeOf(caller);
   const shards = await shardsInUse(env.DB, tenantId);
@@ -38,5 +43,11 @@ export async function schedulerMetrics(env: Env, caller: Caller, windowMs: numbe
     outbox: all.reduce((n, m) => n + m.outbox, 0),
     awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
     oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,
+    cost: caller.admin
+      ? schedulerCost(
+          all.map((m) => m.cost),
+          await workerCost(env.DB, Date.now() - windowMs),
+        )
+      : null,
   };
 }

@@ -123,6 +123,22 @@ export interface RunView extends RunRow {
   attemptLog?: AttemptRow[];
 }
 
+/** A shard's cost meter's counters of one operation over a window (meter.ts). */
+export interface OperationCost {
+  calls: number;
+  rowsRead: number;
+  rowsWritten: number;
+  queueMessages: number;
+  gateRequests: number;
+  runsFinished: number;
+}
+
+/** What a shard reports for a window: per operation, and what metering itself cost. */
+export interface ShardCost {
+  byOperation: Record<string, OperationCost>;
+  meter: { rowsRead: number; rowsWritten: number };
+}
+
 export interface ShardMetrics {
   runsByState: Record<string, number>;
   attemptsByOutcome: Record<string, number>;
@@ -130,6 +146,8 @@ export interface ShardMetrics {
   outbox: number;
   awaitingClaim: number;
   oldestAwaitingClaimMs: number | null;
+  /** Of the whole shard, whatever the tenant asked for: its counters are not kept per tenant. */
+  cost: ShardCost;
 }
 
 // ---- the consumer's side ----

@@ -37,6 +37,8 @@ export class Dispatcher {
     private readonly queue: Queue<DispatchMessage>,
     private readonly gateOf: (tenantId: string) => PermitKeeper,
     private readonly shardName: () => string,
+    /** Hears of each batch the Queue took, for the cost meter. */
+    private readonly onSent: (messages: number) => void = () => {},
   ) {}
 
   /**
@@ -98,6 +100,7 @@ export class Dispatcher {
         }),
       );
       const ok = chunks.filter((_, i) => sent[i]?.status === "fulfilled");
+      this.onSent(ok.reduce((n, chunk) => n + chunk.length, 0));
       this.store.removeOutbox(ok.flat());
       if (ok.length < chunks.length) {
         const reason = sent.find((s) => s.status === "rejected") as PromiseRejectedResult;

@@ -132,6 +132,27 @@ CREATE INDEX runs_open ON runs (job_id) WHERE state IN ('waiting', 'queued', 'ru
     sql: `
 ALTER TABLE tenants ADD COLUMN retention_days INTEGER;`,
   },
+  {
+    version: 5,
+    name: "cost meter",
+    // The cost meter (meter.ts): one row per minute and operation, no secondary index, so an
+    // upsert writes one row. Rows read and written by the meter's own statements are kept
+    // apart from the operations' (meter_rows_*).
+    sql: `
+CREATE TABLE IF NOT EXISTS cost_minutes (
+  minute INTEGER NOT NULL,           -- epoch minutes
+  operation TEXT NOT NULL,           -- an RPC method, 'alarm', or 'settle'
+  calls INTEGER NOT NULL,            -- Durable Object requests (RPC calls, alarm invocations)
+  rows_read INTEGER NOT NULL,
+  rows_written INTEGER NOT NULL,
+  queue_messages INTEGER NOT NULL,
+  gate_requests INTEGER NOT NULL,    -- calls to tenant gates (requests billed to those objects)
+  runs_finished INTEGER NOT NULL,
+  meter_rows_read INTEGER NOT NULL,
+  meter_rows_written INTEGER NOT NULL,
+  PRIMARY KEY (minute, operation)
+) WITHOUT ROWID;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

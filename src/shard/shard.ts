@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
+import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
 import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
@@ -25,6 +26,7 @@ import {
 import { Dispatcher } from "./dispatch";
 import { Firing } from "./firing";
 import { RunLedger } from "./ledger";
+import { SETTLE, ShardMeter } from "./meter";
 import { migrateShard } from "./migrations";
 import { Retention } from "./retention";
 import { ShardStore } from "./store";
@@ -41,7 +43,9 @@ import { Views } from "./views";
  * - admission (`admitter.ts`): waiting runs start as flow control allows;
  * - dispatch (`dispatch.ts`): the outbox and the permits, sent after commit;
  * - completion (`completion.ts`): claims, outcomes, completions, heartbeats;
- * - views (`views.ts`): reads.
+ * - views (`views.ts`): reads;
+ * - retention (`retention.ts`): history past its window or cap goes to the archive, then away;
+ * - the cost meter (`meter.ts`): rows, requests and messages per named operation.
  */
 export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly store: ShardStore;
@@ -51,6 +55,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly dispatcher: Dispatcher;
   private readonly completions: Completions;
   private readonly views: Views;
+  private readonly meter: ShardMeter;
   private readonly retention: Retention;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -60,9 +65,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     ctx.storage.transactionSync(() => migrateShard(sql));
     const name = () => this.name;
     const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
-    const gate = (tenantId: string) => gateStub(this.env, tenantId);
-    this.store = new ShardStore(sql);
-    this.dispatcher = new Dispatcher(this.store, env.RUNS, gate, name);
+    this.meter = new ShardMeter(sql);
+    const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
+    this.store = new ShardStore(this.meter.sql, () => this.meter.count("runsFinished"));
+    this.dispatcher = new Dispatcher(this.store, env.RUNS, gate, name, (messages) => this.meter.count("queueMessages", messages));
     this.ledger = new RunLedger(this.store, claimTimeoutMs, (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs));
     this.firing = new Firing(this.store, this.ledger);
     this.admitter = new Admitter(this.store, this.ledger, (change) => ctx.storage.transactionSync(change), gate, name, claimTimeoutMs);
@@ -82,6 +88,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * re-armed before a throw would lose the runtime's retry.
    */
   override async alarm(): Promise<void> {
+    return this.metered("alarm", () => this.runAlarm());
+  }
+
+  private async runAlarm(): Promise<void> {
     failpoint("shard.alarmStart", this.name);
     this.change((now) => {
       this.firing.fireDue(now);
@@ -96,97 +106,119 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: jobs and tenants ----
 
   async applyJobs(definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
-    this.change((now) => {
-      this.firing.applyJobs(definitions, tenants, now);
-      this.retention.schedule(now);
+    return this.metered("applyJobs", async (here) => {
+      this.change((now) => {
+        this.firing.applyJobs(definitions, tenants, now);
+        this.retention.schedule(now);
+      });
+      await this.settle();
+      return here(() => this.views.jobRuntimes(definitions.map((d) => d.id)));
     });
-    await this.settle();
-    return this.views.jobRuntimes(definitions.map((d) => d.id));
   }
 
   /** A raised runs-in-flight limit may let waiting runs start: they are looked at now. */
   async applyTenants(tenants: TenantSettings[]): Promise<void> {
-    this.change((now) => {
-      for (const tenant of tenants) this.store.putTenant(tenant);
-      this.admitter.wakeAll(now);
+    return this.metered("applyTenants", async () => {
+      this.change((now) => {
+        for (const tenant of tenants) this.store.putTenant(tenant);
+        this.admitter.wakeAll(now);
+      });
+      await this.settle();
     });
-    await this.settle();
   }
 
   /** Called by a tenant gate when capacity freed (and harmless at any other time). */
   async admitWaiting(): Promise<void> {
-    this.change((now) => this.admitter.wakeAll(now));
-    await this.settle();
+    return this.metered("admitWaiting", async () => {
+      this.change((now) => this.admitter.wakeAll(now));
+      await this.settle();
+    });
   }
 
   async jobRuntimes(ids: string[]): Promise<JobRuntime[]> {
-    return this.views.jobRuntimes(ids);
+    return this.metered("jobRuntimes", async () => this.views.jobRuntimes(ids));
   }
 
   async trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
-    const answer = this.change((now) => this.firing.trigger(jobId, triggerKey, now));
-    if (!answer.ok) return answer;
-    await this.settle();
-    return done(this.views.run(answer.value)!);
+    return this.metered("trigger", async (here) => {
+      const answer = this.change((now) => this.firing.trigger(jobId, triggerKey, now));
+      if (!answer.ok) return answer;
+      await this.settle();
+      return here(() => done(this.views.run(answer.value)!));
+    });
   }
 
   async backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">> {
-    const answer = this.change((now) => this.firing.backfill(jobId, from, to, now));
-    if (answer.ok) await this.settle();
-    return answer;
+    return this.metered("backfill", async () => {
+      const answer = this.change((now) => this.firing.backfill(jobId, from, to, now));
+      if (answer.ok) await this.settle();
+      return answer;
+    });
   }
 
   // ---- RPC: the consumer's side and long-running targets ----
 
   async claim(dispatches: Dispatch[]): Promise<ClaimResult[]> {
-    const results = this.change((now) => this.completions.claim(dispatches, now));
-    await this.settle();
-    return results;
+    return this.metered("claim", async () => {
+      const results = this.change((now) => this.completions.claim(dispatches, now));
+      await this.settle();
+      return results;
+    });
   }
 
   async report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">> {
-    const results = this.change((now) => this.completions.report(outcomes, now));
-    await this.settle();
-    return results;
+    return this.metered("report", async () => {
+      const results = this.change((now) => this.completions.report(outcomes, now));
+      await this.settle();
+      return results;
+    });
   }
 
   async complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>> {
-    const answer = this.change((now) => this.completions.complete(runId, token, completion, now));
-    if (!answer.ok) return answer;
-    await this.settle();
-    return done(this.views.run(runId)!);
+    return this.metered("complete", async (here) => {
+      const answer = this.change((now) => this.completions.complete(runId, token, completion, now));
+      if (!answer.ok) return answer;
+      await this.settle();
+      return here(() => done(this.views.run(runId)!));
+    });
   }
 
   async heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>> {
-    const answer = this.change((now) => this.completions.heartbeat(runId, token, extendMs, now));
-    if (answer.ok) await this.settle();
-    return answer;
+    return this.metered("heartbeat", async () => {
+      const answer = this.change((now) => this.completions.heartbeat(runId, token, extendMs, now));
+      if (answer.ok) await this.settle();
+      return answer;
+    });
   }
 
   async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"failed" | "stale">> {
-    const results = this.change((now) => this.completions.abandon(dispatches, now));
-    await this.settle();
-    return results;
+    return this.metered("abandonDispatches", async () => {
+      const results = this.change((now) => this.completions.abandon(dispatches, now));
+      await this.settle();
+      return results;
+    });
   }
 
   // ---- RPC: dead letters ----
 
   /** Gives a dead or failed run of a live job a fresh set of attempts. */
   async retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">> {
-    const answer = this.change((now) => this.ledger.revive(runId, now));
-    if (!answer.ok) return answer;
-    await this.settle();
-    return done(this.views.run(runId)!);
+    return this.metered("retryRun", async (here) => {
+      const answer = this.change((now) => this.ledger.revive(runId, now));
+      if (!answer.ok) return answer;
+      await this.settle();
+      return here(() => done(this.views.run(runId)!));
+    });
   }
 
   // ---- RPC: reads ----
 
   async getRun(runId: string): Promise<RunView | null> {
-    return this.views.run(runId);
+    return this.metered("getRun", async () => this.views.run(runId));
   }
 
   async listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]> {
-    return this.views.runs(jobId, limit, before);
+    return this.metered("listRuns", async () => this.views.runs(jobId, limit, before));
   }
 
   async deadLetters(
@@ -194,17 +226,21 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     limit: number,
     before?: { finishedAt: number; id: string },
   ): Promise<RunView[]> {
-    return this.views.deadLetters(scope, limit, before);
+    return this.metered("deadLetters", async () => this.views.deadLetters(scope, limit, before));
   }
 
+  /** The meter's window is read before this call is persisted, so a metrics call never sees itself. */
   async metrics(windowMs: number, tenantId: string | null = null): Promise<ShardMetrics> {
-    return this.views.metrics(windowMs, tenantId, Date.now());
+    return this.metered("metrics", async () => {
+      const now = Date.now();
+      return { ...this.views.metrics(windowMs, tenantId, now), cost: this.meter.window(now - windowMs) };
+    });
   }
 
   // ---- RPC: the sweep ----
 
   async staleJobs(entries: CatalogEntry[]): Promise<string[]> {
-    return this.views.staleJobs(entries);
+    return this.metered("staleJobs", async () => this.views.staleJobs(entries));
   }
 
   /**
@@ -212,15 +248,31 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * sweep calls this: work already due runs now, otherwise the alarm is set again.
    */
   async assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }> {
-    const now = Date.now();
-    const due = this.nextDue(now);
-    const ranDueWork = due !== null && due <= now;
-    if (ranDueWork) await this.alarm();
-    else await this.armAlarm();
-    return { ranDueWork, alarmAt: await this.ctx.storage.getAlarm() };
+    return this.metered("assertAlarm", async () => {
+      const now = Date.now();
+      const due = this.nextDue(now);
+      const ranDueWork = due !== null && due <= now;
+      if (ranDueWork) await this.meter.during("alarm", () => this.runAlarm());
+      else await this.armAlarm();
+      return { ranDueWork, alarmAt: await this.ctx.storage.getAlarm() };
+    });
   }
 
-  // ---- the one change, the one settle ----
+  // ---- the one change, the one settle, the meter ----
+
+  /**
+   * One invocation (an RPC call or the alarm: one billed request) as `operation`: its
+   * synchronous part, and whatever it wraps in `here`, is charged to it; the rest to `settle`.
+   * What it counted is written once, at its end.
+   */
+  private async metered<T>(operation: string, work: (here: <R>(part: () => R) => R) => Promise<T>): Promise<T> {
+    this.meter.count("calls", 1, operation);
+    try {
+      return await this.meter.during(operation, () => work((part) => this.meter.during(operation, part)));
+    } finally {
+      this.meter.persist(Date.now());
+    }
+  }
 
   /** One atomic change of the shard's state: the single writer's transaction. */
   private change<T>(apply: (now: number) => T): T {
@@ -231,7 +283,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * After every change: buffered fires whose turn came start, waiting runs are admitted,
    * what was committed is sent, and the alarm is pointed at the earliest remaining work.
    */
-  private async settle(): Promise<void> {
+  private settle(): Promise<void> {
+    return this.meter.during(SETTLE, () => this.settleNow());
+  }
+
+  private async settleNow(): Promise<void> {
     this.change((now) => this.firing.startBuffered(now));
     await this.admitter.admit();
     await this.dispatcher.flush();

@@ -32,8 +32,14 @@ const LIVE_ATTEMPT = outcomeSqlList(LIVE_ATTEMPT_OUTCOMES);
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
 
-  /** Over storage `migrateShard` has brought to the latest schema. */
-  constructor(private readonly sql: SqlStorage) {}
+  /**
+   * Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's,
+   * which counts each statement's rows); `onFinished` hears of each run reaching a final state.
+   */
+  constructor(
+    private readonly sql: Pick<SqlStorage, "exec">,
+    private readonly onFinished: () => void = () => {},
+  ) {}
 
   // ---- jobs ----
 
@@ -277,6 +283,7 @@ export class ShardStore {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
+    if (FINAL_STATES.includes(to)) this.onFinished();
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
@@ -426,7 +433,7 @@ export class ShardStore {
   // ---- metrics ----
 
   /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
-  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): ShardMetrics {
+  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost"> {
     // ?1 is the tenant (null: all); a run belongs to it through its job.
     const ofTenant = (runIdColumn: string) =>
       `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;

@@ -1,6 +1,37 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { percentile } from "../../src/app/metrics";
-import { api, createJob, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
+import { PRICES } from "../../src/cost/prices";
+import { usdOf } from "../../src/cost/usd";
+import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
+
+type Cost = Record<string, any>;
+
+async function costNow(): Promise<Cost> {
+  const res = await api("/v1/metrics?window=1h");
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { cost: Cost }).cost;
+}
+
+/** n one-off jobs due already, each run to success. */
+async function oneOffRuns(n: number): Promise<void> {
+  const jobs = await Promise.all(
+    Array.from({ length: n }, () =>
+      createJob({ schedule: { at: new Date(Date.now() - 1_000).toISOString() }, target: { url: receiverPath("m-cost") } }),
+    ),
+  );
+  for (const job of jobs) {
+    await vi.waitFor(
+      async () => {
+        const runs = await listRuns(job.id);
+        if (runs[0]?.state !== "succeeded") throw new Error(`job ${job.id}: ${runs[0]?.state ?? "no run yet"}`);
+      },
+      { timeout: 15_000, interval: 100 },
+    );
+  }
+}
+
+const op = (cost: Cost, group: "shardOperations" | "workerOperations", name: string, field: string): number =>
+  cost[group][name]?.[field] ?? 0;
 
 describe("GET /v1/metrics", () => {
   it("reports runs by state, fire lag, backlog and failure rate across shards", async () => {
@@ -21,6 +52,55 @@ describe("GET /v1/metrics", () => {
     expect(m.fireLagMs.p50).toBeGreaterThanOrEqual(0);
     expect(m.fireLagMs.max).toBeGreaterThanOrEqual(m.fireLagMs.p50);
     expect(m).toMatchObject({ outbox: 0, awaitingClaim: 0, oldestAwaitingClaimMs: null });
+  });
+
+  it("counts what runs cost, per operation, growing with the runs, and prices it at the one table", async () => {
+    const before = await costNow();
+    await oneOffRuns(2);
+    const two = await costNow();
+    await oneOffRuns(6);
+    // The Worker records its D1 counts after each response: wait for the last creation's.
+    const eight = await vi.waitFor(
+      async () => {
+        const cost = await costNow();
+        const created = op(cost, "workerOperations", "POST /v1/jobs", "calls") - op(before, "workerOperations", "POST /v1/jobs", "calls");
+        if (created < 8) throw new Error(`${created} creations recorded`);
+        return cost;
+      },
+      { timeout: 5_000, interval: 100 },
+    );
+
+    const delta = (a: Cost, b: Cost, key: string) => b.totals[key] - a.totals[key];
+    expect(two.runsFinished - before.runsFinished).toBe(2);
+    expect(eight.runsFinished - two.runsFinished).toBe(6);
+    expect(eight.totals.queueMessages - two.totals.queueMessages).toBe(6);
+    // Each run writes rows (run, attempt, outbox, indexes) and reads some: six runs cost more than two.
+    for (const key of ["sqlRowsWritten", "sqlRowsRead", "doRequests"]) {
+      expect(delta(before, two, key), key).toBeGreaterThan(0);
+      expect(delta(two, eight, key), key).toBeGreaterThan(delta(before, two, key));
+    }
+    // Where the rows go: creation, firing, claiming and reporting each wrote some.
+    for (const name of ["applyJobs", "claim", "report", "settle"]) {
+      expect(op(eight, "shardOperations", name, "rowsWritten") - op(two, "shardOperations", name, "rowsWritten"), name).toBeGreaterThan(0);
+    }
+    expect(op(eight, "shardOperations", "applyJobs", "calls") - op(two, "shardOperations", "applyJobs", "calls")).toBe(6);
+    const d1Written =
+      op(eight, "workerOperations", "POST /v1/jobs", "rowsWritten") - op(two, "workerOperations", "POST /v1/jobs", "rowsWritten");
+    expect(d1Written).toBeGreaterThanOrEqual(6); // a catalog row per job, and its index entries
+    // The meters' own rows are reported apart, not hidden in the operations'.
+    expect(eight.meter.sqlRowsWritten).toBeGreaterThan(0);
+    // Priced at the one table.
+    expect(eight.prices).toEqual({ ...PRICES, pages: [...PRICES.pages] });
+    expect(eight.usd).toBeCloseTo(usdOf(eight.totals, PRICES), 12);
+    expect(eight.usdPerMillionRuns).toBeCloseTo((eight.usd / eight.runsFinished) * 1_000_000, 6);
+    expect(eight.perRun.sqlRowsWritten).toBeCloseTo(eight.totals.sqlRowsWritten / eight.runsFinished, 9);
+  });
+
+  it("a tenant key sees no cost: the meters count the whole scheduler", async () => {
+    const tenant = await createTenant();
+    const res = await tenant.api("/v1/metrics");
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { cost: unknown }).cost).toBeNull();
   });
 
   it.each(["abc", "2d", "0s"])("window=%s → 400", async (window) => {

@@ -1,0 +1,148 @@
+/**
+ * The shard's cost meter: SQLite rows read and written, requests, queue messages, gate calls
+ * and finished runs, per named operation (an RPC method, the alarm, or `settle`, the shared
+ * step after every change), kept in `cost_minutes` so that they outlive the object.
+ *
+ * Rows are read off each statement's cursor (`rowsRead`, `rowsWritten`), which are final only
+ * once the cursor is consumed, so cursors are kept and summed at `persist`. The statements the
+ * meter runs itself are kept out of every operation's figures and reported as `meter`.
+ */
+import type { OperationCost, ShardCost } from "./contract";
+
+/** The label of statements that run after an RPC's own change: admission, sending, re-arming. */
+export const SETTLE = "settle";
+
+/** Rows older than the longest window metrics may ask for, and a margin, are dropped. */
+const KEEP_MINUTES = 25 * 60;
+
+const MINUTE_MS = 60_000;
+
+const zero = (): OperationCost => ({ calls: 0, rowsRead: 0, rowsWritten: 0, queueMessages: 0, gateRequests: 0, runsFinished: 0 });
+
+type Counter = Exclude<keyof OperationCost, "rowsRead" | "rowsWritten">;
+
+export class ShardMeter {
+  private label = SETTLE;
+  private cursors: Array<{ label: string; cursor: { readonly rowsRead: number; readonly rowsWritten: number } }> = [];
+  private counted = new Map<string, OperationCost>();
+  /** What the meter's own statements cost, written with the next persist (its own cost is known only after it ran). */
+  private own = { rowsRead: 0, rowsWritten: 0 };
+  private prunedMinute = 0;
+
+  constructor(private readonly raw: SqlStorage) {}
+
+  /** The storage the shard's store uses: every statement is charged to the operation running. */
+  readonly sql: Pick<SqlStorage, "exec"> = {
+    exec: <T extends Record<string, SqlStorageValue>>(query: string, ...bindings: unknown[]) => {
+      const cursor = this.raw.exec<T>(query, ...bindings);
+      this.cursors.push({ label: this.label, cursor });
+      return cursor;
+    },
+  };
+
+  /**
+   * Runs the synchronous part of `work` as `operation`. A Durable Object interleaves calls only
+   * at awaits, so a label set and restored around synchronous code cannot leak into another
+   * call's statements; what runs after an await is charged to `settle`.
+   */
+  during<T>(operation: string, work: () => T): T {
+    const before = this.label;
+    this.label = operation;
+    try {
+      return work();
+    } finally {
+      this.label = before;
+    }
+  }
+
+  /** Adds to a counter of the operation running now (or `operation`). */
+  count(counter: Counter, n = 1, operation = this.label): void {
+    const c = this.of(operation);
+    c[counter] += n;
+  }
+
+  /**
+   * Writes what was counted since the last persist: one upsert per operation that did anything
+   * this minute. Called at the end of every invocation, after its last await, so the write
+   * commits with the invocation's last implicit transaction.
+   */
+  persist(now: number): void {
+    for (const { label, cursor } of this.cursors.splice(0)) {
+      const c = this.of(label);
+      c.rowsRead += cursor.rowsRead;
+      c.rowsWritten += cursor.rowsWritten;
+    }
+    if (this.counted.size === 0) return;
+    const minute = Math.floor(now / MINUTE_MS);
+    // Carried from the last persist; this one's own cost is carried to the next.
+    let own = this.own;
+    this.own = { rowsRead: 0, rowsWritten: 0 };
+    for (const [operation, c] of this.counted) {
+      const cursor = this.raw.exec(
+        `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, queue_messages, gate_requests, runs_finished,
+           meter_rows_read, meter_rows_written) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (minute, operation) DO UPDATE SET calls = calls + excluded.calls, rows_read = rows_read + excluded.rows_read,
+           rows_written = rows_written + excluded.rows_written, queue_messages = queue_messages + excluded.queue_messages,
+           gate_requests = gate_requests + excluded.gate_requests, runs_finished = runs_finished + excluded.runs_finished,
+           meter_rows_read = meter_rows_read + excluded.meter_rows_read, meter_rows_written = meter_rows_written + excluded.meter_rows_written`,
+        minute,
+        operation,
+        c.calls,
+        c.rowsRead,
+        c.rowsWritten,
+        c.queueMessages,
+        c.gateRequests,
+        c.runsFinished,
+        own.rowsRead,
+        own.rowsWritten,
+      );
+      own = { rowsRead: 0, rowsWritten: 0 };
+      this.addOwn(cursor);
+    }
+    this.counted.clear();
+    if (minute > this.prunedMinute) {
+      // Once a minute at most: a range delete on the primary key's leading column.
+      this.addOwn(this.raw.exec("DELETE FROM cost_minutes WHERE minute < ?", minute - KEEP_MINUTES));
+      this.prunedMinute = minute;
+    }
+  }
+
+  /** The counters of the minutes from `since` on (whole minutes), per operation. */
+  window(since: number): ShardCost {
+    const cursor = this.raw.exec(
+      `SELECT operation, SUM(calls) AS calls, SUM(rows_read) AS rows_read, SUM(rows_written) AS rows_written,
+         SUM(queue_messages) AS queue_messages, SUM(gate_requests) AS gate_requests, SUM(runs_finished) AS runs_finished,
+         SUM(meter_rows_read) AS meter_rows_read, SUM(meter_rows_written) AS meter_rows_written
+       FROM cost_minutes WHERE minute >= ? GROUP BY operation`,
+      Math.floor(since / MINUTE_MS),
+    );
+    const rows = cursor.toArray();
+    this.addOwn(cursor);
+    const byOperation: Record<string, OperationCost> = {};
+    const meter = { rowsRead: 0, rowsWritten: 0 };
+    for (const r of rows) {
+      byOperation[r.operation as string] = {
+        calls: r.calls as number,
+        rowsRead: r.rows_read as number,
+        rowsWritten: r.rows_written as number,
+        queueMessages: r.queue_messages as number,
+        gateRequests: r.gate_requests as number,
+        runsFinished: r.runs_finished as number,
+      };
+      meter.rowsRead += r.meter_rows_read as number;
+      meter.rowsWritten += r.meter_rows_written as number;
+    }
+    return { byOperation, meter };
+  }
+
+  private of(operation: string): OperationCost {
+    const c = this.counted.get(operation) ?? zero();
+    this.counted.set(operation, c);
+    return c;
+  }
+
+  private addOwn(cursor: { rowsRead: number; rowsWritten: number }): void {
+    this.own.rowsRead += cursor.rowsRead;
+    this.own.rowsWritten += cursor.rowsWritten;
+  }
+}
