@@ -152,6 +152,21 @@ export async function shardEntries(
   return results.map((r) => ({ id: r.id as string, version: r.version as number, deleted: r.deleted_at !== null }));
 }
 
+/**
+ * Removes the tombstones of deleted jobs (at most a statement's worth of ids). Only deleted rows
+ * go, whatever the caller passes: a live job is never removed here.
+ */
+export async function purgeTombstones(db: D1Database, ids: string[]): Promise<number> {
+  if (ids.length === 0) return 0;
+  const result = await guard("purge tombstones", () =>
+    db
+      .prepare(`DELETE FROM jobs WHERE id IN (${placeholders(ids.length)}) AND deleted_at IS NOT NULL`)
+      .bind(...ids)
+      .run(),
+  );
+  return result.meta.changes;
+}
+
 /** Of the next shard after `after` in name order that holds any job (deleted ones included), or null. */
 export async function nextShardInUse(db: D1Database, after: string): Promise<string | null> {
   // MIN over the (shard, id) index is one seek, where DISTINCT would read every row.

@@ -58,10 +58,10 @@ export class Meter {
   }
 
   /** The shard calls the sweep makes, each counted. */
-  shard(env: Env, name: string): Pick<ShardApi, "staleJobs" | "applyJobs" | "applyTenants" | "assertAlarm"> {
+  shard(env: Env, name: string): Pick<ShardApi, "compareJobs" | "applyJobs" | "applyTenants" | "assertAlarm"> {
     const stub = shardStub(env, name);
     return {
-      staleJobs: (entries) => this.call(() => stub.staleJobs(entries)),
+      compareJobs: (entries) => this.call(() => stub.compareJobs(entries)),
       applyJobs: (definitions, tenants) => this.call(() => stub.applyJobs(definitions, tenants)),
       applyTenants: (tenants) => this.call(() => stub.applyTenants(tenants)),
       assertAlarm: () => this.call(() => stub.assertAlarm()),

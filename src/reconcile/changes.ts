@@ -56,7 +56,7 @@ export async function deliverChanges(
     const done = affordablePrefix(page, { d1: room.d1 - 1, calls: room.calls });
     for (const [shard, entries] of groupByShard(done)) {
       const client = meter.shard(env, shard);
-      const stale = await client.staleJobs(entries);
+      const { stale } = await client.compareJobs(entries);
       for (let i = 0; i < stale.length; i += MAX_BOUND_PARAMETERS) {
         report.repaired += await redeliver(db, client, stale.slice(i, i + MAX_BOUND_PARAMETERS));
       }
@@ -78,7 +78,7 @@ export async function deliverChanges(
 
 /**
  * The longest prefix of the page whose worst case fits `room`: each shard it touches costs a
- * staleJobs call, and each REPAIR_CHUNK of its rows, if all turn out stale, a repair.
+ * compareJobs call, and each REPAIR_CHUNK of its rows, if all turn out stale, a repair.
  */
 function affordablePrefix(page: ChangedEntry[], room: { d1: number; calls: number }): ChangedEntry[] {
   const perShard = new Map<string, number>();

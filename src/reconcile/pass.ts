@@ -1,11 +1,11 @@
-import { nextShardInUse, shardEntries } from "../catalog/jobs";
+import { nextShardInUse, purgeTombstones, shardEntries } from "../catalog/jobs";
 import type { SweepState } from "../catalog/sweep-state";
 import { tenantsOfShard } from "../catalog/tenants";
 import { MAX_BOUND_PARAMETERS } from "../sql";
 import type { Meter } from "./budget";
 import { REPAIR_COST, redeliver } from "./repair";
 
-/** Catalog entries compared per query and per staleJobs call (the shard looks them up in chunks itself). */
+/** Catalog entries compared per query and per compareJobs call (the shard looks them up in chunks itself). */
 export const PASS_PAGE = 1_000;
 
 /** A page read and compared, and its first chunk of stale jobs repaired. */
@@ -19,6 +19,8 @@ export interface PassReport {
   compared: number;
   repaired: number;
   shardsThatRanDueWork: number;
+  /** Tombstones of deleted jobs removed from the catalog. */
+  purged: number;
   /** The pass reached the last shard in this invocation. */
   completed: boolean;
 }
@@ -39,7 +41,7 @@ export async function continuePass(
   reserve: number,
   now: number,
 ): Promise<PassReport> {
-  const report: PassReport = { shards: 0, compared: 0, repaired: 0, shardsThatRanDueWork: 0, completed: false };
+  const report: PassReport = { shards: 0, compared: 0, repaired: 0, shardsThatRanDueWork: 0, purged: 0, completed: false };
   const pass = state.pass;
   const fits = (cost: { d1: number; calls: number }) => meter.affords(cost.d1, cost.calls, reserve);
   if (pass.shard === "") {
@@ -58,7 +60,7 @@ export async function continuePass(
     if (pass.after !== DONE) {
       if (!fits(PAGE_COST)) return report;
       const entries = await shardEntries(db, pass.shard, pass.after, PASS_PAGE);
-      const stale = entries.length > 0 ? await client.staleJobs(entries) : [];
+      const { stale, gone } = entries.length > 0 ? await client.compareJobs(entries) : { stale: [], gone: [] };
       report.compared += entries.length;
       let reached = entries.length > 0 ? entries[entries.length - 1]!.id : pass.after;
       for (let i = 0; i < stale.length; i += MAX_BOUND_PARAMETERS) {
@@ -71,6 +73,9 @@ export async function continuePass(
         }
         report.repaired += await redeliver(db, client, stale.slice(i, i + MAX_BOUND_PARAMETERS));
       }
+      // Tombstones whose shard holds nothing more of them go, a statement's worth per page; the
+      // rest on the next pass (a tombstone's only use was to keep the job's runs readable).
+      if (gone.length > 0 && fits({ d1: 1, calls: 0 })) report.purged += await purgeTombstones(db, gone.slice(0, MAX_BOUND_PARAMETERS));
       pass.after = entries.length < PASS_PAGE && reached === (entries[entries.length - 1]?.id ?? pass.after) ? DONE : reached;
       continue;
     }

@@ -10,6 +10,8 @@ export interface SweepReport {
   jobsCompared: number;
   jobsRepaired: number;
   shardsThatRanDueWork: number;
+  /** Tombstones of deleted jobs removed from the catalog once their shard held nothing more of them. */
+  tombstonesPurged: number;
   targetsSealed: number;
   /** Rows of the change feed compared in this invocation. */
   changesCompared: number;
@@ -60,6 +62,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     jobsCompared: pass.compared,
     jobsRepaired: changes.repaired + pass.repaired,
     shardsThatRanDueWork: pass.shardsThatRanDueWork,
+    tombstonesPurged: pass.purged,
     targetsSealed,
     changesCompared: changes.compared,
     changesCaughtUp: changes.caughtUp,

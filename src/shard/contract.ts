@@ -73,6 +73,14 @@ export interface CatalogEntry {
   deleted: boolean;
 }
 
+/** What the sweep learns by comparing catalog entries with a shard. */
+export interface JobComparison {
+  /** Lacked, or held at an older version: to deliver again. */
+  stale: string[];
+  /** Deleted, and no longer held (retention removed its runs, then the job): the tombstone may go. */
+  gone: string[];
+}
+
 /** A backfill makes at most this many runs per call. */
 export const MAX_BACKFILL = 1_000;
 
@@ -239,8 +247,8 @@ export interface ShardApi {
     before?: { finishedAt: number; id: string },
   ): Promise<RunView[]>;
   metrics(windowMs: number, tenantId?: string | null): Promise<ShardMetrics>;
-  /** Of the catalog's entries, the ids this shard lacks or holds at an older version. */
-  staleJobs(entries: CatalogEntry[]): Promise<string[]>;
+  /** The catalog's entries against what this shard holds (see JobComparison). */
+  compareJobs(entries: CatalogEntry[]): Promise<JobComparison>;
   /** Work already due runs now; otherwise the alarm is set again (alarms can be lost or late). */
   assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }>;
 }

@@ -14,6 +14,7 @@ import {
   type Completion,
   type Dispatch,
   done,
+  type JobComparison,
   type JobDefinition,
   type JobRuntime,
   type Outcome,
@@ -239,8 +240,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   // ---- RPC: the sweep ----
 
-  async staleJobs(entries: CatalogEntry[]): Promise<string[]> {
-    return this.metered("staleJobs", async () => this.views.staleJobs(entries));
+  async compareJobs(entries: CatalogEntry[]): Promise<JobComparison> {
+    return this.metered("compareJobs", async () => this.views.compareJobs(entries));
   }
 
   /**

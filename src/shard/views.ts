@@ -1,4 +1,4 @@
-import type { CatalogEntry, JobRuntime, RunRow, RunView, ShardMetrics } from "./contract";
+import type { CatalogEntry, JobComparison, JobRuntime, RunRow, RunView, ShardMetrics } from "./contract";
 import type { ShardStore } from "./store";
 
 /** How many recent lags a metrics window samples per shard. */
@@ -36,15 +36,20 @@ export class Views {
     }));
   }
 
-  /** Of the catalog's entries, the ids this shard lacks or holds at an older version. */
-  staleJobs(entries: CatalogEntry[]): string[] {
+  /**
+   * The catalog's entries against what this shard holds: the ids it lacks or holds at an older
+   * version (stale), and the deleted ones it no longer holds at all (gone: their runs have left
+   * with retention, so the catalog's tombstone may go too).
+   */
+  compareJobs(entries: CatalogEntry[]): JobComparison {
     const held = this.store.jobVersions(entries.map((e) => e.id));
-    return entries
-      .filter((e) => {
-        const version = held.get(e.id);
-        return version === undefined ? !e.deleted : version < e.version;
-      })
-      .map((e) => e.id);
+    const comparison: JobComparison = { stale: [], gone: [] };
+    for (const e of entries) {
+      const version = held.get(e.id);
+      if (version === undefined) (e.deleted ? comparison.gone : comparison.stale).push(e.id);
+      else if (version < e.version) comparison.stale.push(e.id);
+    }
+    return comparison;
   }
 
   /** Of one tenant's runs, or of all (null). */

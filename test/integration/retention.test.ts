@@ -4,7 +4,7 @@ import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { RETENTION_CHUNK } from "../../src/shard/retention";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf, sweepFully } from "./helpers";
 
 const DAY = 86_400_000;
 
@@ -195,7 +195,8 @@ describe("retention", () => {
     await runRetention(job);
     expect(await runIdsInShard(job)).toEqual([]);
     expect(await held()).toBe(0);
-    // Its archived runs stay readable through the catalog's tombstone.
+    // Its archived runs stay readable through the catalog's tombstone, until the sweep, finding
+    // the shard holds nothing more of the job, removes the tombstone too.
     const res = await history(job, now - 21 * DAY, now - 19 * DAY);
     expect(
       (await res.text())
@@ -203,5 +204,20 @@ describe("retention", () => {
         .split("\n")
         .map((l) => (JSON.parse(l) as Run).id),
     ).toEqual(["run_gone_0"]);
+    const tombstone = () => env.DB.prepare("SELECT COUNT(*) AS n FROM jobs WHERE id = ?").bind(job.id).first<{ n: number }>();
+    expect((await tombstone())!.n).toBe(1);
+    await sweepFully();
+    expect((await tombstone())!.n).toBe(0);
+    expect((await history(job, now - 21 * DAY, now - 19 * DAY)).status).toBe(404);
+  });
+
+  it("the sweep leaves a deleted job's tombstone while its shard still holds the job", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("retention-kept") } });
+    await seedRuns(job, [{ id: "run_recent_kept", scheduledAt: Date.now() - DAY }]);
+    expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBe(200);
+    await sweepFully();
+    const row = await env.DB.prepare("SELECT deleted_at FROM jobs WHERE id = ?").bind(job.id).first<{ deleted_at: number }>();
+    expect(row?.deleted_at).toBeGreaterThan(0);
+    expect((await listRuns(job.id)).map((r) => r.id)).toEqual(["run_recent_kept"]);
   });
 });

@@ -20,7 +20,7 @@ const YEAR_AGO = Date.now() - 365 * 86_400_000;
  *
  * What the catalog holds, and why. The 250,000 rows are seeded in one INSERT … SELECT, as
  * deleted jobs (tombstones) last changed a year ago, over 64 shards that hold none of them. A
- * shard that lacks a deleted job is in sync with it, so every staleJobs call does the real
+ * shard that lacks a deleted job is in sync with it, so every compareJobs call does the real
  * work of a synced catalog (the shard looks up each of its 1,000 ids and finds nothing to
  * repair), without seeding 250,000 jobs into 64 shards through applyJobs, which would take
  * minutes and measure the seeding. Seeding them live but unknown to their shards would instead
@@ -80,7 +80,7 @@ it("sweeps 250,000 jobs over many invocations, each within the budget, visiting 
   expect(figures.reduce((sum, f) => sum + f.compared, 0)).toBe(JOBS + lost.length + live.length);
   expect([...visited].sort()).toEqual(catalogShards.sort());
   for (const job of lost) {
-    const held = await shardOf(job).staleJobs([{ id: job.id, version: 1, deleted: false }]);
+    const held = (await shardOf(job).compareJobs([{ id: job.id, version: 1, deleted: false }])).stale;
     expect(held, `${job.id} on ${job.shard} was re-delivered`).toEqual([]);
   }
 

@@ -34,7 +34,7 @@ async function lostJob(shard: string, updatedAt: number) {
 }
 
 const held = async (job: { id: string; shard: string }) =>
-  (await shardOf(job).staleJobs([{ id: job.id, version: 1, deleted: false }])).length === 0;
+  (await shardOf(job).compareJobs([{ id: job.id, version: 1, deleted: false }])).stale.length === 0;
 
 const plan = async (sql: string, ...params: unknown[]) =>
   (
