@@ -13,16 +13,16 @@ export { Shard } from "./shard/shard";
 const DEAD_LETTER_QUEUE = "edgecron-runs-dlq";
 
 /**
- * Runs one invocation with its D1 rows and gate calls counted, and records them after it (off
- * the response's path). A lost record only undercounts: the meter never fails a request.
+ * Runs one invocation with its D1 rows and gate calls counted, and adds them to the isolate's
+ * tally, written now and then off the response's path. A lost record only undercounts: the meter never fails a request.
  */
 async function metered<T>(env: Env, ctx: ExecutionContext, operation: () => string, work: (env: Env) => Promise<T>): Promise<T> {
   const meter = new D1Meter();
   try {
     return await work(meter.wrap(env));
   } finally {
-    if (meter.touched)
-      ctx.waitUntil(recordWorkerCost(env.DB, operation(), meter.counts, Date.now()).catch((err) => console.error("cost meter:", err)));
+    const write = meter.touched ? recordWorkerCost(env.DB, operation(), meter.counts, Date.now()) : null;
+    if (write) ctx.waitUntil(write.catch((err) => console.error("cost meter:", err)));
   }
 }
 

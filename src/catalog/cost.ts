@@ -10,31 +10,79 @@ export interface WorkerCost {
   meter: { rowsRead: number; rowsWritten: number };
 }
 
+/** An isolate writes its counts at most this often: a write per request would double what an API call costs in D1. */
+const FLUSH_EVERY_MS = 10_000;
+
+interface Pending extends WorkerCounts {
+  minute: number;
+  operation: string;
+  calls: number;
+}
+
+/** Counts of this isolate not yet written, by minute and entry point. */
+const pending = new Map<string, Pending>();
+let lastFlush = 0;
 /** What the last write of this isolate cost, written with its next one (known only after it ran). */
 let carried = { rowsRead: 0, rowsWritten: 0 };
 
-/** Adds one invocation's counts to its minute's row: one upsert, one row written. */
-export async function recordWorkerCost(db: D1Database, operation: string, counts: WorkerCounts, now: number): Promise<void> {
+/**
+ * Adds one invocation's counts to this isolate's tally; returns the write when one is due
+ * (for `waitUntil`), else null. Counts of an isolate evicted before its next write are lost:
+ * the meter can only undercount.
+ */
+export function recordWorkerCost(db: D1Database, operation: string, counts: WorkerCounts, now: number): Promise<void> | null {
+  const minute = Math.floor(now / MINUTE_MS);
+  const key = `${minute} ${operation}`;
+  const row = pending.get(key) ?? { minute, operation, calls: 0, rowsRead: 0, rowsWritten: 0, gateRequests: 0 };
+  row.calls++;
+  row.rowsRead += counts.rowsRead;
+  row.rowsWritten += counts.rowsWritten;
+  row.gateRequests += counts.gateRequests;
+  pending.set(key, row);
+  return now - lastFlush >= FLUSH_EVERY_MS ? flushWorkerCost(db, now) : null;
+}
+
+/** Writes this isolate's tally: one upsert per minute and entry point, in one batch. */
+export async function flushWorkerCost(db: D1Database, now: number): Promise<void> {
+  lastFlush = now;
+  const rows = [...pending.values()];
+  pending.clear();
+  if (rows.length === 0) return;
   const own = carried;
   carried = { rowsRead: 0, rowsWritten: 0 };
-  const result = await guard("record cost", () =>
-    db
-      .prepare(
-        `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, gate_requests, meter_rows_read, meter_rows_written)
-         VALUES (?, ?, 1, ?, ?, ?, ?, ?)
-         ON CONFLICT (minute, operation) DO UPDATE SET calls = calls + 1, rows_read = rows_read + excluded.rows_read,
-           rows_written = rows_written + excluded.rows_written, gate_requests = gate_requests + excluded.gate_requests,
-           meter_rows_read = meter_rows_read + excluded.meter_rows_read, meter_rows_written = meter_rows_written + excluded.meter_rows_written`,
-      )
-      .bind(Math.floor(now / MINUTE_MS), operation, counts.rowsRead, counts.rowsWritten, counts.gateRequests, own.rowsRead, own.rowsWritten)
-      .run(),
+  const upsert = db.prepare(
+    `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, gate_requests, meter_rows_read, meter_rows_written)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (minute, operation) DO UPDATE SET calls = calls + excluded.calls, rows_read = rows_read + excluded.rows_read,
+       rows_written = rows_written + excluded.rows_written, gate_requests = gate_requests + excluded.gate_requests,
+       meter_rows_read = meter_rows_read + excluded.meter_rows_read, meter_rows_written = meter_rows_written + excluded.meter_rows_written`,
   );
-  carried.rowsRead += result.meta.rows_read;
-  carried.rowsWritten += result.meta.rows_written;
+  const results = await guard("record cost", () =>
+    db.batch(
+      rows.map((r, i) =>
+        upsert.bind(
+          r.minute,
+          r.operation,
+          r.calls,
+          r.rowsRead,
+          r.rowsWritten,
+          r.gateRequests,
+          i === 0 ? own.rowsRead : 0,
+          i === 0 ? own.rowsWritten : 0,
+        ),
+      ),
+    ),
+  );
+  for (const result of results) {
+    carried.rowsRead += result.meta.rows_read;
+    carried.rowsWritten += result.meta.rows_written;
+  }
 }
 
 /** The counters of the minutes from `since` on (whole minutes). */
 export async function workerCost(db: D1Database, since: number): Promise<WorkerCost> {
+  // This isolate's own tally first, so that a reader sees at least what it counted itself.
+  await flushWorkerCost(db, Date.now());
   const { results } = await guard("read cost", () =>
     db
       .prepare(

@@ -14,6 +14,12 @@ export const SETTLE = "settle";
 
 /** Rows older than the longest window metrics may ask for, and a margin, are dropped. */
 const KEEP_MINUTES = 25 * 60;
+/**
+ * Counts are written at most this often: a write per call would add about two rows to every
+ * run. A shard evicted between writes loses what it had not written: the meter undercounts,
+ * never overcounts.
+ */
+const WRITE_EVERY_MS = 10_000;
 
 const MINUTE_MS = 60_000;
 
@@ -28,6 +34,7 @@ export class ShardMeter {
   /** What the meter's own statements cost, written with the next persist (its own cost is known only after it ran). */
   private own = { rowsRead: 0, rowsWritten: 0 };
   private prunedMinute = 0;
+  private lastWrite = 0;
 
   constructor(private readonly raw: SqlStorage) {}
 
@@ -62,17 +69,19 @@ export class ShardMeter {
   }
 
   /**
-   * Writes what was counted since the last persist: one upsert per operation that did anything
-   * this minute. Called at the end of every invocation, after its last await, so the write
-   * commits with the invocation's last implicit transaction.
+   * Adds up what the invocation's statements read and wrote, and writes the tally (one upsert
+   * per operation, to the minute of the write) when WRITE_EVERY_MS have passed, or at once when
+   * `force`d. Called at the end of every invocation, after its last await, so the write commits
+   * with the invocation's last implicit transaction.
    */
-  persist(now: number): void {
+  persist(now: number, force = false): void {
     for (const { label, cursor } of this.cursors.splice(0)) {
       const c = this.of(label);
       c.rowsRead += cursor.rowsRead;
       c.rowsWritten += cursor.rowsWritten;
     }
-    if (this.counted.size === 0) return;
+    if (this.counted.size === 0 || (!force && now - this.lastWrite < WRITE_EVERY_MS)) return;
+    this.lastWrite = now;
     const minute = Math.floor(now / MINUTE_MS);
     // Carried from the last persist; this one's own cost is carried to the next.
     let own = this.own;
@@ -107,8 +116,9 @@ export class ShardMeter {
     }
   }
 
-  /** The counters of the minutes from `since` on (whole minutes), per operation. */
-  window(since: number): ShardCost {
+  /** The counters of the minutes from `since` on (whole minutes), per operation, what is still in memory included. */
+  window(since: number, now: number): ShardCost {
+    this.persist(now, true);
     const cursor = this.raw.exec(
       `SELECT operation, SUM(calls) AS calls, SUM(rows_read) AS rows_read, SUM(rows_written) AS rows_written,
          SUM(queue_messages) AS queue_messages, SUM(gate_requests) AS gate_requests, SUM(runs_finished) AS runs_finished,

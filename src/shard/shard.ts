@@ -230,11 +230,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.metered("deadLetters", async () => this.views.deadLetters(scope, limit, before));
   }
 
-  /** The meter's window is read before this call is persisted, so a metrics call never sees itself. */
+  /** The meter's tally is written first, so the window holds everything counted until now. */
   async metrics(windowMs: number, tenantId: string | null = null): Promise<ShardMetrics> {
     return this.metered("metrics", async () => {
       const now = Date.now();
-      return { ...this.views.metrics(windowMs, tenantId, now), cost: this.meter.window(now - windowMs) };
+      return { ...this.views.metrics(windowMs, tenantId, now), cost: this.meter.window(now - windowMs, now) };
     });
   }
 
