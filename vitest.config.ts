@@ -21,6 +21,8 @@ function workerdProject(name: string, include: string[], allowPrivateTargets: bo
             SHARD_COUNT: "4096",
             TEST_MIGRATIONS: await readD1Migrations("./migrations"),
             RECEIVER_URL: inject<string>("receiverUrl"),
+            // npm run bench:history's size: workerd does not see the shell's environment.
+            BENCH_HISTORY_RUNS: process.env.BENCH_HISTORY_RUNS ?? "1000000",
           },
         },
       })),

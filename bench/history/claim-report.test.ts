@@ -3,6 +3,7 @@ import { expect, it } from "vitest";
 import type { JobSpec } from "../../src/model/job";
 import type { Outcome } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
+import { seedHistory } from "../../test/support/seed-history";
 
 /**
  * `npm run bench:history`: what one claim and one report of 100 runs cost in time on an empty
@@ -13,7 +14,7 @@ import type { Shard } from "../../src/shard/shard";
 
 const BATCH = 100;
 const ROUNDS = 7;
-const HISTORY = Number(process.env.BENCH_HISTORY_RUNS ?? 1_000_000);
+const HISTORY = Number(env.BENCH_HISTORY_RUNS);
 
 const spec = {
   schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
@@ -29,22 +30,7 @@ async function measure(history: number): Promise<{ claimMs: number[]; reportMs: 
   await stub.applyJobs([{ id: jobId, tenantId: "default", version: 1, spec, paused: false, deleted: false, createdAt: Date.now() }]);
   const seedMs = await runInDurableObject(stub, (_s: Shard, state) => {
     const started = Date.now();
-    const sql = state.storage.sql;
-    if (history > 0) {
-      sql.exec(
-        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-         INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, created_at, started_at, finished_at, status)
-         SELECT 'run_old_' || i, ?1, 1, 'schedule', i * 60000, 'succeeded', 1, 1, i * 60000, i * 60000 + 5, i * 60000 + 50, 200 FROM n`,
-        jobId,
-        history,
-      );
-      sql.exec(
-        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-         INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token)
-         SELECT 'run_old_' || i, 1, 1, i * 60000 + 5, i * 60000 + 50, 'succeeded', 200, 'token' FROM n`,
-        history,
-      );
-    }
+    if (history > 0) seedHistory(state.storage.sql, jobId, history, "run_old_");
     return Date.now() - started;
   });
   const claimMs: number[] = [];

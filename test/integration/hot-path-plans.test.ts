@@ -2,6 +2,7 @@ import { runInDurableObject, SELF } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
+import { seedHistory } from "../support/seed-history";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /**
@@ -43,22 +44,9 @@ const executed: Executed[] = [];
 let job: Job;
 let stopSpying: (() => Promise<void>) | undefined;
 
-/** Finished runs, their attempts and other jobs, written in bulk straight into the shard. */
-function seedHistory(sql: SqlStorage, jobId: string): void {
-  sql.exec(
-    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-     INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at, finished_at, status, error)
-     SELECT 'run_history_' || i, ?1, 1, 'schedule', i * 60000, CASE WHEN i % 10 = 0 THEN 'dead' ELSE 'succeeded' END, 1, 1, NULL,
-       i * 60000, i * 60000 + 5, i * 60000 + 50, CASE WHEN i % 10 = 0 THEN 503 ELSE 200 END, NULL FROM n`,
-    jobId,
-    HISTORY_RUNS,
-  );
-  sql.exec(
-    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-     INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token)
-     SELECT 'run_history_' || i, 1, 1, i * 60000 + 5, i * 60000 + 50, 'succeeded', 200, 'token' FROM n`,
-    HISTORY_RUNS,
-  );
+/** Finished runs of the job and their attempts, and other jobs, written in bulk straight into the shard. */
+function seedShard(sql: SqlStorage, jobId: string): void {
+  seedHistory(sql, jobId, HISTORY_RUNS);
   sql.exec(
     `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
      INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, fires)
@@ -92,7 +80,7 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
     job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("plans") }, overlap: "forbid", maxConcurrency: 3 });
     stopSpying = await runInDurableObject(shardOf(job), (_s: Shard, state) => {
       const sql = state.storage.sql;
-      seedHistory(sql, job.id);
+      seedShard(sql, job.id);
       const exec = sql.exec;
       // The shard's store holds this same handle: every statement it runs passes through here.
       sql.exec = ((query: string, ...bindings: SqlStorageValue[]) => {

@@ -6,6 +6,7 @@ declare global {
     interface Env {
       TEST_MIGRATIONS: D1Migration[];
       RECEIVER_URL: string;
+      BENCH_HISTORY_RUNS: string;
     }
   }
 }
