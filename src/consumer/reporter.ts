@@ -8,7 +8,7 @@ export const REPORT_GROUP_SIZE = 10;
  * whose lease it could outlive. When every attempt has finished there is nothing to wait for.
  */
 export const REPORT_WINDOW_MS = 50;
-const REPORT_TRIES = 3;
+export const REPORT_TRIES = 3;
 const REPORT_BACKOFF_MS = 100;
 
 interface Waiter {

@@ -7,6 +7,7 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { REPORT_TRIES } from "../../src/consumer/reporter";
 import { armFault, disarmFaults, type FaultPoint, faultCounts } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
@@ -203,6 +204,19 @@ describe("fault injection", () => {
     expect(attempts.map((a) => a.outcome).sort()).toEqual(["succeeded", "timed_out"]);
     const hits = await hitsOf(url);
     expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2"]);
+  });
+
+  scenario("every report of an outcome fails, the consumer lives: not acked, the lease retries it", async (rep) => {
+    const { job, url } = await newJob(`f-unreported-${rep}`);
+    armFault("consumer.report", REPORT_TRIES, job.shard);
+    const before = injected("consumer.report");
+    await fireDue(job);
+    await expect.poll(async () => (await hitsOf(url)).length, { timeout: 10_000 }).toBe(1);
+    await expect.poll(() => injected("consumer.report"), { timeout: 10_000 }).toBe(before + REPORT_TRIES);
+    // The message went back to the Queue; its redelivery, whenever it comes, is answered stale.
+    await checkInvariants(job, url, 1);
+    const { attempts } = await shardRuns(job);
+    expect(attempts.map((a) => a.outcome).sort()).toEqual(["succeeded", "timed_out"]);
   });
 
   scenario("the consumer dies before claiming: the queue redelivers", async (rep) => {
