@@ -12,6 +12,7 @@ export const FAULT_POINTS = [
   "shard.queueSend", // the Queue refuses a sendBatch
   "consumer.beforeClaim", // the consumer dies before claiming its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting
+  "consumer.report", // a report call fails (the shard briefly unreachable); the consumer lives on
 ] as const;
 export type FaultPoint = (typeof FAULT_POINTS)[number];
 

@@ -1,42 +1,76 @@
 import { failpoint } from "../faults";
-import type { ClaimResult, DispatchMessage, Outcome, ShardApi } from "../shard/contract";
+import type { ClaimResult, DispatchMessage } from "../shard/contract";
 import { shardStub } from "../stubs";
+import { ConnectionSlots } from "./connections";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
+import { OutcomeReporter } from "./reporter";
 
-const REPORT_TRIES = 3;
+/** Redelivery waits this long after a first failure, doubling per attempt: a shard that is briefly away gets time to come back. */
+const REDELIVERY_BASE_SECONDS = 2;
+const REDELIVERY_MAX_SECONDS = 60;
 
 /**
- * The Queue consumer. Messages are grouped by shard: one claim call and one report call per
- * shard, targets called concurrently (docs/architecture.md, invariant 6). A message is acked
- * once its shard has answered the claim; what happens after that is the shard's to track
- * (leases).
+ * The Queue consumer. Messages are grouped by shard: one claim call per shard; the claimed
+ * targets then share the invocation's connection slots, and each outcome is reported as it
+ * finishes (docs/architecture.md, invariant 6). A message is acked once the shard has the
+ * outcome of its attempt, or said its claim was stale; never before, so a message whose outcome
+ * was lost goes back to the Queue (its redelivery is stale, and the attempt's lease retries it).
  */
 export async function consumeDispatches(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
   // Read before anything is claimed: a misconfigured Worker then leaves every dispatch to the Queue's retries.
   const context = executeContext(env);
-  await Promise.all([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, context, shard, messages)));
+  // One set of slots for the whole batch: the platform's limit is per invocation, not per shard.
+  const connections = new ConnectionSlots();
+  await settleAll([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, context, connections, shard, messages)));
 }
 
 function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string, Message<DispatchMessage>[]> {
   return Map.groupBy(messages, (m) => m.body.shard);
 }
 
-async function runShardGroup(env: Env, context: ExecuteContext, shard: string, messages: Message<DispatchMessage>[]): Promise<void> {
+async function runShardGroup(
+  env: Env,
+  context: ExecuteContext,
+  connections: ConnectionSlots,
+  shard: string,
+  messages: Message<DispatchMessage>[],
+): Promise<void> {
   const stub = shardStub(env, shard);
   let claims: ClaimResult[];
   try {
     failpoint("consumer.beforeClaim", shard);
     claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
   } catch (err) {
-    // Nothing was claimed that we know of: let the Queue deliver these again.
+    // Nothing was claimed that we know of: let the Queue deliver these again, once the shard had time to recover.
     console.error(`claim from ${shard} failed`, err);
-    for (const m of messages) m.retry();
+    for (const m of messages) redeliverLater(m);
     return;
   }
-  const outcomes = await Promise.all(claims.flatMap((c) => (c.result === "claimed" ? [executeTarget(c, context)] : [])));
-  failpoint("consumer.beforeReport", shard);
-  if (outcomes.length > 0) await reportOutcomes(stub, shard, outcomes);
-  for (const m of messages) m.ack();
+  const reporter = new OutcomeReporter(stub, shard, claims.filter((c) => c.result === "claimed").length);
+  // The shard answers claims in the order of the dispatches, one each.
+  await settleAll(
+    claims.map(async (claim, i) => {
+      const message = messages[i]!;
+      if (claim.result !== "claimed") return message.ack();
+      const outcome = await executeTarget(claim, context, connections);
+      if (await reporter.report(outcome)) message.ack();
+      else redeliverLater(message);
+    }),
+  );
+}
+
+function redeliverLater(message: Message<DispatchMessage>): void {
+  const delaySeconds = Math.min(REDELIVERY_MAX_SECONDS, REDELIVERY_BASE_SECONDS * 2 ** (message.attempts - 1));
+  message.retry({ delaySeconds });
+}
+
+/**
+ * Waits for every task, then fails with the first failure, if any: one shard's crash must not
+ * cut short the others' acks, yet must still fail the invocation so its unacked messages return.
+ */
+async function settleAll(tasks: Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(tasks)).find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
 }
 
 /**
@@ -50,22 +84,4 @@ export async function consumeDeadLetters(batch: MessageBatch<DispatchMessage>, e
       for (const m of messages) m.ack();
     }),
   );
-}
-
-/**
- * Reports are retried a few times here; if the shard stays unreachable the attempts' leases
- * expire and the shard retries them, so an outcome can be lost but never recorded twice.
- */
-async function reportOutcomes(stub: ShardApi, shard: string, outcomes: Outcome[]): Promise<void> {
-  for (let tries = 1; ; tries++) {
-    try {
-      await stub.report(outcomes);
-      return;
-    } catch (err) {
-      if (tries >= REPORT_TRIES) {
-        console.error(`report to ${shard} failed ${tries} times; leases will retry`, err);
-        return;
-      }
-    }
-  }
 }

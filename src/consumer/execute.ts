@@ -3,6 +3,7 @@ import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/s
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/contract";
+import type { ConnectionSlots } from "./connections";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
 
@@ -51,25 +52,32 @@ export function edgecronHeaders(claim: Claimed, publicUrl?: string): Record<stri
  * Calls a run's target once, within its timeout, and describes what happened. Never throws.
  * The target's sealed headers and body are opened only here, for the request; the request is
  * signed for the tenant; every hop (redirects included) must pass the SSRF guard.
+ * The request waits for one of the invocation's connection slots, and its timeout starts only
+ * once it has one: time spent behind other targets is not the target's. Redirect hops reuse
+ * the attempt's slot, as the platform counts one request waiting at a time.
  */
-export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promise<Outcome> {
-  const base = { runId: claim.runId, fence: claim.fence };
-  const refused = (error: string): Outcome => ({ ...base, ok: false, status: null, error, kind: "permanent" });
-  const { target } = claim;
-
-  let request: Awaited<ReturnType<typeof buildRequest>>;
+export async function executeTarget(claim: Claimed, ctx: ExecuteContext, connections: ConnectionSlots): Promise<Outcome> {
+  let request: PreparedRequest;
   try {
     request = await buildRequest(claim, ctx);
   } catch (err) {
     // Keys missing or rotated away: nothing to send. Retryable, since fixing the keys helps.
     return {
-      ...base,
+      runId: claim.runId,
+      fence: claim.fence,
       ok: false,
       status: null,
       error: `could not prepare the request: ${(err as Error).message}`.slice(0, MAX_ERROR_CHARS),
     };
   }
 
+  return connections.hold(() => send(claim, ctx, request));
+}
+
+async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedRequest): Promise<Outcome> {
+  const base = { runId: claim.runId, fence: claim.fence };
+  const refused = (error: string): Outcome => ({ ...base, ok: false, status: null, error, kind: "permanent" });
+  const { target } = claim;
   const signal = AbortSignal.timeout(claim.timeoutMs);
   let url = target.url;
   let method: string = target.method;
@@ -113,6 +121,8 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext): Promis
     };
   }
 }
+
+type PreparedRequest = Awaited<ReturnType<typeof buildRequest>>;
 
 async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
   const secrets = await openTarget(ctx.encryptionKeys, claim.target, claim.jobId);

@@ -6,12 +6,15 @@ export type { Hit };
 
 /**
  * A real HTTP target on 127.0.0.1 for tests and benchmarks. Any request to /hit/<name>
- * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0), with a
+ * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0; a comma-separated
+ * list is used in turn, by order of arrival), with a
  * Location header when ?location= is given (a redirect); GET /log/<name> returns what <name>
- * received, in order of arrival.
+ * received, in order of arrival; GET /peak/<name> how many of <name>'s requests were open at
+ * once, at most (from arrival to answer), and how many are open now.
  */
 export async function startReceiver(): Promise<{ url: string; server: Server; hits: Map<string, Hit[]> }> {
   const hits = new Map<string, Hit[]>();
+  const open = new Map<string, { now: number; peak: number }>();
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://receiver");
     const [, kind, name = ""] = url.pathname.split("/");
@@ -20,6 +23,16 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
       res.end(JSON.stringify(hits.get(name) ?? []));
       return;
     }
+    if (kind === "peak" && req.method === "GET") {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify(open.get(name) ?? { now: 0, peak: 0 }));
+      return;
+    }
+    const count = open.get(name) ?? { now: 0, peak: 0 };
+    open.set(name, count);
+    count.now++;
+    count.peak = Math.max(count.peak, count.now);
+    res.on("close", () => count.now--);
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
@@ -33,7 +46,9 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
         receivedAt,
       });
       hits.set(name, list);
-      const delay = Number(url.searchParams.get("delayMs") ?? 0);
+      // A list ("2500,0") is taken in turn by arrival: one target, some requests slow, some fast.
+      const delays = (url.searchParams.get("delayMs") ?? "0").split(",").map(Number);
+      const delay = delays[(list.length - 1) % delays.length];
       setTimeout(() => {
         res.statusCode = Number(url.searchParams.get("status") ?? 200);
         const location = url.searchParams.get("location");

@@ -1,0 +1,84 @@
+import { failpoint } from "../faults";
+import type { Outcome, ShardApi } from "../shard/contract";
+
+/** A group is sent as soon as this many outcomes are ready… */
+export const REPORT_GROUP_SIZE = 10;
+/**
+ * …or this long after its first one finished: a fast run never waits for a slow neighbour,
+ * whose lease it could outlive. When every attempt has finished there is nothing to wait for.
+ */
+export const REPORT_WINDOW_MS = 50;
+export const REPORT_TRIES = 3;
+const REPORT_BACKOFF_MS = 100;
+
+interface Waiter {
+  outcome: Outcome;
+  resolve: (reported: boolean) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Reports one shard's outcomes as they finish, a few at a time, instead of once for the whole
+ * batch. `report` answers whether the shard now has the outcome (recorded, or stale: there is
+ * nothing left to record), so its message may be acked only then.
+ */
+export class OutcomeReporter {
+  #pending: Waiter[] = [];
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  /** Attempts still executing: once none are, waiting for company would only add lag. */
+  #executing: number;
+
+  constructor(
+    private readonly stub: ShardApi,
+    private readonly shard: string,
+    attempts: number,
+  ) {
+    this.#executing = attempts;
+  }
+
+  /**
+   * True once the shard answered for this outcome; false if it could not be told (after
+   * retries). Called once per attempt the reporter was made for.
+   */
+  report(outcome: Outcome): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      this.#pending.push({ outcome, resolve, reject });
+      this.#executing--;
+      if (this.#pending.length >= REPORT_GROUP_SIZE || this.#executing <= 0) this.#flush();
+      else this.#timer ??= setTimeout(() => this.#flush(), REPORT_WINDOW_MS);
+    });
+  }
+
+  #flush(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const group = this.#pending.splice(0);
+    if (group.length === 0) return;
+    this.#send(group.map((w) => w.outcome)).then(
+      (reported) => {
+        for (const w of group) w.resolve(reported);
+      },
+      (err) => {
+        for (const w of group) w.reject(err);
+      },
+    );
+  }
+
+  async #send(outcomes: Outcome[]): Promise<boolean> {
+    // A crash here (not a failed call): it takes the invocation down, as a real one would.
+    failpoint("consumer.beforeReport", this.shard);
+    for (let tries = 1; ; tries++) {
+      try {
+        failpoint("consumer.report", this.shard);
+        await this.stub.report(outcomes);
+        return true;
+      } catch (err) {
+        if (tries >= REPORT_TRIES) {
+          console.error(`report to ${this.shard} failed ${tries} times; its dispatches go back to the queue`, err);
+          return false;
+        }
+        await new Promise((resolve) => setTimeout(resolve, REPORT_BACKOFF_MS * 2 ** (tries - 1)));
+      }
+    }
+  }
+}

@@ -1,0 +1,160 @@
+import { createExecutionContext, createMessageBatch, env, getQueueResult, runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it } from "vitest";
+import { MAX_OPEN_CONNECTIONS } from "../../src/consumer/connections";
+import { armFault, disarmFaults } from "../../src/faults";
+import worker from "../../src/index";
+import type { Job } from "../../src/model/job";
+import type { DispatchMessage } from "../../src/shard/contract";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, FAR_CRON, getRun, hitsOf, makeRunDue, shardOf, waitForRun } from "./helpers";
+
+/**
+ * The consumer within production's limits, one invocation at a time: each test hands the
+ * handler a batch itself, its runs held back from the real queue (every shard's send fails),
+ * so no second invocation can add requests of its own.
+ */
+const consumer = worker as ExportedHandler<Env, DispatchMessage>;
+
+afterEach(() => disarmFaults());
+
+/** A receiver name shared by several jobs, so their requests are counted together. */
+function sharedTarget(name: string): (query: string) => string {
+  const path = `${env.RECEIVER_URL}/hit/${name}-${crypto.randomUUID()}`;
+  return (query) => `${path}?${query}`;
+}
+
+async function peakOf(url: string): Promise<{ now: number; peak: number }> {
+  const name = new URL(url).pathname.split("/")[2];
+  return (await fetch(`${env.RECEIVER_URL}/peak/${name}`)).json();
+}
+
+/** `count` queued runs of a new job (one per year, backfilled), their dispatches held back: the messages to deliver. */
+async function heldRuns(url: string, count: number, timeoutMs = 10_000): Promise<{ job: Job; messages: DispatchMessage[] }> {
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs });
+  // Not scoped to the job's shard: a point is armed for one scope at a time, and a test holds several jobs.
+  armFault("shard.queueSend", Infinity);
+  const res = await api(`/v1/jobs/${job.id}/backfill`, {
+    method: "POST",
+    json: { from: "2000-01-01T00:00:00Z", to: `${1999 + count}-12-31T00:00:00Z` },
+  });
+  expect(res.status, await res.clone().text()).toBe(202);
+  const runs = await runInDurableObject(
+    shardOf(job),
+    (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT id, fence, state FROM runs WHERE job_id = ? ORDER BY scheduled_at", job.id).toArray() as Array<{
+        id: string;
+        fence: number;
+        state: string;
+      }>,
+  );
+  expect(runs.map((r) => r.state)).toEqual(Array(count).fill("queued"));
+  return { job, messages: runs.map((r) => ({ shard: job.shard, runId: r.id, fence: r.fence })) };
+}
+
+function batchOf(messages: DispatchMessage[], attempts = 1) {
+  return createMessageBatch<DispatchMessage>(
+    "edgecron-runs",
+    messages.map((body, i) => ({ id: `m${i}`, timestamp: new Date(), attempts, body })),
+  );
+}
+
+async function attemptsOf(job: Job) {
+  return runInDurableObject(
+    shardOf(job),
+    (_s: Shard, state) =>
+      state.storage.sql
+        .exec(
+          "SELECT a.run_id, a.attempt, a.outcome FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ? ORDER BY a.attempt",
+          job.id,
+        )
+        .toArray() as Array<{ run_id: string; attempt: number; outcome: string }>,
+  );
+}
+
+describe("the consumer within production's limits", () => {
+  it(`never has more than ${MAX_OPEN_CONNECTIONS} target requests open at once, across all of a batch's shards`, async () => {
+    const target = sharedTarget("slots");
+    // Three jobs, so three shard groups share the invocation's connections.
+    const held = await Promise.all([
+      heldRuns(target("delayMs=300"), 8),
+      heldRuns(target("delayMs=300"), 7),
+      heldRuns(target("delayMs=300"), 6),
+    ]);
+    const messages = held.flatMap((h) => h.messages);
+    expect(messages).toHaveLength(21);
+    const batch = batchOf(messages);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(21);
+
+    expect(await hitsOf(target(""))).toHaveLength(21);
+    // Saturated (21 slow requests), yet never above the limit.
+    expect((await peakOf(target(""))).peak).toBe(MAX_OPEN_CONNECTIONS);
+    for (const { job } of held) expect((await attemptsOf(job)).every((a) => a.outcome === "succeeded")).toBe(true);
+  });
+
+  it("a fast run is recorded, and its message acked, while a slow one of its shard is still running", async () => {
+    // One job, so one shard and one claim: the first request to arrive is slow, the second fast.
+    const url = sharedTarget("slow-fast")("delayMs=2500,0");
+    const { messages } = await heldRuns(url, 2);
+    const batch = batchOf(messages);
+    const ctx = createExecutionContext();
+    const handled = consumer.queue!(batch, env, ctx);
+
+    await expect.poll(async () => (await hitsOf(url)).length).toBe(2);
+    const [slowRun, fastRun] = (await hitsOf(url)).map((h) => h.headers["idempotency-key"]!);
+    await waitForRun(fastRun!, ["succeeded"]);
+    expect((await getRun(slowRun!)).state).toBe("running");
+
+    await handled;
+    expect((await getQueueResult(batch, ctx)).explicitAcks.sort()).toEqual(["m0", "m1"]);
+    const [slow, fast] = [await getRun(slowRun!), await getRun(fastRun!)];
+    expect(slow.state).toBe("succeeded");
+    expect(Date.parse(fast.finishedAt!)).toBeLessThan(Date.parse(slow.finishedAt!));
+  });
+
+  it("an attempt's timeout counts from when its request got a connection, not from the batch's start", async () => {
+    // 6 slow requests and 7 that answer in 600 ms within a 1 s timeout: whichever start
+    // first, at least one of the 7 waits ≥ 600 ms for a connection before its own 600 ms.
+    const slow = await heldRuns(sharedTarget("busy")("delayMs=1500"), 6);
+    const timed = await heldRuns(sharedTarget("timed")("delayMs=600"), 7, 1_000);
+    const batch = batchOf([...slow.messages, ...timed.messages]);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(13);
+
+    const outcomes = await attemptsOf(timed.job);
+    expect(outcomes.map((a) => a.outcome)).toEqual(Array(7).fill("succeeded"));
+  });
+
+  it("an outcome the shard could not be told is not acked: the message goes back to the queue, the lease retries the run", async () => {
+    const url = sharedTarget("unreported")("delayMs=0");
+    const { job, messages } = await heldRuns(url, 1);
+    const runId = messages[0]!.runId;
+    // Every report call fails, retries included.
+    armFault("consumer.report", Infinity, job.shard);
+    const batch = batchOf(messages);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    const result = await getQueueResult(batch, ctx);
+    expect(result.explicitAcks).toEqual([]);
+    expect(result.retryMessages.map((m) => m.msgId)).toEqual(["m0"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+    expect(await attemptsOf(job)).toEqual([{ run_id: runId, attempt: 1, outcome: "running" }]);
+
+    // The shard is back. The Queue's redelivery is answered stale: acked, the target not called again.
+    disarmFaults();
+    const again = batchOf(messages, 2);
+    const ctx2 = createExecutionContext();
+    await consumer.queue!(again, env, ctx2);
+    expect((await getQueueResult(again, ctx2)).explicitAcks).toEqual(["m0"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+
+    // The lease expires: the attempt is timed out, and the run is retried and succeeds, once.
+    await makeRunDue(job, runId);
+    await waitForRun(runId, ["succeeded"]);
+    const outcomes = await attemptsOf(job);
+    expect(outcomes.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
+    expect((await hitsOf(url)).map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2"]);
+  });
+});
