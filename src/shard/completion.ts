@@ -93,13 +93,13 @@ export class Completions {
     return done({ leaseUntil: now + extendMs });
   }
 
-  /** Dispatches the Queue gave up on (its dead-letter queue): their runs fail instead of vanishing. */
-  abandon(dispatches: Dispatch[], now: number): Array<"failed" | "stale"> {
+  /** Dispatches the Queue gave up on (its dead-letter queue): their runs are dispatched again, not failed. */
+  abandon(dispatches: Dispatch[], now: number): Array<"redispatched" | "stale"> {
     return dispatches.map((d) => {
       const run = this.ledger.currentQueued(d);
       if (!run) return "stale";
       this.ledger.abandon(run, now);
-      return "failed";
+      return "redispatched";
     });
   }
 

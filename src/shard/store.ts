@@ -277,7 +277,20 @@ export class ShardStore {
     run: RunRow,
     event: RunEvent,
     changes: Partial<
-      Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "permit">
+      Pick<
+        RunRow,
+        | "jobVersion"
+        | "attempt"
+        | "fence"
+        | "dueAt"
+        | "startedAt"
+        | "finishedAt"
+        | "status"
+        | "error"
+        | "result"
+        | "permit"
+        | "redispatches"
+      >
     >,
   ): RunRow {
     const to = transition(run.state, event);
@@ -303,7 +316,7 @@ export class ShardStore {
     }
     this.sql.exec(
       `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
-         error = ?, result = ?, permit = ? WHERE id = ?`,
+         error = ?, result = ?, permit = ?, redispatches = ? WHERE id = ?`,
       next.state,
       next.jobVersion,
       next.attempt,
@@ -315,6 +328,7 @@ export class ShardStore {
       next.error,
       next.result,
       next.permit,
+      next.redispatches,
       run.id,
     );
     return next;

@@ -7,6 +7,7 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
 import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
@@ -182,5 +183,66 @@ describe("failures and retries", () => {
     expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
     const hits = await hitsOf(url);
     expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["2"]);
+  });
+});
+
+describe("a slow queue", () => {
+  /** The run's row as its shard holds it. */
+  const rowOf = (job: { shard: string }, runId: string) =>
+    runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT state, fence, due_at, redispatches FROM runs WHERE id = ?", runId).one(),
+    );
+
+  it("a dispatch delivered after its run was redispatched still runs it, once", async () => {
+    const url = receiverPath("slow-queue");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    // The queue holds every dispatch back: none reaches a consumer until the test delivers it.
+    armFault("shard.queueSend", Infinity, job.shard);
+    let runId: string;
+    try {
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      runId = run!.id;
+      // Two claim deadlines pass: the shard sends the dispatch again each time, waiting longer.
+      await makeRunDue(job, runId);
+      const once = await rowOf(job, runId);
+      expect(once).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+      expect((once.due_at as number) - Date.now()).toBeGreaterThan(1.9 * 60_000); // twice the claim timeout
+      await makeRunDue(job, runId);
+      const twice = await rowOf(job, runId);
+      expect(twice).toMatchObject({ state: "queued", fence: 1, redispatches: 2 });
+      expect((twice.due_at as number) - Date.now()).toBeGreaterThan(3.9 * 60_000);
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
+    // The first dispatch finally arrives, twice, as a slow at-least-once queue may deliver it.
+    const body: DispatchMessage = { shard: job.shard, runId, fence: 1 };
+    const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [
+      { id: "old-a", timestamp: new Date(), attempts: 1, body },
+      { id: "old-b", timestamp: new Date(), attempts: 1, body },
+    ]);
+    await consumer.queue!(batch, env, createExecutionContext());
+    const done = await waitForRun(runId, ["succeeded"]);
+    expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+    // The resent copies the shard still holds are stale now.
+    expect(await shardOf(job).claim([{ runId, fence: 1 }])).toEqual([{ result: "stale", runId, fence: 1 }]);
+  });
+
+  it("the claim deadline doubles with each redispatch, up to 16 claim timeouts", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-cap") } });
+    armFault("shard.queueSend", Infinity, job.shard);
+    try {
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      const waits: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        await makeRunDue(job, run!.id);
+        waits.push(Math.round(((await rowOf(job, run!.id)).due_at as number) / 60_000 - Date.now() / 60_000));
+      }
+      expect(waits).toEqual([2, 4, 8, 16, 16, 16]);
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
   });
 });

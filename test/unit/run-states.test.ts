@@ -48,7 +48,7 @@ describe("the run state table", () => {
         "queued --claim--> running",
         "queued --redispatch--> queued",
         "queued --cancel--> cancelled",
-        "queued --abandon--> failed",
+        "queued --abandon--> queued",
         "dead --revive--> queued",
         "buffered --start--> queued",
         "buffered --cancel--> cancelled",
