@@ -58,6 +58,7 @@ export class Completions {
       const attempt = this.store.getAttempt(o.runId, o.fence);
       if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
         if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
+        if (!o.accepted && this.ledger.succeedLate(o.runId, o.fence, o, now)) return "recorded";
         return "stale";
       }
       if (o.accepted) this.ledger.accept(run, o.status ?? 202, now);

@@ -143,6 +143,26 @@ export class RunLedger {
     return done(run);
   }
 
+  /**
+   * A success reported for the timed-out last attempt of a run that is dead because of that
+   * timeout: the target did the work, its outcome was only late (a report lost or retried, a
+   * slow consumer), so the run is `succeeded` rather than a false dead letter. Only within
+   * `LATE_SUCCESS_WINDOW_MS` of the run ending, and only while nothing happened since: the
+   * fence still names that attempt (a revival raises it, so a late answer can never overwrite
+   * a run a person already started again; docs/architecture.md, invariant 4). A late failure,
+   * or a late success of an attempt that was retried, changes nothing: a retry is already
+   * under way or done, and delivery is at least once. The attempt stays `timed_out` with the
+   * late answer noted, which is what happened. True when the run was revived as succeeded.
+   */
+  succeedLate(runId: string, fence: number, o: Settled, now: number): boolean {
+    const run = this.store.getRun(runId);
+    const attempt = this.store.getAttempt(runId, fence);
+    if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
+    if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
+    this.store.moveRun(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null });
+    return true;
+  }
+
   /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */
   noteLate(runId: string, fence: number, description: string): void {
     this.store.noteLateOutcome(runId, fence, description);
@@ -215,6 +235,13 @@ export class RunLedger {
     return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 }
+
+/**
+ * How long after a run went dead on a timed-out last attempt a late success still makes it
+ * succeeded: long enough for a consumer's retried report, short enough that a dead letter
+ * someone has looked at does not change under them later.
+ */
+export const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
 
 /** The claim deadline after a dispatch's `redispatches`-th resend: doubling, at most this many claim timeouts. */
 export const MAX_CLAIM_WAIT_FACTOR = 16;

@@ -16,6 +16,7 @@
  *                                 the tenant's maxRunsInFlight, left room for it)
  *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
  *                                 revive, for a job under flow control)
+ *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
  * A lease that expires counts as a retryable failure of the running attempt.
  * docs/architecture.md draws this table; `npm run docs:diagrams` redraws it after a change.
  */
@@ -44,6 +45,7 @@ export type RunEvent =
   | "cancel"
   | "abandon"
   | "revive"
+  | "succeed_late"
   | "start"
   | "hold"
   | "admit";
@@ -56,7 +58,7 @@ export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, Run
   buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },
   succeeded: {},
   failed: { revive: "queued", hold: "waiting" },
-  dead: { revive: "queued", hold: "waiting" },
+  dead: { revive: "queued", hold: "waiting", succeed_late: "succeeded" },
   cancelled: {},
   skipped: {},
 };

@@ -296,7 +296,8 @@ export class ShardStore {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
-    if (FINAL_STATES.includes(to)) this.onFinished();
+    // A run that was final already (a late success of a dead run) does not finish twice.
+    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished();
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
