@@ -74,8 +74,12 @@ async function settleAll(tasks: Promise<unknown>[]): Promise<void> {
 }
 
 /**
- * The dead-letter queue's consumer: dispatches the Queue could not deliver after its retries.
- * Their runs are marked failed on their shard, so no dispatch vanishes silently.
+ * The dead-letter queue's consumer: dispatches the Queue could not deliver or claim after its
+ * retries, typically while their shard was unreachable. The shard sends each current one out
+ * again (the run stays queued, its redispatch count noted), so no dispatch vanishes and no run
+ * fails only because its shard was briefly down. If the shard is still unreachable the batch
+ * throws and the dead-letter queue delivers it again; should that give up too, the run's own
+ * claim deadline sends its dispatch again regardless (docs/architecture.md, invariant 5).
  */
 export async function consumeDeadLetters(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
   await Promise.all(

@@ -58,6 +58,7 @@ export class Completions {
       const attempt = this.store.getAttempt(o.runId, o.fence);
       if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
         if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
+        if (!o.accepted && this.ledger.succeedLate(o.runId, o.fence, o, now)) return "recorded";
         return "stale";
       }
       if (o.accepted) this.ledger.accept(run, o.status ?? 202, now);
@@ -93,13 +94,13 @@ export class Completions {
     return done({ leaseUntil: now + extendMs });
   }
 
-  /** Dispatches the Queue gave up on (its dead-letter queue): their runs fail instead of vanishing. */
-  abandon(dispatches: Dispatch[], now: number): Array<"failed" | "stale"> {
+  /** Dispatches the Queue gave up on (its dead-letter queue): their runs are dispatched again, not failed. */
+  abandon(dispatches: Dispatch[], now: number): Array<"redispatched" | "stale"> {
     return dispatches.map((d) => {
       const run = this.ledger.currentQueued(d);
       if (!run) return "stale";
       this.ledger.abandon(run, now);
-      return "failed";
+      return "redispatched";
     });
   }
 

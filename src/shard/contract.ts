@@ -110,6 +110,8 @@ export interface RunRow {
   result: string | null;
   /** The grant key of the tenant permit this run holds while in flight, if its tenant has a limit. */
   permit: string | null;
+  /** How often the current attempt's dispatch went out again unclaimed (0 on each new attempt). */
+  redispatches: number;
 }
 
 export interface AttemptRow {
@@ -238,7 +240,7 @@ export interface ShardApi {
   complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>>;
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
   retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
-  abandonDispatches(dispatches: Dispatch[]): Promise<Array<"failed" | "stale">>;
+  abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">>;
   getRun(runId: string): Promise<RunView | null>;
   listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]>;
   deadLetters(

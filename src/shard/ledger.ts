@@ -65,13 +65,13 @@ export class RunLedger {
       this.store.moveRun(run, "hold", { ...changes, dueAt: now });
       return;
     }
-    const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs() });
+    const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs(), redispatches: 0 });
     this.store.addOutbox(next.id, next.fence);
   }
 
   /** A waiting run that flow control let through, holding `permit` if its tenant has a limit. */
   admit(run: RunRow, permit: string | null, now: number): void {
-    const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit });
+    const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit, redispatches: 0 });
     this.store.addOutbox(next.id, next.fence);
   }
 
@@ -119,14 +119,19 @@ export class RunLedger {
     }
   }
 
-  /** The Queue gave up on this dispatch (its dead-letter queue): the run fails instead of vanishing. */
+  /**
+   * The Queue gave up on this dispatch (its dead-letter queue), which happens when deliveries
+   * or claims kept failing, e.g. while the shard restarted: nothing is wrong with the run. It
+   * stays queued and is due now, so the alarm sends its dispatch again (`advanceDue`); a run
+   * never ends failed only because its shard was briefly unreachable. No terminal outcome
+   * remains for this: the redispatch backoff caps what a dispatch that is never claimed costs,
+   * the count and the note make it visible, and pausing the job ends it.
+   */
   abandon(run: RunRow, now: number): void {
     this.store.moveRun(run, "abandon", {
-      dueAt: null,
-      finishedAt: now,
-      error: "the queue dead-lettered this dispatch after repeated delivery failures",
+      dueAt: now,
+      error: `the queue dead-lettered this attempt's dispatch after repeated delivery failures; sent again (${run.redispatches + 1} redispatches)`,
     });
-    this.store.removeOutboxOfRun(run.id);
   }
 
   /** A dead or failed run of a live job gets a fresh set of attempts. */
@@ -138,12 +143,32 @@ export class RunLedger {
     return done(run);
   }
 
+  /**
+   * A success reported for the timed-out last attempt of a run that is dead because of that
+   * timeout: the target did the work, its outcome was only late (a report lost or retried, a
+   * slow consumer), so the run is `succeeded` rather than a false dead letter. Only within
+   * `LATE_SUCCESS_WINDOW_MS` of the run ending, and only while nothing happened since: the
+   * fence still names that attempt (a revival raises it, so a late answer can never overwrite
+   * a run a person already started again; docs/architecture.md, invariant 4). A late failure,
+   * or a late success of an attempt that was retried, changes nothing: a retry is already
+   * under way or done, and delivery is at least once. The attempt stays `timed_out` with the
+   * late answer noted, which is what happened. True when the run was revived as succeeded.
+   */
+  succeedLate(runId: string, fence: number, o: Settled, now: number): boolean {
+    const run = this.store.getRun(runId);
+    const attempt = this.store.getAttempt(runId, fence);
+    if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
+    if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
+    this.store.moveRun(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null });
+    return true;
+  }
+
   /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */
   noteLate(runId: string, fence: number, description: string): void {
     this.store.noteLateOutcome(runId, fence, description);
   }
 
-  /** Runs whose due time passed: lost dispatches go out again, retries start, expired leases fail. */
+  /** Runs whose due time passed: unclaimed dispatches go out again, retries start, expired leases fail. */
   advanceDue(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) {
       const stopped = stoppedReason(this.store.getJob(run.jobId));
@@ -151,9 +176,16 @@ export class RunLedger {
         // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
         this.cancel(run, stopped, now);
       } else if (run.state === "queued") {
-        const next = this.store.moveRun(run, "redispatch", { fence: run.fence + 1, dueAt: now + this.claimTimeoutMs() });
+        // The fence stays: a dispatch the queue delays past its claim deadline must still be
+        // claimable, or once queue latency exceeds the claim timeout every dispatch arrives
+        // stale and nothing runs (a livelock). One claim still wins, since it takes the run out
+        // of `queued` (docs/architecture.md, invariants 4 and 5). The wait doubles with each
+        // redispatch, capped, so a slow queue is not flooded with copies of one dispatch.
+        const redispatches = run.redispatches + 1;
+        const wait = claimWait(this.claimTimeoutMs(), redispatches);
+        const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
         this.store.addOutbox(next.id, next.fence);
-        this.renewPermit(run, this.claimTimeoutMs() + this.timeoutOf(run) + LEASE_GRACE_MS);
+        this.renewPermit(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
       } else if (run.state === "retry_wait") {
         this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
       } else if (run.state === "running") {
@@ -202,6 +234,20 @@ export class RunLedger {
   timeoutOf(run: RunRow): number {
     return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
+}
+
+/**
+ * How long after a run went dead on a timed-out last attempt a late success still makes it
+ * succeeded: long enough for a consumer's retried report, short enough that a dead letter
+ * someone has looked at does not change under them later.
+ */
+export const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
+
+/** The claim deadline after a dispatch's `redispatches`-th resend: doubling, at most this many claim timeouts. */
+export const MAX_CLAIM_WAIT_FACTOR = 16;
+
+export function claimWait(claimTimeoutMs: number, redispatches: number): number {
+  return claimTimeoutMs * Math.min(2 ** redispatches, MAX_CLAIM_WAIT_FACTOR);
 }
 
 /** Why nothing more may run for this job, or null when it is live. */

@@ -49,6 +49,7 @@ export const toRun = (r: Row): RunRow => ({
   error: r.error as string | null,
   result: r.result as string | null,
   permit: (r.permit as string | null) ?? null,
+  redispatches: (r.redispatches as number | null) ?? 0,
 });
 
 export const toAttempt = (r: Row): AttemptRow => ({

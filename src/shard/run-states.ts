@@ -3,10 +3,11 @@
  * table used by the shard and by the tests. A transition not in the table is refused.
  *
  *   queued ──claim──▶ running ──succeed──▶ succeeded
- *     ▲ │ │              │ ├──reject──▶ failed   (the target refused for good: 4xx)
- *     │ │ └redispatch    │ ├──exhaust─▶ dead     (retryable failures used every attempt)
- *     │ │                │ └──retry───▶ retry_wait ──requeue──▶ queued
- *     │ └──abandon──▶ failed  (the Queue dead-lettered the dispatch)
+ *     ▲ │                │ ├──reject──▶ failed   (the target refused for good: 4xx)
+ *     │ ├redispatch      │ ├──exhaust─▶ dead     (retryable failures used every attempt)
+ *     │ └abandon         │ └──retry───▶ retry_wait ──requeue──▶ queued
+ *     │   (both stay queued: the claim deadline passed, or the Queue dead-lettered the
+ *     │    dispatch; the dispatch goes out again under the same fence)
  *     └──revive── dead / failed   (POST /v1/runs/:id/retry: a fresh set of attempts)
  *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted, run replaced)
  *   buffered ──start──▶ queued   (overlap buffer_one: the previous run ended)
@@ -15,6 +16,7 @@
  *                                 the tenant's maxRunsInFlight, left room for it)
  *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
  *                                 revive, for a job under flow control)
+ *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
  * A lease that expires counts as a retryable failure of the running attempt.
  * docs/architecture.md draws this table; `npm run docs:diagrams` redraws it after a change.
  */
@@ -43,19 +45,20 @@ export type RunEvent =
   | "cancel"
   | "abandon"
   | "revive"
+  | "succeed_late"
   | "start"
   | "hold"
   | "admit";
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
   waiting: { admit: "queued", cancel: "cancelled" },
-  queued: { claim: "running", redispatch: "queued", cancel: "cancelled", abandon: "failed" },
+  queued: { claim: "running", redispatch: "queued", abandon: "queued", cancel: "cancelled" },
   running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
   retry_wait: { requeue: "queued", hold: "waiting", cancel: "cancelled" },
   buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },
   succeeded: {},
   failed: { revive: "queued", hold: "waiting" },
-  dead: { revive: "queued", hold: "waiting" },
+  dead: { revive: "queued", hold: "waiting", succeed_late: "succeeded" },
   cancelled: {},
   skipped: {},
 };

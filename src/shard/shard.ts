@@ -192,7 +192,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
   }
 
-  async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"failed" | "stale">> {
+  async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">> {
     return this.metered("abandonDispatches", async () => {
       const results = this.change((now) => this.completions.abandon(dispatches, now));
       await this.settle();

@@ -277,13 +277,27 @@ export class ShardStore {
     run: RunRow,
     event: RunEvent,
     changes: Partial<
-      Pick<RunRow, "jobVersion" | "attempt" | "fence" | "dueAt" | "startedAt" | "finishedAt" | "status" | "error" | "result" | "permit">
+      Pick<
+        RunRow,
+        | "jobVersion"
+        | "attempt"
+        | "fence"
+        | "dueAt"
+        | "startedAt"
+        | "finishedAt"
+        | "status"
+        | "error"
+        | "result"
+        | "permit"
+        | "redispatches"
+      >
     >,
   ): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
-    if (FINAL_STATES.includes(to)) this.onFinished();
+    // A run that was final already (a late success of a dead run) does not finish twice.
+    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished();
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
@@ -303,7 +317,7 @@ export class ShardStore {
     }
     this.sql.exec(
       `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
-         error = ?, result = ?, permit = ? WHERE id = ?`,
+         error = ?, result = ?, permit = ?, redispatches = ? WHERE id = ?`,
       next.state,
       next.jobVersion,
       next.attempt,
@@ -315,6 +329,7 @@ export class ShardStore {
       next.error,
       next.result,
       next.permit,
+      next.redispatches,
       run.id,
     );
     return next;

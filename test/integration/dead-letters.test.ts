@@ -1,9 +1,10 @@
-import { createExecutionContext, createMessageBatch, env } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { createExecutionContext, createMessageBatch, env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it, vi } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import type { Run } from "../../src/model/run";
 import type { DispatchMessage } from "../../src/shard/contract";
+import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 type Page = { items: Run[]; nextCursor: string | null };
@@ -66,24 +67,44 @@ describe("dead letters", () => {
     expect((await api(`/v1/runs/run_${job.id.slice(4)}_nope/retry`, { method: "POST" })).status).toBe(404);
   });
 
-  it("a dispatch the queue dead-lettered fails its run instead of vanishing", async () => {
+  it("a dispatch the queue dead-lettered leaves its run queued, sent again, and it later succeeds", async () => {
     const url = receiverPath("dl-queue");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
     armFault("consumer.beforeClaim", Infinity, job.shard); // no consumer can claim: the queue gives up
+    let runId: string;
     try {
       await fireNow(job);
       const [run] = await listRuns(job.id);
-      const body: DispatchMessage = { shard: job.shard, runId: run!.id, fence: 1 };
+      runId = run!.id;
+      const body: DispatchMessage = { shard: job.shard, runId, fence: 1 };
       const batch = createMessageBatch<DispatchMessage>("edgecron-runs-dlq", [{ id: "d1", timestamp: new Date(), attempts: 6, body }]);
       await (worker as ExportedHandler<Env, DispatchMessage>).queue!(batch, env, createExecutionContext());
-      expect(await getRun(run!.id)).toMatchObject({ state: "failed", error: expect.stringContaining("dead-lettered") });
+      expect(await getRun(runId)).toMatchObject({ state: "queued", error: expect.stringContaining("dead-lettered") });
       const listed = (await (await api(`/v1/dead-letters?jobId=${job.id}`)).json()) as Page;
-      expect(listed.items.map((r) => r.id)).toEqual([run!.id]);
+      expect(listed.items).toEqual([]);
       // A dead-lettered dispatch with a stale fence changes nothing.
-      expect(await shardOf(job).abandonDispatches([{ runId: run!.id, fence: 99 }])).toEqual(["stale"]);
+      expect(await shardOf(job).abandonDispatches([{ runId, fence: 99 }])).toEqual(["stale"]);
+      // Abandoned again: the run stays queued and its redispatches are counted.
+      expect(await shardOf(job).abandonDispatches([{ runId, fence: 1 }])).toEqual(["redispatched"]);
+      await vi.waitFor(
+        async () => {
+          const n = await runInDurableObject(
+            shardOf(job),
+            (_s: Shard, st) => st.storage.sql.exec("SELECT redispatches FROM runs WHERE id = ?", runId).one().redispatches,
+          );
+          expect(n).toBeGreaterThanOrEqual(2);
+        },
+        { timeout: 5_000, interval: 50 },
+      );
+      expect((await getRun(runId)).state).toBe("queued");
       expect(await hitsOf(url)).toHaveLength(0);
     } finally {
       disarmFaults();
     }
+    // The shard is reachable again: the next dispatch is claimed and the run succeeds, once.
+    await makeRunDue(job, runId);
+    const done = await waitForRun(runId, ["succeeded"]);
+    expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
   });
 });

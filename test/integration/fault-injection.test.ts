@@ -238,13 +238,13 @@ describe("fault injection", () => {
     // The runtime may be running the past-due alarm itself: its run may not be committed yet.
     await expect.poll(async () => (await shardRuns(job)).runs.length).toBe(1);
     const [run] = (await shardRuns(job)).runs;
-    // The real delivery of fence 1 may race us; redispatch under fence 2 regardless.
+    // The real delivery of fence 1 may race us; redispatch regardless (under the same fence).
     await runInDurableObject(stub, (_s: Shard, state) => {
       state.storage.sql.exec("UPDATE runs SET due_at = ? WHERE id = ? AND state = 'queued'", Date.now() - 1, run!.id);
       return state.storage.setAlarm(Date.now() - 1);
     });
     await runAlarm(job);
-    // Deliver fence 2 twice, then the older fence 1 after it.
+    // Deliver a fence the run never had twice, then fence 1, resent, after it.
     const message = (fence: number, id: string) => ({
       id,
       timestamp: new Date(),

@@ -6,8 +6,10 @@ import {
   runDurableObjectAlarm,
   runInDurableObject,
 } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
+import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import {
@@ -182,5 +184,126 @@ describe("failures and retries", () => {
     expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
     const hits = await hitsOf(url);
     expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["2"]);
+  });
+});
+
+describe("a lost report on the last attempt", () => {
+  /** A job with one attempt whose dispatch is claimed by hand: the test plays the consumer. */
+  async function claimedLastAttempt(name: string) {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath(name) }, retry: { maxAttempts: 1 } });
+    await fireHeld(job);
+    const [run] = await listRuns(job.id);
+    const stub = shardOf(job);
+    expect((await stub.claim([{ runId: run!.id, fence: 1 }]))[0]!.result).toBe("claimed");
+    await makeRunDue(job, run!.id); // the report is lost: the lease expires
+    expect(await getRun(run!.id)).toMatchObject({ state: "dead", attemptLog: [{ outcome: "timed_out" }] });
+    return { job, run: run!, stub };
+  }
+
+  it("a late success of the timed-out last attempt makes the dead run succeeded", async () => {
+    const { run, stub } = await claimedLastAttempt("late-ok");
+    expect(await stub.report([{ runId: run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["recorded"]);
+    const after = await getRun(run.id);
+    expect(after).toMatchObject({ state: "succeeded", status: 200, error: null, attempts: 1 });
+    expect(after.attemptLog).toMatchObject([{ outcome: "timed_out", late: "HTTP 200" }]);
+    const listed = (await (await api(`/v1/dead-letters?jobId=${run.jobId}`)).json()) as { items: unknown[] };
+    expect(listed.items).toEqual([]);
+    // Said again, it is stale: the run is recorded once.
+    expect(await stub.report([{ runId: run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["stale"]);
+  });
+
+  it("a late failure, a late success after the window, or one after a revival leaves the run as it is", async () => {
+    const failed = await claimedLastAttempt("late-fail");
+    expect(await failed.stub.report([{ runId: failed.run.id, fence: 1, ok: false, status: 500, error: "HTTP 500" }])).toEqual(["stale"]);
+    expect((await getRun(failed.run.id)).state).toBe("dead");
+
+    const old = await claimedLastAttempt("late-old");
+    await runInDurableObject(old.stub, (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE runs SET finished_at = ? WHERE id = ?", Date.now() - 11 * 60_000, old.run.id);
+    });
+    expect(await old.stub.report([{ runId: old.run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["stale"]);
+    expect((await getRun(old.run.id)).state).toBe("dead");
+
+    const revived = await claimedLastAttempt("late-revived");
+    expect((await api(`/v1/runs/${revived.run.id}/retry`, { method: "POST" })).status).toBe(202);
+    expect(await revived.stub.report([{ runId: revived.run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["stale"]);
+    // The revival's own attempt (fence 2) decides the run.
+    const done = await waitForRun(revived.run.id, ["succeeded"]);
+    expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
+  });
+});
+
+describe("a slow queue", () => {
+  /** The run's row as its shard holds it. */
+  const rowOf = (job: { shard: string }, runId: string) =>
+    runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT state, fence, due_at, redispatches FROM runs WHERE id = ?", runId).one(),
+    );
+
+  /**
+   * The claim deadline passes and the alarm redispatches. The runtime may run the past-due
+   * alarm itself, concurrently with the test's, so this waits for the redispatch to be written.
+   */
+  async function redispatched(job: Job, runId: string, times: number) {
+    await makeRunDue(job, runId);
+    return vi.waitFor(
+      async () => {
+        const row = await rowOf(job, runId);
+        if (row.redispatches !== times) throw new Error(`redispatched ${row.redispatches} times, not ${times}`);
+        return row;
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+  }
+
+  it("a dispatch delivered after its run was redispatched still runs it, once", async () => {
+    const url = receiverPath("slow-queue");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    // The queue holds every dispatch back: none reaches a consumer until the test delivers it.
+    armFault("shard.queueSend", Infinity, job.shard);
+    let runId: string;
+    try {
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      runId = run!.id;
+      // Two claim deadlines pass: the shard sends the dispatch again each time, waiting longer.
+      const once = await redispatched(job, runId, 1);
+      expect(once).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+      expect((once.due_at as number) - Date.now()).toBeGreaterThan(1.9 * 60_000); // twice the claim timeout
+      const twice = await redispatched(job, runId, 2);
+      expect(twice).toMatchObject({ state: "queued", fence: 1, redispatches: 2 });
+      expect((twice.due_at as number) - Date.now()).toBeGreaterThan(3.9 * 60_000);
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
+    // The first dispatch finally arrives, twice, as a slow at-least-once queue may deliver it.
+    const body: DispatchMessage = { shard: job.shard, runId, fence: 1 };
+    const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [
+      { id: "old-a", timestamp: new Date(), attempts: 1, body },
+      { id: "old-b", timestamp: new Date(), attempts: 1, body },
+    ]);
+    await consumer.queue!(batch, env, createExecutionContext());
+    const done = await waitForRun(runId, ["succeeded"]);
+    expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+    // The resent copies the shard still holds are stale now.
+    expect(await shardOf(job).claim([{ runId, fence: 1 }])).toEqual([{ result: "stale", runId, fence: 1 }]);
+  });
+
+  it("the claim deadline doubles with each redispatch, up to 16 claim timeouts", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-cap") } });
+    armFault("shard.queueSend", Infinity, job.shard);
+    try {
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      const waits: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        const row = await redispatched(job, run!.id, i + 1);
+        waits.push(Math.round((row.due_at as number) / 60_000 - Date.now() / 60_000));
+      }
+      expect(waits).toEqual([2, 4, 8, 16, 16, 16]);
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
   });
 });

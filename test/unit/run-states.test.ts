@@ -33,6 +33,7 @@ const EVENTS: RunEvent[] = [
   "cancel",
   "abandon",
   "revive",
+  "succeed_late",
   "start",
   "hold",
   "admit",
@@ -48,8 +49,9 @@ describe("the run state table", () => {
         "queued --claim--> running",
         "queued --redispatch--> queued",
         "queued --cancel--> cancelled",
-        "queued --abandon--> failed",
+        "queued --abandon--> queued",
         "dead --revive--> queued",
+        "dead --succeed_late--> succeeded",
         "buffered --start--> queued",
         "buffered --cancel--> cancelled",
         "failed --revive--> queued",
@@ -70,12 +72,13 @@ describe("the run state table", () => {
     );
   });
 
-  it("final states have no way out but a person's retry of a dead letter", () => {
+  it("final states have no way out but a person's retry of a dead letter, or a dead run's late success", () => {
     expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "skipped", "succeeded"]);
     for (const s of FINAL_STATES)
       for (const e of EVENTS) {
         const revived = { revive: "queued", hold: "waiting" }[e as string];
-        expect(transition(s, e)).toBe(DEAD_LETTER_STATES.includes(s) && revived ? revived : null);
+        const expected = s === "dead" && e === "succeed_late" ? "succeeded" : DEAD_LETTER_STATES.includes(s) && revived ? revived : null;
+        expect(transition(s, e)).toBe(expected);
       }
   });
 
