@@ -33,6 +33,9 @@ import { Retention } from "./retention";
 import { ShardStore } from "./store";
 import { Views } from "./views";
 
+/** A shard with nothing due within this long counts as going idle (see `metered`). */
+const IDLE_AFTER_MS = 5_000;
+
 /**
  * One shard: the single writer of its jobs' runtime state (docs/architecture.md, invariant 1).
  * The class only wires its capabilities: each RPC method is one transaction over them, then
@@ -271,7 +274,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     try {
       return await this.meter.during(operation, () => work((part) => this.meter.during(operation, part)));
     } finally {
-      this.meter.persist(Date.now());
+      // An object left idle may be evicted, and its unwritten tally with it: when nothing is
+      // due soon, the tally is written now; a busy shard writes it every few seconds.
+      const now = Date.now();
+      const due = this.nextDue(now);
+      this.meter.persist(now, due === null || due > now + IDLE_AFTER_MS);
     }
   }
 
