@@ -22,6 +22,9 @@ interface Pending extends WorkerCounts {
 /** Counts of this isolate not yet written, by minute and entry point. */
 const pending = new Map<string, Pending>();
 let lastFlush = 0;
+/** Minutes kept: the longest window metrics may ask for, and a margin (as the shards keep theirs). */
+const KEEP_MINUTES = 25 * 60;
+let prunedHour = 0;
 /** What the last write of this isolate cost, written with its next one (known only after it ran). */
 let carried = { rowsRead: 0, rowsWritten: 0 };
 
@@ -42,6 +45,12 @@ export function recordWorkerCost(db: D1Database, operation: string, counts: Work
   return now - lastFlush >= FLUSH_EVERY_MS ? flushWorkerCost(db, now) : null;
 }
 
+/** Forgets when this isolate last wrote and pruned, as a fresh isolate would (for tests). */
+export function forgetCostWrites(): void {
+  lastFlush = 0;
+  prunedHour = 0;
+}
+
 /** Writes this isolate's tally: one upsert per minute and entry point, in one batch. */
 export async function flushWorkerCost(db: D1Database, now: number): Promise<void> {
   lastFlush = now;
@@ -57,9 +66,15 @@ export async function flushWorkerCost(db: D1Database, now: number): Promise<void
        rows_written = rows_written + excluded.rows_written, gate_requests = gate_requests + excluded.gate_requests,
        meter_rows_read = meter_rows_read + excluded.meter_rows_read, meter_rows_written = meter_rows_written + excluded.meter_rows_written`,
   );
+  // Once an hour per isolate, the minutes past keeping go, in the same batch: a range of the key.
+  const hour = Math.floor(now / 3_600_000);
+  const prune =
+    hour > prunedHour ? [db.prepare("DELETE FROM cost_minutes WHERE minute < ?").bind(Math.floor(now / MINUTE_MS) - KEEP_MINUTES)] : [];
+  prunedHour = hour;
   const results = await guard("record cost", () =>
-    db.batch(
-      rows.map((r, i) =>
+    db.batch([
+      ...prune,
+      ...rows.map((r, i) =>
         upsert.bind(
           r.minute,
           r.operation,
@@ -71,7 +86,7 @@ export async function flushWorkerCost(db: D1Database, now: number): Promise<void
           i === 0 ? own.rowsWritten : 0,
         ),
       ),
-    ),
+    ]),
   );
   for (const result of results) {
     carried.rowsRead += result.meta.rows_read;

@@ -1,5 +1,7 @@
+import { env } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { percentile } from "../../src/app/metrics";
+import { forgetCostWrites } from "../../src/catalog/cost";
 import { PRICES } from "../../src/cost/prices";
 import { usdOf } from "../../src/cost/usd";
 import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
@@ -94,6 +96,19 @@ describe("GET /v1/metrics", () => {
     expect(eight.usd).toBeCloseTo(usdOf(eight.totals, PRICES), 12);
     expect(eight.usdPerMillionRuns).toBeCloseTo((eight.usd / eight.runsFinished) * 1_000_000, 6);
     expect(eight.perRun.sqlRowsWritten).toBeCloseTo(eight.totals.sqlRowsWritten / eight.runsFinished, 9);
+  });
+
+  it("the Worker's cost minutes are kept 25 hours: older ones go with the next write of an isolate", async () => {
+    const minute = Math.floor(Date.now() / 60_000);
+    const insert = env.DB.prepare(
+      `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, gate_requests, meter_rows_read, meter_rows_written)
+       VALUES (?, ?, 1, 0, 0, 0, 0, 0)`,
+    );
+    await env.DB.batch([insert.bind(minute - 26 * 60, "old"), insert.bind(minute - 24 * 60, "kept")]);
+    forgetCostWrites();
+    expect((await api("/v1/metrics?window=1m")).status).toBe(200);
+    const left = await env.DB.prepare("SELECT operation FROM cost_minutes WHERE operation IN ('old', 'kept')").all<{ operation: string }>();
+    expect(left.results.map((r) => r.operation)).toEqual(["kept"]);
   });
 
   it("a tenant key sees no cost: the meters count the whole scheduler", async () => {
