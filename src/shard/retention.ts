@@ -1,7 +1,7 @@
 import type { ArchivedRun } from "../archive/run-archive";
-import type { RunRow } from "./contract";
+import type { RunRow, TenantSettings } from "./contract";
+import type { HistoryStore } from "./history-store";
 import type { ShardJob } from "./rows";
-import type { ShardStore } from "./store";
 
 /** Finished runs stay this long unless the job says otherwise. */
 export const DEFAULT_RETENTION_DAYS = 7;
@@ -31,18 +31,19 @@ export type Archive = ((shard: string, runs: ArchivedRun[]) => Promise<void>) | 
  */
 export class Retention {
   constructor(
-    private readonly store: ShardStore,
+    private readonly history: HistoryStore,
+    private readonly tenantOf: (tenantId: string) => TenantSettings | null,
     private readonly archive: Archive,
     private readonly shardName: () => string,
   ) {}
 
   /** A shard that holds jobs looks for expired history from now on. */
   schedule(now: number): void {
-    if (this.store.getMeta(NEXT_PASS) === null) this.store.setMeta(NEXT_PASS, String(now + RETENTION_EVERY_MS));
+    if (this.history.getMeta(NEXT_PASS) === null) this.history.setMeta(NEXT_PASS, String(now + RETENTION_EVERY_MS));
   }
 
   nextDue(): number | null {
-    const next = this.store.getMeta(NEXT_PASS);
+    const next = this.history.getMeta(NEXT_PASS);
     return next === null ? null : Number(next);
   }
 
@@ -54,12 +55,12 @@ export class Retention {
   async pass(now: number, transaction: <T>(change: () => T) => T): Promise<{ removed: number } | null> {
     const due = this.nextDue();
     if (due === null || due > now) return null;
-    const cursor = this.store.getMeta(CURSOR) ?? "";
-    const jobs = this.store.jobsAfter(cursor, JOBS_PER_PASS);
+    const cursor = this.history.getMeta(CURSOR) ?? "";
+    const jobs = this.history.jobsAfter(cursor, JOBS_PER_PASS);
     const expired: RunRow[] = [];
     let reached = cursor;
     for (const job of jobs) {
-      const tenant = this.store.getTenant(job.tenantId);
+      const tenant = this.tenantOf(job.tenantId);
       expired.push(...this.expiredRuns(job, tenant?.retentionDays ?? null, now, RETENTION_CHUNK - expired.length));
       if (expired.length >= RETENTION_CHUNK) break; // this job may hold more: the next pass starts at it again
       reached = job.id;
@@ -67,12 +68,12 @@ export class Retention {
     const full = expired.length >= RETENTION_CHUNK;
     if (expired.length > 0 && this.archive) await this.archive(this.shardName(), this.withAttempts(expired));
     const removed = transaction(() => {
-      const gone = this.store.removeFinishedRuns(expired.map((r) => r.id));
-      for (const job of jobs) if (job.deleted && job.id <= reached) this.store.purgeDeletedJob(job.id);
+      const gone = this.history.removeFinishedRuns(expired.map((r) => r.id));
+      for (const job of jobs) if (job.deleted && job.id <= reached) this.history.purgeDeletedJob(job.id);
       const wrapped = !full && jobs.length < JOBS_PER_PASS;
-      this.store.setMeta(CURSOR, wrapped ? "" : reached);
+      this.history.setMeta(CURSOR, wrapped ? "" : reached);
       // More to do: the next pass comes shortly; done: in a while.
-      this.store.setMeta(NEXT_PASS, String(now + (wrapped ? RETENTION_EVERY_MS : BACKLOG_PAUSE_MS)));
+      this.history.setMeta(NEXT_PASS, String(now + (wrapped ? RETENTION_EVERY_MS : BACKLOG_PAUSE_MS)));
       return gone.length;
     });
     return { removed };
@@ -82,13 +83,13 @@ export class Retention {
   private expiredRuns(job: ShardJob, tenantDays: number | null, now: number, limit: number): RunRow[] {
     if (limit <= 0) return [];
     const { days, maxRuns } = retentionOf(job, tenantDays);
-    const keptFrom = this.store.keptFrom(job.id, maxRuns);
+    const keptFrom = this.history.keptFrom(job.id, maxRuns);
     const before = Math.max(now - days * DAY_MS, keptFrom ?? -Infinity);
-    return this.store.finishedRunsBefore(job.id, before, limit);
+    return this.history.finishedRunsBefore(job.id, before, limit);
   }
 
   private withAttempts(runs: RunRow[]): ArchivedRun[] {
-    const attempts = Map.groupBy(this.store.attemptsOf(runs.map((r) => r.id)), (a) => a.runId);
+    const attempts = Map.groupBy(this.history.attemptsOf(runs.map((r) => r.id)), (a) => a.runId);
     const shard = this.shardName();
     return runs.map((run) => ({
       ...run,

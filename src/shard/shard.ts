@@ -26,6 +26,7 @@ import {
 } from "./contract";
 import { Dispatcher } from "./dispatch";
 import { Firing } from "./firing";
+import { HistoryStore } from "./history-store";
 import { RunLedger } from "./ledger";
 import { SETTLE, ShardMeter } from "./meter";
 import { migrateShard } from "./migrations";
@@ -80,7 +81,13 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.views = new Views(this.store);
     // Without a bucket bound, expired history is only deleted.
     const bucket = (env as Partial<Env>).ARCHIVE;
-    this.retention = new Retention(this.store, bucket ? (shard, runs) => writeArchive(bucket, shard, runs, Date.now()) : null, name);
+    const history = new HistoryStore(this.meter.sql);
+    this.retention = new Retention(
+      history,
+      (tenantId) => this.store.getTenant(tenantId),
+      bucket ? (shard, runs) => writeArchive(bucket, shard, runs, Date.now()) : null,
+      name,
+    );
   }
 
   // ---- the alarm ----

@@ -21,7 +21,6 @@ const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
 const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
-const FINAL = sqlList(FINAL_STATES);
 const LIVE_ATTEMPT = outcomeSqlList(LIVE_ATTEMPT_OUTCOMES);
 
 /**
@@ -491,75 +490,6 @@ export class ShardStore {
       awaitingClaim: byState.queued ?? 0,
       oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
     };
-  }
-
-  // ---- retention ----
-
-  getMeta(key: string): string | null {
-    return (this.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined) ?? null;
-  }
-
-  setMeta(key: string, value: string): void {
-    this.sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", key, value);
-  }
-
-  /** Jobs in id order after `afterId`: a retention pass walks them a page at a time. */
-  jobsAfter(afterId: string, limit: number): ShardJob[] {
-    return this.sql.exec("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?", afterId, limit).toArray().map(toJob);
-  }
-
-  /**
-   * The scheduled instant of the job's `keep`-th newest run, or null when it has fewer: runs
-   * before it are beyond the job's cap. Reads `keep` index entries, never the rest.
-   */
-  keptFrom(jobId: string, keep: number): number | null {
-    const row = this.sql
-      .exec("SELECT scheduled_at FROM runs WHERE job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT 1 OFFSET ?", jobId, keep - 1)
-      .toArray()[0];
-    return (row?.scheduled_at as number | undefined) ?? null;
-  }
-
-  /** Up to `limit` of the job's finished runs scheduled before `before`, oldest first. */
-  finishedRunsBefore(jobId: string, before: number, limit: number): RunRow[] {
-    return this.sql
-      .exec(
-        `SELECT * FROM runs WHERE job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) ORDER BY scheduled_at LIMIT ?`,
-        jobId,
-        before,
-        limit,
-      )
-      .toArray()
-      .map(toRun);
-  }
-
-  /** Every attempt of these runs, in order, each with its run's id. */
-  attemptsOf(runIds: string[]): Array<AttemptRow & { runId: string }> {
-    return this.whereIdIn("SELECT * FROM attempts WHERE run_id IN", runIds, "ORDER BY run_id, fence").map((r) => ({
-      ...toAttempt(r),
-      runId: r.run_id as string,
-    }));
-  }
-
-  /** Removes finished runs and their attempts; a run revived meanwhile is no longer final and stays. Returns the ids removed. */
-  removeFinishedRuns(runIds: string[]): string[] {
-    const removed: string[] = [];
-    for (const chunk of chunksForStatement(runIds)) {
-      const ids = placeholders(chunk.length);
-      const gone = this.sql.exec(`DELETE FROM runs WHERE id IN (${ids}) AND state IN (${FINAL}) RETURNING id`, ...chunk).toArray();
-      removed.push(...gone.map((r) => r.id as string));
-    }
-    for (const chunk of chunksForStatement(removed)) {
-      this.sql.exec(`DELETE FROM attempts WHERE run_id IN (${placeholders(chunk.length)})`, ...chunk);
-    }
-    return removed;
-  }
-
-  /** A deleted job whose runs are all gone leaves the shard. */
-  purgeDeletedJob(jobId: string): boolean {
-    return (
-      this.sql.exec("DELETE FROM jobs WHERE id = ?1 AND deleted = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ?1)", jobId)
-        .rowsWritten > 0
-    );
   }
 
   // ---- what the alarm waits for ----

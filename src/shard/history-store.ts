@@ -1,0 +1,87 @@
+import { chunksForStatement, placeholders } from "../sql";
+import type { AttemptRow, RunRow } from "./contract";
+import { type ShardJob, toAttempt, toJob, toRun } from "./rows";
+import { FINAL_STATES, sqlList } from "./run-states";
+
+const FINAL = sqlList(FINAL_STATES);
+
+/**
+ * The statements of retention (`retention.ts`): finding a shard's expired history, reading it
+ * for the archive and removing it, and the pass's own bookkeeping in `meta`. Apart from
+ * `store.ts`, whose statements serve the runs in hand, because these serve the runs that are done.
+ */
+export class HistoryStore {
+  /** Over the same storage as the shard's store (its meter's, so these rows are counted too). */
+  constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
+
+  getMeta(key: string): string | null {
+    return (this.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined) ?? null;
+  }
+
+  setMeta(key: string, value: string): void {
+    this.sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", key, value);
+  }
+
+  /** Jobs in id order after `afterId`: a retention pass walks them a page at a time. */
+  jobsAfter(afterId: string, limit: number): ShardJob[] {
+    return this.sql.exec("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?", afterId, limit).toArray().map(toJob);
+  }
+
+  /**
+   * The scheduled instant of the job's `keep`-th newest run, or null when it has fewer: runs
+   * before it are beyond the job's cap. Reads `keep` index entries, never the rest.
+   */
+  keptFrom(jobId: string, keep: number): number | null {
+    const row = this.sql
+      .exec("SELECT scheduled_at FROM runs WHERE job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT 1 OFFSET ?", jobId, keep - 1)
+      .toArray()[0];
+    return (row?.scheduled_at as number | undefined) ?? null;
+  }
+
+  /** Up to `limit` of the job's finished runs scheduled before `before`, oldest first. */
+  finishedRunsBefore(jobId: string, before: number, limit: number): RunRow[] {
+    return this.sql
+      .exec(
+        `SELECT * FROM runs WHERE job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) ORDER BY scheduled_at LIMIT ?`,
+        jobId,
+        before,
+        limit,
+      )
+      .toArray()
+      .map(toRun);
+  }
+
+  /** Every attempt of these runs, in order, each with its run's id. */
+  attemptsOf(runIds: string[]): Array<AttemptRow & { runId: string }> {
+    return chunksForStatement(runIds)
+      .flatMap((chunk) =>
+        this.sql.exec(`SELECT * FROM attempts WHERE run_id IN (${placeholders(chunk.length)}) ORDER BY run_id, fence`, ...chunk).toArray(),
+      )
+      .map((r) => ({
+        ...toAttempt(r),
+        runId: r.run_id as string,
+      }));
+  }
+
+  /** Removes finished runs and their attempts; a run revived meanwhile is no longer final and stays. Returns the ids removed. */
+  removeFinishedRuns(runIds: string[]): string[] {
+    const removed: string[] = [];
+    for (const chunk of chunksForStatement(runIds)) {
+      const ids = placeholders(chunk.length);
+      const gone = this.sql.exec(`DELETE FROM runs WHERE id IN (${ids}) AND state IN (${FINAL}) RETURNING id`, ...chunk).toArray();
+      removed.push(...gone.map((r) => r.id as string));
+    }
+    for (const chunk of chunksForStatement(removed)) {
+      this.sql.exec(`DELETE FROM attempts WHERE run_id IN (${placeholders(chunk.length)})`, ...chunk);
+    }
+    return removed;
+  }
+
+  /** A deleted job whose runs are all gone leaves the shard. */
+  purgeDeletedJob(jobId: string): boolean {
+    return (
+      this.sql.exec("DELETE FROM jobs WHERE id = ?1 AND deleted = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ?1)", jobId)
+        .rowsWritten > 0
+    );
+  }
+}
