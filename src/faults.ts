@@ -8,7 +8,7 @@ export const FAULT_POINTS = [
   "api.afterCatalogWrite", // POST /v1/jobs: the job is in D1, its shard has not heard of it
   "catalog.unavailable", // every D1 call fails, as in a D1 outage
   "shard.alarmStart", // the alarm handler throws before doing anything
-  "shard.afterCommit", // the alarm committed runs and outbox rows, then died before sending
+  "shard.afterCommit", // the alarm committed runs, then died before sending their dispatches
   "shard.queueSend", // the Queue refuses a sendBatch
   "consumer.beforeClaim", // the consumer dies before claiming its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting

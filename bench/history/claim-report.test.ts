@@ -30,7 +30,7 @@ async function measure(history: number): Promise<{ claimMs: number[]; reportMs: 
   await stub.applyJobs([{ id: jobId, tenantId: "default", version: 1, spec, paused: false, deleted: false, createdAt: Date.now() }]);
   const seedMs = await runInDurableObject(stub, (_s: Shard, state) => {
     const started = Date.now();
-    if (history > 0) seedHistory(state.storage.sql, jobId, history, "run_old_");
+    if (history > 0) seedHistory(state.storage.sql, jobId, history);
     return Date.now() - started;
   });
   const claimMs: number[] = [];

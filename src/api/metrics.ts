@@ -28,7 +28,7 @@ const MetricsSchema = z
         max: z.number().nullable(),
       })
       .openapi({ description: "Scheduled instant to first claim, on the shard's clock, for runs started in the window." }),
-    outbox: z.int().openapi({ description: "Dispatches written but not yet sent to the queue." }),
+    outbox: z.int().openapi({ description: "Dispatches committed but not yet sent to the queue." }),
     awaitingClaim: z
       .int()
       .openapi({ description: "Runs sent to the queue and not yet claimed by a consumer: the queue's depth as the shards see it." }),

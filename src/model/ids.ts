@@ -24,6 +24,15 @@ export function scheduledRunId(jobId: string, scheduledAtMs: number): string {
   return `run_${jobPart(jobId)}_${scheduledAtMs.toString(36)}`;
 }
 
+/**
+ * The keys of every run of a job, scheduled or triggered: [from, to), both exclusive of other
+ * jobs' runs (`\`` follows `_` in byte order). A shard finds a job's runs as this range of its
+ * runs' primary key rather than through an index of its own (docs/cost.md).
+ */
+export function runKeyRange(jobId: string): [string, string] {
+  return [`run_${jobPart(jobId)}_`, `run_${jobPart(jobId)}\``];
+}
+
 /** The run of a manual trigger: one per (job, trigger key); the key is the client's or random. */
 export function triggeredRunId(jobId: string, triggerKey: string): string {
   return `run_${jobPart(jobId)}_m${triggerKey}`;

@@ -102,6 +102,8 @@ export interface RunRow {
   attempt: number;
   fence: number;
   dueAt: number | null;
+  /** A running attempt's lease: when due_at comes, the run is timed out only if this has passed too. */
+  leaseUntil: number | null;
   createdAt: number;
   startedAt: number | null;
   finishedAt: number | null;

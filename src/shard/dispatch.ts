@@ -15,11 +15,18 @@ export interface PermitKeeper {
 }
 
 /**
- * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches go
- * to the Queue and are deleted only once sent (docs/architecture.md, invariant 3); permits go
- * back to, or are extended at, their tenants' gates.
+ * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches are
+ * kept in memory, not written down: a row per dispatch would cost two rows written per run
+ * (docs/cost.md). What a restart loses is sent again when the shard starts (every queued run's
+ * dispatch: a duplicate is stale at its claim), and the claim deadline sends any other loss
+ * again (docs/architecture.md, invariant 3). Permits go back to, or are extended at, their
+ * tenants' gates.
  */
 export class Dispatcher {
+  /** Dispatches committed (or about to be, see `mark`) and not yet taken by the Queue. */
+  private unsent: Dispatch[] = [];
+  /** True until the queued runs a previous instance of this shard may have left unsent are sent. */
+  private recovering = true;
   /** The flush under way: one at a time, since the alarm and a call may both ask. */
   private flushing: Promise<void> | null = null;
   /** A change committed while a flush was under way left rows that flush may have read past. */
@@ -43,7 +50,7 @@ export class Dispatcher {
 
   /**
    * Sends everything unsent. A call made while a flush is under way does not wait for it: that
-   * flush reads the outbox until it is empty, and runs once more for rows committed after its
+   * flush sends until nothing is unsent, and runs once more for what was committed after its
    * last read; whoever started it re-arms the alarm when it ends.
    */
   async flush(): Promise<void> {
@@ -51,12 +58,13 @@ export class Dispatcher {
       this.again = true;
       return;
     }
-    if (this.permitRenewals.length === 0 && !this.store.hasUnsent()) return;
+    if (this.recovering) this.recover();
+    if (this.permitRenewals.length === 0 && this.unsent.length === 0 && !this.store.hasPermitReleases()) return;
     this.flushing = (async () => {
       try {
         do {
           this.again = false;
-          const sent = await this.sendOutbox();
+          const sent = await this.sendDispatches();
           await this.sendPermitRenewals();
           const released = await this.sendPermitReleases();
           this.lastSendFailed = !(sent && released);
@@ -68,6 +76,25 @@ export class Dispatcher {
     return this.flushing;
   }
 
+  /** A run's dispatch, to send once the change that made it commits. */
+  send(dispatch: Dispatch): void {
+    this.unsent.push(dispatch);
+  }
+
+  /** Where the unsent list ends before a change; `rollBack(mark)` forgets what a failed change added. */
+  mark(): number {
+    return this.unsent.length;
+  }
+
+  rollBack(mark: number): void {
+    this.unsent.length = Math.min(mark, this.unsent.length);
+  }
+
+  /** Dispatches not yet taken by the Queue (a metric: the dispatch backlog). */
+  unsentCount(): number {
+    return this.unsent.length;
+  }
+
   /** Extends the run's tenant permit at the next flush, when it holds one. */
   renewPermitLater(run: RunRow, leaseMs: number): void {
     const tenantId = run.permit === null ? undefined : this.store.getJob(run.jobId)?.tenantId;
@@ -76,15 +103,24 @@ export class Dispatcher {
 
   /** When dispatch next has work: now for rows unsent, later after a refused send; nothing while a flush is under way. */
   nextDue(now: number): number | null {
-    if (this.flushing || !this.store.hasUnsent()) return null;
+    if (this.recovering) this.recover();
+    if (this.flushing || (this.unsent.length === 0 && !this.store.hasPermitReleases())) return null;
     return this.lastSendFailed ? now + SEND_RETRY_MS : now;
   }
 
-  /** Returns false when the Queue refused a send; the rows stay for the next alarm. */
-  private async sendOutbox(): Promise<boolean> {
+  /** A shard that just started sends every queued run's dispatch again (see the class comment). */
+  private recover(): void {
+    this.recovering = false;
+    const held = new Set(this.unsent.map((d) => `${d.runId}#${d.fence}`));
+    for (const d of this.store.queuedDispatches()) if (!held.has(`${d.runId}#${d.fence}`)) this.unsent.push(d);
+  }
+
+  /** Returns false when the Queue refused a send; the dispatches stay for the next alarm. */
+  private async sendDispatches(): Promise<boolean> {
     const shard = this.shardName();
     for (;;) {
-      const pending = this.store.outbox(TICK_BATCH);
+      // Taken off the list while they are sent; a refused chunk goes back.
+      const pending = this.unsent.splice(0, TICK_BATCH);
       if (pending.length === 0) return true;
       const chunks: Dispatch[][] = [];
       for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
@@ -101,8 +137,8 @@ export class Dispatcher {
       );
       const ok = chunks.filter((_, i) => sent[i]?.status === "fulfilled");
       this.onSent(ok.reduce((n, chunk) => n + chunk.length, 0));
-      this.store.removeOutbox(ok.flat());
       if (ok.length < chunks.length) {
+        this.unsent.unshift(...chunks.filter((_, i) => sent[i]?.status !== "fulfilled").flat());
         const reason = sent.find((s) => s.status === "rejected") as PromiseRejectedResult;
         console.error(`shard ${shard}: queue send failed, ${pending.length} dispatches kept`, reason.reason);
         return false;

@@ -1,3 +1,4 @@
+import { runKeyRange } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, RunRow } from "./contract";
 import { type ShardJob, toAttempt, toJob, toRun } from "./rows";
@@ -29,11 +30,17 @@ export class HistoryStore {
 
   /**
    * The scheduled instant of the job's `keep`-th newest run, or null when it has fewer: runs
-   * before it are beyond the job's cap. Reads `keep` index entries, never the rest.
+   * before it are beyond the job's cap. Reads the job's runs (one range of the runs' key, which
+   * retention keeps near the cap), never another job's.
    */
   keptFrom(jobId: string, keep: number): number | null {
     const row = this.sql
-      .exec("SELECT scheduled_at FROM runs WHERE job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT 1 OFFSET ?", jobId, keep - 1)
+      .exec(
+        "SELECT scheduled_at FROM runs WHERE id > ? AND id < ? AND job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT 1 OFFSET ?",
+        ...runKeyRange(jobId),
+        jobId,
+        keep - 1,
+      )
       .toArray()[0];
     return (row?.scheduled_at as number | undefined) ?? null;
   }
@@ -42,7 +49,8 @@ export class HistoryStore {
   finishedRunsBefore(jobId: string, before: number, limit: number): RunRow[] {
     return this.sql
       .exec(
-        `SELECT * FROM runs WHERE job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) ORDER BY scheduled_at LIMIT ?`,
+        `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) ORDER BY scheduled_at LIMIT ?`,
+        ...runKeyRange(jobId),
         jobId,
         before,
         limit,
@@ -55,7 +63,9 @@ export class HistoryStore {
   attemptsOf(runIds: string[]): Array<AttemptRow & { runId: string }> {
     return chunksForStatement(runIds)
       .flatMap((chunk) =>
-        this.sql.exec(`SELECT * FROM attempts WHERE run_id IN (${placeholders(chunk.length)}) ORDER BY run_id, fence`, ...chunk).toArray(),
+        this.sql
+          .exec(`SELECT * FROM attempt_log WHERE run_id IN (${placeholders(chunk.length)}) ORDER BY run_id, fence`, ...chunk)
+          .toArray(),
       )
       .map((r) => ({
         ...toAttempt(r),
@@ -63,7 +73,10 @@ export class HistoryStore {
       }));
   }
 
-  /** Removes finished runs and their attempts; a run revived meanwhile is no longer final and stays. Returns the ids removed. */
+  /**
+   * Removes finished runs and their earlier attempts (the latest goes with its row); a run
+   * revived meanwhile is no longer final and stays. Returns the ids removed.
+   */
   removeFinishedRuns(runIds: string[]): string[] {
     const removed: string[] = [];
     for (const chunk of chunksForStatement(runIds)) {
@@ -80,8 +93,11 @@ export class HistoryStore {
   /** A deleted job whose runs are all gone leaves the shard. */
   purgeDeletedJob(jobId: string): boolean {
     return (
-      this.sql.exec("DELETE FROM jobs WHERE id = ?1 AND deleted = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ?1)", jobId)
-        .rowsWritten > 0
+      this.sql.exec(
+        "DELETE FROM jobs WHERE id = ?1 AND deleted = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE id > ?2 AND id < ?3)",
+        jobId,
+        ...runKeyRange(jobId),
+      ).rowsWritten > 0
     );
   }
 }

@@ -1,17 +1,15 @@
 import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { underFlowControl } from "./admission";
-import { type Answer, type Dispatch, done, LEASE_GRACE_MS, type Outcome, type RunRow, refuse } from "./contract";
+import { type Answer, type AttemptRow, type Dispatch, done, LEASE_GRACE_MS, type Outcome, type RunRow, refuse } from "./contract";
 import type { NewRun, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
-import type { ShardStore } from "./store";
+import type { AttemptChange, RunChanges, ShardStore } from "./store";
 
 /** The job's timeout when its row is gone (job rows outlive deletion, so this is a fallback only). */
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
 export const TICK_BATCH = 2_000;
-
-export type RunChanges = Parameters<ShardStore["moveRun"]>[2];
 
 /** What a settled outcome says, whoever reported it: the consumer, or the target itself. */
 export interface Settled {
@@ -35,6 +33,8 @@ export class RunLedger {
     private readonly claimTimeoutMs: () => number,
     /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
     private readonly renewPermit: (run: RunRow, leaseMs: number) => void,
+    /** Sends a run's dispatch once the change commits (dispatch's, kept in memory: invariant 3). */
+    private readonly send: (dispatch: Dispatch) => void,
   ) {}
 
   /**
@@ -46,8 +46,10 @@ export class RunLedger {
     now: number,
     as: { state: "queued" } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
-    if (as.state === "queued") return this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
-    return this.store.createRun(run, now, as);
+    if (as.state !== "queued") return this.store.createRun(run, now, as);
+    const created = this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
+    if (created) this.send({ runId: run.id, fence: 1 });
+    return created;
   }
 
   /** A new run for a job, held for admission when the job is under flow control. */
@@ -66,20 +68,22 @@ export class RunLedger {
       return;
     }
     const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs(), redispatches: 0 });
-    this.store.addOutbox(next.id, next.fence);
+    this.send({ runId: next.id, fence: next.fence });
   }
 
   /** A waiting run that flow control let through, holding `permit` if its tenant has a limit. */
   admit(run: RunRow, permit: string | null, now: number): void {
     const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit, redispatches: 0 });
-    this.store.addOutbox(next.id, next.fence);
+    this.send({ runId: next.id, fence: next.fence });
   }
 
-  /** Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale. */
+  /**
+   * Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale.
+   * A dispatch of it still unsent goes out and is stale at its claim.
+   */
   cancel(run: RunRow, reason: string, now: number): void {
-    if (run.state === "running") this.store.finishAttempt(run.id, run.fence, "cancelled", now, null, reason);
-    this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason });
-    this.store.removeOutboxOfRun(run.id);
+    const attempt = run.state === "running" ? finished("cancelled", now, null, reason) : undefined;
+    this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason }, attempt);
   }
 
   /** A paused or deleted job: every run of it that has not begun an attempt ends now. */
@@ -87,21 +91,26 @@ export class RunLedger {
     for (const run of this.store.pendingRuns(jobId)) this.cancel(run, reason, now);
   }
 
-  /** The consumer claimed the current dispatch: an attempt starts, its lease with it. */
+  /**
+   * The consumer claimed the current dispatch: an attempt starts, its lease with it. The run's
+   * due_at stays its claim deadline, so the claim moves nothing in runs_due; when that comes
+   * with the attempt still running, `advanceDue` looks at the lease (docs/cost.md).
+   */
   claim(run: RunRow, job: ShardJob, now: number, completionToken: string): void {
     // The run executes the job as it is now; it records that version (a PATCH may have come).
-    this.store.moveRun(run, "claim", {
-      dueAt: now + job.spec.timeoutMs + LEASE_GRACE_MS,
-      startedAt: run.startedAt ?? now,
-      jobVersion: job.version,
-    });
-    this.store.startAttempt(run.id, run.attempt, run.fence, now, completionToken);
+    this.store.moveRun(
+      run,
+      "claim",
+      { leaseUntil: now + job.spec.timeoutMs + LEASE_GRACE_MS, startedAt: run.startedAt ?? now, jobVersion: job.version },
+      { start: { attempt: run.attempt, fence: run.fence, startedAt: now, completionToken } },
+    );
   }
 
   /** The target answered 202: the lease restarts from its answer, and heartbeats extend it. */
   accept(run: RunRow, status: number, now: number): void {
-    this.store.acceptAttempt(run.id, run.fence, status);
-    this.extendLease(run, now + this.timeoutOf(run) + LEASE_GRACE_MS, this.timeoutOf(run) + LEASE_GRACE_MS);
+    const leaseMs = this.timeoutOf(run) + LEASE_GRACE_MS;
+    this.store.acceptAttempt(run.id, run.fence, status, now + leaseMs);
+    this.renewPermit(run, leaseMs);
   }
 
   extendLease(run: RunRow, until: number, permitLeaseMs: number): void {
@@ -111,11 +120,12 @@ export class RunLedger {
 
   /** The outcome of the running attempt: success ends the run; a failure retries or ends it. */
   settle(run: RunRow, o: Settled, now: number): void {
-    this.store.finishAttempt(run.id, run.fence, o.ok ? "succeeded" : "failed", now, o.status, o.error);
+    const attempt = finished(o.ok ? "succeeded" : "failed", now, o.status, o.error);
     if (o.ok) {
-      this.store.moveRun(run, "succeed", { dueAt: null, finishedAt: now, status: o.status, error: null, result: o.result ?? null });
+      const changes = { dueAt: null, finishedAt: now, status: o.status, error: null, result: o.result ?? null };
+      this.store.moveRun(run, "succeed", changes, attempt);
     } else {
-      this.fail(run, o.status, o.error, now, o.retryAfterMs, o.kind);
+      this.fail(run, attempt, o.status, o.error, now, o.retryAfterMs, o.kind);
     }
   }
 
@@ -184,14 +194,16 @@ export class RunLedger {
         const redispatches = run.redispatches + 1;
         const wait = claimWait(this.claimTimeoutMs(), redispatches);
         const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
-        this.store.addOutbox(next.id, next.fence);
+        this.send({ runId: next.id, fence: next.fence });
         this.renewPermit(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
       } else if (run.state === "retry_wait") {
         this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
+      } else if (run.state === "running" && run.leaseUntil !== null && run.leaseUntil > now) {
+        // The claim deadline came, the lease has not ended: looked at again when it does.
+        this.store.setDueAt(run.id, run.leaseUntil);
       } else if (run.state === "running") {
         const error = "timed out: no outcome before the lease expired";
-        this.store.finishAttempt(run.id, run.fence, "timed_out", now, null, error);
-        this.fail(run, null, error, now);
+        this.fail(run, finished("timed_out", now, null, error), null, error, now);
       }
     }
   }
@@ -211,19 +223,28 @@ export class RunLedger {
    * Retry later, or end the run as dead (retries exhausted) or failed (the target refused).
    * A job paused or deleted while this attempt ran gets no further attempt: its run is cancelled.
    */
-  private fail(run: RunRow, status: number | null, error: string | null, now: number, retryAfterMs = 0, kind?: FailureKind): void {
+  private fail(
+    run: RunRow,
+    attempt: AttemptChange,
+    status: number | null,
+    error: string | null,
+    now: number,
+    retryAfterMs = 0,
+    kind?: FailureKind,
+  ): void {
     // Job rows outlive deletion (tombstones), so the policy is always there.
     const job = this.store.getJob(run.jobId);
     const retry = job?.spec.retry ?? DEFAULT_RETRY;
     const decision = afterFailure(kind ?? classifyStatus(status, retry.retryOn), run.attempt, retry.maxAttempts);
     const stopped = stoppedReason(job);
     if (decision === "retry" && stopped) {
-      this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` });
+      const changes = { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` };
+      this.store.moveRun(run, "cancel", changes, attempt);
     } else if (decision === "retry") {
       const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
-      this.store.moveRun(run, "retry", { dueAt: now + delay, status, error });
+      this.store.moveRun(run, "retry", { dueAt: now + delay, status, error }, attempt);
     } else {
-      this.store.moveRun(run, decision, { dueAt: null, finishedAt: now, status, error });
+      this.store.moveRun(run, decision, { dueAt: null, finishedAt: now, status, error }, attempt);
     }
   }
 
@@ -254,6 +275,11 @@ export function claimWait(claimTimeoutMs: number, redispatches: number): number 
 export function stoppedReason(job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {
   if (!job || job.deleted) return "job deleted";
   return job.paused ? "job paused" : null;
+}
+
+/** The running attempt ends with `outcome`. */
+function finished(outcome: AttemptRow["outcome"], now: number, status: number | null, error: string | null): AttemptChange {
+  return { finish: { outcome, finishedAt: now, status, error } };
 }
 
 /** How a stale outcome is noted on the attempt it belonged to. */

@@ -42,6 +42,7 @@ export const toRun = (r: Row): RunRow => ({
   attempt: r.attempt as number,
   fence: r.fence as number,
   dueAt: r.due_at as number | null,
+  leaseUntil: (r.lease_until as number | null) ?? null,
   createdAt: r.created_at as number,
   startedAt: r.started_at as number | null,
   finishedAt: r.finished_at as number | null,
@@ -52,6 +53,7 @@ export const toRun = (r: Row): RunRow => ({
   redispatches: (r.redispatches as number | null) ?? 0,
 });
 
+/** A row of `attempt_log` (the attempts table, and each run's latest attempt kept on its row). */
 export const toAttempt = (r: Row): AttemptRow => ({
   attempt: r.attempt as number,
   fence: r.fence as number,

@@ -87,17 +87,10 @@ export const IN_FLIGHT_STATES: readonly RunState[] = ["queued", "running"];
 export const AWAITING_ADMISSION_STATES: readonly RunState[] = ["waiting"];
 /** Dispatched, not yet claimed by a consumer: its due time is the claim deadline. */
 export const AWAITING_CLAIM_STATES: readonly RunState[] = ["queued"];
-/** An attempt is executing: its due time is the lease's expiry. */
+/** An attempt is executing under a lease (`lease_until`), looked at when its due time comes (docs/architecture.md, invariant 5). */
 export const LEASED_STATES: readonly RunState[] = ["running"];
 /** overlap buffer_one: waits for the job's unfinished run to end. */
 export const BUFFERED_STATES: readonly RunState[] = ["buffered"];
-/**
- * Not final: unfinished or buffered. A job's open runs are what its per-job queries look at
- * (overlap, maxConcurrency, pause, a run ending); the partial index `runs_open` holds exactly
- * these, so those queries never read a job's history. A query names this group to use it.
- */
-export const OPEN_STATES: readonly RunState[] = ["waiting", "queued", "running", "retry_wait", "buffered"];
-
 /** The state `event` leads to from `from`, or null when the table has no such transition. */
 export function transition(from: RunState, event: RunEvent): RunState | null {
   return TRANSITIONS[from][event] ?? null;

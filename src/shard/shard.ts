@@ -46,7 +46,7 @@ const IDLE_AFTER_MS = 5_000;
  * - firing (`firing.ts`): jobs, due fires, triggers, backfills, buffered starts;
  * - the run ledger (`ledger.ts`): the only writer of run and attempt transitions;
  * - admission (`admitter.ts`): waiting runs start as flow control allows;
- * - dispatch (`dispatch.ts`): the outbox and the permits, sent after commit;
+ * - dispatch (`dispatch.ts`): dispatches and permits, sent after commit;
  * - completion (`completion.ts`): claims, outcomes, completions, heartbeats;
  * - views (`views.ts`): reads;
  * - retention (`retention.ts`): history past its window or cap goes to the archive, then away;
@@ -74,9 +74,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, () => this.meter.count("runsFinished"));
     this.dispatcher = new Dispatcher(this.store, env.RUNS, gate, name, (messages) => this.meter.count("queueMessages", messages));
-    this.ledger = new RunLedger(this.store, claimTimeoutMs, (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs));
+    this.ledger = new RunLedger(
+      this.store,
+      claimTimeoutMs,
+      (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
+      (dispatch) => this.dispatcher.send(dispatch),
+    );
     this.firing = new Firing(this.store, this.ledger);
-    this.admitter = new Admitter(this.store, this.ledger, (change) => ctx.storage.transactionSync(change), gate, name, claimTimeoutMs);
+    this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
     this.completions = new Completions(this.store, this.ledger, name);
     this.views = new Views(this.store);
     // Without a bucket bound, expired history is only deleted.
@@ -95,7 +100,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /**
    * Fires what is due and moves runs whose time has come. Safe to run again at any point: a
    * re-run finds the same due fires (run ids are derived, so no second run), and dispatches
-   * committed but not sent wait in the outbox. The alarm is re-armed last, in `settle`: one
+   * committed but not sent are sent again (dispatch.ts). The alarm is re-armed last, in `settle`: one
    * re-armed before a throw would lose the runtime's retry.
    */
   override async alarm(): Promise<void> {
@@ -244,7 +249,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   async metrics(windowMs: number, tenantId: string | null = null): Promise<ShardMetrics> {
     return this.metered("metrics", async () => {
       const now = Date.now();
-      return { ...this.views.metrics(windowMs, tenantId, now), cost: this.meter.window(now - windowMs, now) };
+      return {
+        ...this.views.metrics(windowMs, tenantId, now),
+        outbox: this.dispatcher.unsentCount(),
+        cost: this.meter.window(now - windowMs, now),
+      };
     });
   }
 
@@ -289,9 +298,18 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     }
   }
 
-  /** One atomic change of the shard's state: the single writer's transaction. */
+  /**
+   * One atomic change of the shard's state: the single writer's transaction. Dispatches it
+   * made are forgotten with it if it throws.
+   */
   private change<T>(apply: (now: number) => T): T {
-    return this.ctx.storage.transactionSync(() => apply(Date.now()));
+    const mark = this.dispatcher.mark();
+    try {
+      return this.ctx.storage.transactionSync(() => apply(Date.now()));
+    } catch (err) {
+      this.dispatcher.rollBack(mark);
+      throw err;
+    }
   }
 
   /**

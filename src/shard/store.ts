@@ -1,12 +1,11 @@
+import { runKeyRange } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
-import { LIVE_ATTEMPT_OUTCOMES, outcomeSqlList } from "./attempt-states";
 import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
 import { type NewRun, type Row, type ShardJob, toAttempt, toJob, toRun } from "./rows";
 import {
   DEAD_LETTER_STATES,
   FINAL_STATES,
   IN_FLIGHT_STATES,
-  OPEN_STATES,
   PENDING_STATES,
   type RunEvent,
   sqlList,
@@ -14,14 +13,39 @@ import {
   UNFINISHED_STATES,
 } from "./run-states";
 
-/** Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle). */
-/** Every per-job query over runs names OPEN as well, so that SQLite reads the `runs_open` index, not the job's history. */
-const OPEN = sqlList(OPEN_STATES);
+/**
+ * Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle).
+ * Every per-job query over open runs says `finished_at IS NULL` as well, so that SQLite reads
+ * the `runs_open` index, not the job's history.
+ */
 const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
 const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
-const LIVE_ATTEMPT = outcomeSqlList(LIVE_ATTEMPT_OUTCOMES);
+
+/** The run columns a step may change, by field: `moveRun` writes only those whose value changed. */
+const MOVABLE_COLUMNS = {
+  state: "state",
+  jobVersion: "job_version",
+  attempt: "attempt",
+  fence: "fence",
+  dueAt: "due_at",
+  leaseUntil: "lease_until",
+  startedAt: "started_at",
+  finishedAt: "finished_at",
+  status: "status",
+  error: "error",
+  result: "result",
+  permit: "permit",
+  redispatches: "redispatches",
+} as const satisfies Partial<Record<keyof RunRow, string>>;
+
+export type RunChanges = Partial<Pick<RunRow, Exclude<keyof typeof MOVABLE_COLUMNS, "state">>>;
+
+/** What a step does to the run's latest attempt (kept on the run's row), in the run's own update. */
+export type AttemptChange =
+  | { start: { attempt: number; fence: number; startedAt: number; completionToken: string } }
+  | { finish: { outcome: AttemptRow["outcome"]; finishedAt: number; status: number | null; error: string | null } };
 
 /**
  * The shard's SQLite storage: one named operation per statement group. Every method is
@@ -107,10 +131,10 @@ export class ShardStore {
   }
 
   /**
-   * Inserts a run: `queued` with its outbox row (dispatched after commit), `waiting` (for flow
-   * control to admit it), `buffered` (for the job's unfinished run), or `skipped` (final). False,
-   * and nothing written, if the run exists: run ids are derived, so this is what makes a
-   * repeated fire harmless.
+   * Inserts a run: `queued` (the caller dispatches it after commit), `waiting` (for flow control
+   * to admit it), `buffered` (for the job's unfinished run), or `skipped` (final). False, and
+   * nothing written, if the run exists: run ids are derived, so this is what makes a repeated
+   * fire harmless.
    */
   createRun(
     run: NewRun,
@@ -133,19 +157,16 @@ export class ShardStore {
       as.state === "skipped" ? now : null,
       as.state === "skipped" ? as.reason : null,
     ).rowsWritten;
-    if (inserted === 0) return false;
-    if (as.state === "queued") this.addOutbox(run.id, 1);
-    return true;
+    return inserted > 0;
   }
 
   /**
    * A job's runs that have not ended, oldest fire first: the ones an overlap policy looks at.
-   * Sorted here, not by SQL: an ORDER BY would lead SQLite to runs_by_job, through the job's
-   * whole history, instead of the few rows in runs_open.
+   * Sorted here, not by SQL: the few rows in runs_open are all read anyway.
    */
   unfinishedRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${OPEN}) AND state IN (${UNFINISHED})`, jobId)
+      .exec(`SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND state IN (${UNFINISHED})`, jobId)
       .toArray()
       .map(toRun)
       .sort((a, b) => a.scheduledAt - b.scheduledAt);
@@ -182,7 +203,7 @@ export class ShardStore {
 
   /** A job's runs dispatched or running: what its maxConcurrency counts. */
   inFlightCount(jobId: string): number {
-    return this.sql.exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state IN (${OPEN}) AND state IN (${IN_FLIGHT})`, jobId).one()
+    return this.sql.exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND finished_at IS NULL AND state IN (${IN_FLIGHT})`, jobId).one()
       .n as number;
   }
 
@@ -248,53 +269,53 @@ export class ShardStore {
   /** Runs of a job that have not started an attempt yet or wait for their next one. */
   pendingRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec(`SELECT * FROM runs WHERE job_id = ? AND state IN (${OPEN}) AND state IN (${PENDING})`, jobId)
+      .exec(`SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND state IN (${PENDING})`, jobId)
       .toArray()
       .map(toRun);
   }
 
+  /**
+   * A job's runs, newest fire first, a page at a time. They are one range of the runs' primary
+   * key (`runKeyRange`): what a job keeps (retention's cap, DEFAULT_RETENTION_RUNS) is read and
+   * sorted, which spares every run an index entry written (docs/cost.md).
+   */
   listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunRow[] {
+    const [from, to] = runKeyRange(jobId);
     const rows = before
       ? this.sql.exec(
-          `SELECT * FROM runs WHERE job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
+          `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
            ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
+          from,
+          to,
           jobId,
           before.scheduledAt,
           before.scheduledAt,
           before.id,
           limit,
         )
-      : this.sql.exec("SELECT * FROM runs WHERE job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?", jobId, limit);
+      : this.sql.exec(
+          "SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?",
+          from,
+          to,
+          jobId,
+          limit,
+        );
     return rows.toArray().map(toRun);
   }
 
   /**
    * Moves a run along `event`, refusing any transition the state table lacks. `changes` are
-   * the other columns the step sets; the state column is only ever written here.
+   * the other columns the step sets, `attempt` what it does to the run's latest attempt; the
+   * state column is only ever written here. One UPDATE, naming only the columns whose value
+   * changes: every indexed column named costs a row written, even unchanged (docs/cost.md).
    */
-  moveRun(
-    run: RunRow,
-    event: RunEvent,
-    changes: Partial<
-      Pick<
-        RunRow,
-        | "jobVersion"
-        | "attempt"
-        | "fence"
-        | "dueAt"
-        | "startedAt"
-        | "finishedAt"
-        | "status"
-        | "error"
-        | "result"
-        | "permit"
-        | "redispatches"
-      >
-    >,
-  ): RunRow {
+  moveRun(run: RunRow, event: RunEvent, changes: RunChanges, attempt?: AttemptChange): RunRow {
     const to = transition(run.state, event);
     if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
     const next: RunRow = { ...run, ...changes, state: to };
+    // runs_open holds the runs without finished_at: exactly the runs not final.
+    if (FINAL_STATES.includes(to) === (next.finishedAt === null))
+      throw new Error(`run ${run.id}: ${to} with finished_at ${next.finishedAt}`);
     // A run that was final already (a late success of a dead run) does not finish twice.
     if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished();
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
@@ -309,34 +330,50 @@ export class ShardStore {
         next.permit = null;
       }
       this.sql.exec(
-        `UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND state IN (${OPEN}) AND state = 'waiting' AND due_at > ?1`,
+        "UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND finished_at IS NULL AND state = 'waiting' AND due_at > ?1",
         Date.now(),
         run.jobId,
       );
     }
-    this.sql.exec(
-      `UPDATE runs SET state = ?, job_version = ?, attempt = ?, fence = ?, due_at = ?, started_at = ?, finished_at = ?, status = ?,
-         error = ?, result = ?, permit = ?, redispatches = ? WHERE id = ?`,
-      next.state,
-      next.jobVersion,
-      next.attempt,
-      next.fence,
-      next.dueAt,
-      next.startedAt,
-      next.finishedAt,
-      next.status,
-      next.error,
-      next.result,
-      next.permit,
-      next.redispatches,
-      run.id,
-    );
+    const set = new Map<string, SqlStorageValue>();
+    for (const [field, column] of Object.entries(MOVABLE_COLUMNS) as Array<[keyof typeof MOVABLE_COLUMNS, string]>) {
+      if (next[field] !== run[field]) set.set(column, next[field]);
+    }
+    if (attempt && "start" in attempt) {
+      // The attempt on the row so far (if any) becomes a row of its own: the row keeps the latest.
+      this.sql.exec(
+        `INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, error, completion_token, late)
+         SELECT id, a_number, a_fence, a_started_at, a_finished_at, a_outcome, a_status, a_error, a_token, a_late
+         FROM runs WHERE id = ? AND a_fence IS NOT NULL`,
+        run.id,
+      );
+      const a = attempt.start;
+      for (const [column, value] of Object.entries({
+        a_number: a.attempt,
+        a_fence: a.fence,
+        a_started_at: a.startedAt,
+        a_finished_at: null,
+        a_outcome: "running",
+        a_status: null,
+        a_error: null,
+        a_token: a.completionToken,
+        a_late: null,
+      })) {
+        set.set(column, value);
+      }
+    } else if (attempt) {
+      const a = attempt.finish;
+      set.set("a_outcome", a.outcome).set("a_finished_at", a.finishedAt).set("a_status", a.status).set("a_error", a.error);
+    }
+    if (set.size > 0) {
+      this.sql.exec(`UPDATE runs SET ${[...set.keys()].map((column) => `${column} = ?`).join(", ")} WHERE id = ?`, ...set.values(), run.id);
+    }
     return next;
   }
 
-  /** A running attempt's lease moves (the target accepted the work, or sent a heartbeat). */
+  /** A running attempt's lease moves (a heartbeat came): an unindexed column, one row written. */
   extendLease(runId: string, until: number): void {
-    this.sql.exec("UPDATE runs SET due_at = ? WHERE id = ? AND state = 'running'", until, runId);
+    this.sql.exec("UPDATE runs SET lease_until = ? WHERE id = ? AND state = 'running'", until, runId);
   }
 
   /** Dead letters (dead and failed runs), newest failure first, of one job, one tenant's, or all. */
@@ -361,44 +398,14 @@ export class ShardStore {
       .map(toRun);
   }
 
-  // ---- attempts ----
+  // ---- attempts: the latest on its run's row, earlier ones in `attempts`, both in `attempt_log` ----
 
-  startAttempt(runId: string, attempt: number, fence: number, now: number, completionToken: string): void {
+  /** The target answered 202: the attempt goes on outside edgecron until it completes, under a new lease. */
+  acceptAttempt(runId: string, fence: number, status: number, leaseUntil: number): void {
     this.sql.exec(
-      "INSERT INTO attempts (run_id, attempt, fence, started_at, outcome, completion_token) VALUES (?, ?, ?, ?, 'running', ?)",
-      runId,
-      attempt,
-      fence,
-      now,
-      completionToken,
-    );
-  }
-
-  /** The target answered 202: the attempt goes on outside edgecron until it completes. */
-  acceptAttempt(runId: string, fence: number, status: number): void {
-    this.sql.exec(
-      "UPDATE attempts SET outcome = 'accepted', status = ? WHERE run_id = ? AND fence = ? AND outcome = 'running'",
+      "UPDATE runs SET a_outcome = 'accepted', a_status = ?, lease_until = ? WHERE id = ? AND a_fence = ? AND a_outcome = 'running'",
       status,
-      runId,
-      fence,
-    );
-  }
-
-  finishAttempt(
-    runId: string,
-    fence: number,
-    outcome: AttemptRow["outcome"],
-    now: number,
-    status: number | null,
-    error: string | null,
-  ): void {
-    this.sql.exec(
-      `UPDATE attempts SET outcome = ?, finished_at = ?, status = ?, error = ?
-       WHERE run_id = ? AND fence = ? AND outcome IN (${LIVE_ATTEMPT})`,
-      outcome,
-      now,
-      status,
-      error,
+      leaseUntil,
       runId,
       fence,
     );
@@ -406,48 +413,41 @@ export class ShardStore {
 
   /** Keeps a late outcome on the attempt it belongs to, so the run shows it happened. */
   noteLateOutcome(runId: string, fence: number, description: string): void {
-    this.sql.exec("UPDATE attempts SET late = ? WHERE run_id = ? AND fence = ?", description, runId, fence);
+    const onRow = this.sql.exec("UPDATE runs SET a_late = ? WHERE id = ? AND a_fence = ?", description, runId, fence).rowsWritten;
+    if (onRow === 0) this.sql.exec("UPDATE attempts SET late = ? WHERE run_id = ? AND fence = ?", description, runId, fence);
   }
 
   getAttempt(runId: string, fence: number): AttemptRow | null {
-    const row = this.sql.exec("SELECT * FROM attempts WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
+    const row = this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
     return row ? toAttempt(row) : null;
   }
 
   attempts(runId: string): AttemptRow[] {
-    return this.sql.exec("SELECT * FROM attempts WHERE run_id = ? ORDER BY fence", runId).toArray().map(toAttempt);
+    return this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? ORDER BY fence", runId).toArray().map(toAttempt);
   }
 
   attemptCounts(runIds: string[]): Map<string, number> {
-    const rows = this.whereIdIn("SELECT run_id, COUNT(*) AS n FROM attempts WHERE run_id IN", runIds, "GROUP BY run_id");
+    const rows = this.whereIdIn("SELECT run_id, COUNT(*) AS n FROM attempt_log WHERE run_id IN", runIds, "GROUP BY run_id");
     return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
   }
 
-  // ---- outbox ----
+  // ---- dispatch ----
 
-  addOutbox(runId: string, fence: number): void {
-    this.sql.exec("INSERT INTO outbox (run_id, fence) VALUES (?, ?) ON CONFLICT DO NOTHING", runId, fence);
-  }
-
-  outbox(limit: number): Dispatch[] {
+  /**
+   * Every queued run's current dispatch: what a shard that just started sends again, since
+   * what it had committed but not sent was in memory (docs/architecture.md, invariant 3).
+   */
+  queuedDispatches(): Dispatch[] {
     return this.sql
-      .exec("SELECT run_id, fence FROM outbox LIMIT ?", limit)
+      .exec("SELECT id, fence FROM runs WHERE due_at IS NOT NULL AND state = 'queued'")
       .toArray()
-      .map((r) => ({ runId: r.run_id as string, fence: r.fence as number }));
-  }
-
-  removeOutbox(dispatches: Dispatch[]): void {
-    for (const d of dispatches) this.sql.exec("DELETE FROM outbox WHERE run_id = ? AND fence = ?", d.runId, d.fence);
-  }
-
-  removeOutboxOfRun(runId: string): void {
-    this.sql.exec("DELETE FROM outbox WHERE run_id = ?", runId);
+      .map((r) => ({ runId: r.id as string, fence: r.fence as number }));
   }
 
   // ---- metrics ----
 
   /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
-  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost"> {
+  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost" | "outbox"> {
     // ?1 is the tenant (null: all); a run belongs to it through its job.
     const ofTenant = (runIdColumn: string) =>
       `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;
@@ -460,7 +460,7 @@ export class ShardStore {
     const attempts = Object.fromEntries(
       this.sql
         .exec(
-          `SELECT outcome, COUNT(*) AS n FROM attempts WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`,
+          `SELECT outcome, COUNT(*) AS n FROM attempt_log WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`,
           tenantId,
           since,
         )
@@ -481,12 +481,10 @@ export class ShardStore {
     const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as
       | number
       | null;
-    const outbox = this.sql.exec(`SELECT COUNT(*) AS n FROM outbox WHERE ${ofTenant("run_id")}`, tenantId).one().n as number;
     return {
       runsByState: byState,
       attemptsByOutcome: attempts,
       lagsMs,
-      outbox,
       awaitingClaim: byState.queued ?? 0,
       oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
     };
@@ -506,9 +504,9 @@ export class ShardStore {
     return this.sql.exec("SELECT MIN(due_at) AS t FROM runs WHERE due_at IS NOT NULL").one().t as number | null;
   }
 
-  /** Dispatches or permit releases committed and not yet sent. */
-  hasUnsent(): boolean {
-    return this.sql.exec("SELECT 1 FROM outbox UNION ALL SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0;
+  /** Permit releases committed and not yet sent. */
+  hasPermitReleases(): boolean {
+    return this.sql.exec("SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0;
   }
 
   /** A waiting run is due for admission. */

@@ -53,7 +53,7 @@ export class Views {
   }
 
   /** Of one tenant's runs, or of all (null). */
-  metrics(windowMs: number, tenantId: string | null, now: number): Omit<ShardMetrics, "cost"> {
+  metrics(windowMs: number, tenantId: string | null, now: number): Omit<ShardMetrics, "cost" | "outbox"> {
     return this.store.metrics(now - windowMs, now, MAX_LAG_SAMPLES, tenantId);
   }
 

@@ -64,7 +64,7 @@ async function attemptsOf(job: Job) {
     (_s: Shard, state) =>
       state.storage.sql
         .exec(
-          "SELECT a.run_id, a.attempt, a.outcome FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ? ORDER BY a.attempt",
+          "SELECT a.run_id, a.attempt, a.outcome FROM attempt_log a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ? ORDER BY a.attempt",
           job.id,
         )
         .toArray() as Array<{ run_id: string; attempt: number; outcome: string }>,

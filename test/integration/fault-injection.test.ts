@@ -44,7 +44,7 @@ async function shardRuns(job: Job) {
       scheduled_at: number;
     }>,
     attempts: state.storage.sql
-      .exec("SELECT a.run_id, a.outcome FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
+      .exec("SELECT a.run_id, a.outcome FROM attempt_log a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
       .toArray() as Array<{ run_id: string; outcome: string }>,
   }));
 }
@@ -161,11 +161,11 @@ describe("fault injection", () => {
     await checkInvariants(job, url, 1);
   });
 
-  scenario("crash in the alarm after the commit, before the queue send: the outbox is sent later", async (rep) => {
+  scenario("crash in the alarm after the commit, before the queue send: the dispatch is sent later", async (rep) => {
     const { job, url } = await newJob(`f-commit-${rep}`);
     armFault("shard.afterCommit", 1, job.shard);
     await fireDue(job);
-    // Nothing was sent. The run is either committed and waiting in the outbox, or (if the
+    // Nothing was sent. The run is either committed with its dispatch kept unsent, or (if the
     // platform rolled the throwing handler's writes back) not there yet: both are safe.
     const { runs } = await shardRuns(job);
     expect(runs.map((r) => r.state)).toEqual(runs.length ? ["queued"] : []);
@@ -180,20 +180,17 @@ describe("fault injection", () => {
     await checkInvariants(job, url, 1);
   });
 
-  scenario("the queue send throws: rows stay in the outbox and a later alarm sends them", async (rep) => {
+  scenario("the queue send throws: the dispatch is kept and a later alarm sends it", async (rep) => {
     const { job, url } = await newJob(`f-send-${rep}`);
     // Every send fails while armed: the runtime may run the past-due alarm by itself as well,
     // and a fault armed for one send would let that second run send the row.
     armFault("shard.queueSend", Infinity, job.shard);
     await fireDue(job);
-    // The alarm that made the run may be the runtime's own, still committing: wait for its row.
+    // The alarm that made the run may be the runtime's own, still committing: wait for its dispatch.
     await vi.waitFor(
       async () => {
-        const outbox = await runInDurableObject(
-          shardOf(job),
-          (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM outbox").one().n,
-        );
-        expect(outbox).toBe(1);
+        const metrics = await runInDurableObject(shardOf(job), (shard: Shard) => shard.metrics(60_000));
+        expect(metrics.outbox).toBe(1);
       },
       { timeout: 5_000, interval: 20 },
     );
@@ -284,7 +281,7 @@ describe("fault injection", () => {
     await fireDue(job);
     await evictDurableObject(stub);
     report.platformFaults++;
-    await sweep(); // finds the unsent outbox row and sends it
+    await sweep(); // the restarted shard sends its queued run's dispatch again
     await checkInvariants(job, url, 1);
   });
 

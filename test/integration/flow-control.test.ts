@@ -9,7 +9,7 @@ import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, recei
 async function attemptSpans(job: Job): Promise<Array<[number, number]>> {
   return runInDurableObject(shardOf(job), (_s: Shard, state) =>
     state.storage.sql
-      .exec("SELECT a.started_at, a.finished_at FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
+      .exec("SELECT a.started_at, a.finished_at FROM attempt_log a JOIN runs r ON r.id = a.run_id WHERE r.job_id = ?", job.id)
       .toArray()
       .map((r) => [r.started_at as number, r.finished_at as number] as [number, number]),
   );

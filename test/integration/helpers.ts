@@ -136,7 +136,8 @@ export async function makeRunDue(job: Job, runId: string): Promise<void> {
   const stub = shardOf(job);
   const due = Date.now() - 1;
   await runInDurableObject(stub, (_shard: Shard, state) => {
-    state.storage.sql.exec("UPDATE runs SET due_at = ? WHERE id = ?", due, runId);
+    // A running run's lease ends now too: its claim deadline alone would only look at the lease.
+    state.storage.sql.exec("UPDATE runs SET due_at = ?1, lease_until = min(lease_until, ?1) WHERE id = ?2", due, runId);
   });
   await runInDurableObject(stub, (_shard: Shard, state) => state.storage.setAlarm(due));
   await runDurableObjectAlarm(stub);

@@ -1,5 +1,6 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { runKeyRange } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { RETENTION_CHUNK } from "../../src/shard/retention";
@@ -7,6 +8,13 @@ import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf, sweepFully } from "./helpers";
 
 const DAY = 86_400_000;
+
+/**
+ * A seeded run's id, in the job's range of run keys as a real run's is (`run_<job>_<name>`),
+ * and back: the tests name runs `run_<name>`.
+ */
+const fullId = (job: Job, id: string) => `${runKeyRange(job.id)[0]}${id.slice("run_".length)}`;
+const shortId = (job: Job, id: string) => `run_${id.slice(runKeyRange(job.id)[0].length)}`;
 
 /** Finished (or, with `state`, other) runs written straight into the job's shard, each with one attempt. */
 async function seedRuns(job: Job, runs: Array<{ id: string; scheduledAt: number; state?: string }>): Promise<void> {
@@ -16,7 +24,7 @@ async function seedRuns(job: Job, runs: Array<{ id: string; scheduledAt: number;
       state.storage.sql.exec(
         `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at, finished_at, status)
          VALUES (?, ?, 1, 'schedule', ?, ?, 1, 1, ?, ?, ?, ?, 200)`,
-        run.id,
+        fullId(job, run.id),
         job.id,
         run.scheduledAt,
         run.state ?? "succeeded",
@@ -28,7 +36,7 @@ async function seedRuns(job: Job, runs: Array<{ id: string; scheduledAt: number;
       state.storage.sql.exec(
         `INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, completion_token)
          VALUES (?, 1, 1, ?, ?, 'succeeded', 200, 'secret-completion-token')`,
-        run.id,
+        fullId(job, run.id),
         run.scheduledAt + 10,
         run.scheduledAt + 20,
       );
@@ -56,7 +64,7 @@ async function runIdsInShard(job: Job): Promise<string[]> {
     state.storage.sql
       .exec("SELECT id FROM runs WHERE job_id = ? ORDER BY scheduled_at", job.id)
       .toArray()
-      .map((r) => r.id as string),
+      .map((r) => shortId(job, r.id as string)),
   );
 }
 
@@ -93,7 +101,7 @@ describe("retention", () => {
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l) as Run);
-    expect(lines.map((r) => r.id)).toEqual(removed);
+    expect(lines.map((r) => shortId(job, r.id))).toEqual(removed);
     expect(lines[0]).toMatchObject({ jobId: job.id, state: "succeeded", status: 200, attempts: 1 });
     expect(lines[0]!.attemptLog).toEqual([expect.objectContaining({ attempt: 1, outcome: "succeeded", status: 200 })]);
 
@@ -113,7 +121,7 @@ describe("retention", () => {
       narrow
         .trim()
         .split("\n")
-        .map((l) => (JSON.parse(l) as Run).id),
+        .map((l) => shortId(job, (JSON.parse(l) as Run).id)),
     ).toEqual(["run_old_0"]);
     const stranger = await createTenant();
     expect((await history(job, now - DAY, now, stranger.api)).status).toBe(404);
@@ -122,7 +130,12 @@ describe("retention", () => {
     expect(await backwards.json()).toMatchObject({ error: { code: "invalid_request", issues: [{ path: "to" }] } });
     expect((await history(job, now - 40 * DAY, now, tenant.api)).status).toBe(400);
     // The runs still in the shard are where they were.
-    expect((await listRuns(job.id)).map((r) => r.id)).toEqual(["run_recent_5", "run_recent_4", "run_recent_3", "run_unfinished"]);
+    expect((await listRuns(job.id)).map((r) => shortId(job, r.id))).toEqual([
+      "run_recent_5",
+      "run_recent_4",
+      "run_recent_3",
+      "run_unfinished",
+    ]);
   });
 
   it(`removes a long backlog ${RETENTION_CHUNK} runs per pass, after the alarm's due fires`, async () => {
@@ -202,7 +215,7 @@ describe("retention", () => {
       (await res.text())
         .trim()
         .split("\n")
-        .map((l) => (JSON.parse(l) as Run).id),
+        .map((l) => shortId(job, (JSON.parse(l) as Run).id)),
     ).toEqual(["run_gone_0"]);
     const tombstone = () => env.DB.prepare("SELECT COUNT(*) AS n FROM jobs WHERE id = ?").bind(job.id).first<{ n: number }>();
     expect((await tombstone())!.n).toBe(1);
@@ -218,6 +231,6 @@ describe("retention", () => {
     await sweepFully();
     const row = await env.DB.prepare("SELECT deleted_at FROM jobs WHERE id = ?").bind(job.id).first<{ deleted_at: number }>();
     expect(row?.deleted_at).toBeGreaterThan(0);
-    expect((await listRuns(job.id)).map((r) => r.id)).toEqual(["run_recent_kept"]);
+    expect((await listRuns(job.id)).map((r) => shortId(job, r.id))).toEqual(["run_recent_kept"]);
   });
 });
