@@ -56,6 +56,19 @@ export function planAdmission(
 }
 
 /** Runs of this job wait for admission: its own limits, or its tenant's runs-in-flight limit. */
+/**
+ * Whether a job's runs go into `runs_open`, the index of each job's unfinished runs: only the
+ * overlap policies, maxConcurrency and flow control ask for them while the job runs. Other
+ * jobs' runs stay out of it, a row written less per run (docs/cost.md); pause and delete find
+ * those through the runs that are due.
+ */
+export function watchesOpenRuns(
+  spec: Pick<JobSpec, "overlap" | "maxConcurrency" | "ratePerSecond">,
+  tenant: Pick<TenantSettings, "maxRunsInFlight"> | null,
+): boolean {
+  return (spec.overlap ?? "allow") !== "allow" || underFlowControl(spec, tenant);
+}
+
 export function underFlowControl(
   spec: Pick<JobSpec, "maxConcurrency" | "ratePerSecond">,
   tenant: Pick<TenantSettings, "maxRunsInFlight"> | null,

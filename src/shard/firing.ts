@@ -3,6 +3,7 @@ import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
+import { watchesOpenRuns } from "./admission";
 import { type Answer, type BackfillResult, done, type JobDefinition, MAX_BACKFILL, refuse, type TenantSettings } from "./contract";
 import { type RunLedger, stoppedReason, TICK_BATCH } from "./ledger";
 import { decideOverlap } from "./overlap";
@@ -28,6 +29,8 @@ export class Firing {
       if (held && held.version >= def.version) continue;
       const next = nextFireOnChange(held, def, now);
       this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next));
+      const tenant = this.store.getTenant(def.tenantId);
+      if (held && watchesOpenRuns(def.spec, tenant) && !watchesOpenRuns(held.spec, tenant)) this.store.watchOpenRuns(def.id);
       const stopped = stoppedReason(def);
       if (stopped) this.ledger.cancelPending(def.id, stopped, now);
     }
@@ -122,7 +125,8 @@ export class Firing {
   }
 
   /** Creates a run as the job's overlap policy decides (backfills always start). False if it existed. */
-  private startRun(job: ShardJob, run: NewRun, now: number): boolean {
+  private startRun(job: ShardJob, newRun: NewRun, now: number): boolean {
+    const run = { ...newRun, watched: watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId)) };
     const policy = run.trigger === "backfill" ? "allow" : (job.spec.overlap ?? "allow");
     const unfinished = policy === "allow" ? [] : this.store.unfinishedRuns(job.id);
     const decision = decideOverlap(policy, unfinished, policy === "buffer_one" && this.store.bufferedRuns(job.id).length > 0);

@@ -2,7 +2,7 @@ import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { underFlowControl } from "./admission";
 import { type Answer, type AttemptRow, type Dispatch, done, LEASE_GRACE_MS, type Outcome, type RunRow, refuse } from "./contract";
-import type { NewRun, ShardJob } from "./rows";
+import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
 
@@ -42,7 +42,7 @@ export class RunLedger {
    * this is what makes a repeated fire harmless (docs/architecture.md, invariant 2).
    */
   create(
-    run: NewRun,
+    run: RunToWrite,
     now: number,
     as: { state: "queued" } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
@@ -53,7 +53,7 @@ export class RunLedger {
   }
 
   /** A new run for a job, held for admission when the job is under flow control. */
-  createQueuedOrWaiting(job: ShardJob, run: NewRun, now: number): boolean {
+  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number): boolean {
     return this.create(run, now, { state: this.mustWait(job) ? "waiting" : "queued" });
   }
 

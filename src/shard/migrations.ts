@@ -171,7 +171,8 @@ ALTER TABLE runs ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0;`,
     // (docs/cost.md). So: the tables become WITHOUT ROWID, keyed by how they are reached; a
     // job's runs are found through the run id, which starts with the job's (no runs_by_job);
     // runs_open keys on finished_at, which a run sets once, instead of the state, which it
-    // changes at every step; the latest attempt lives on its run's row (a_* columns), so a run
+    // changes at every step, and holds only the runs of jobs whose policies ask for their open
+    // runs (overlap, maxConcurrency, flow control: \`watched\`); the latest attempt lives on its run's row (a_* columns), so a run
     // whose first attempt succeeds writes no attempt row; a lease is kept apart from due_at, so
     // a claim does not move the run in runs_due; and the outbox goes: dispatches are sent from
     // memory after commit, and a shard that restarts sends its queued runs again
@@ -216,6 +217,7 @@ CREATE TABLE runs_v7 (
   catch_up INTEGER NOT NULL DEFAULT 0,
   permit TEXT,
   redispatches INTEGER NOT NULL DEFAULT 0,
+  watched INTEGER NOT NULL DEFAULT 1, -- 0: its job never asks for its open runs, so it stays out of runs_open
   -- The run's latest attempt; earlier ones are rows of attempts.
   a_number INTEGER,
   a_fence INTEGER,
@@ -269,7 +271,7 @@ CREATE VIEW attempt_log AS
   WHERE a_fence IS NOT NULL;
 
 CREATE INDEX runs_due ON runs (due_at) WHERE due_at IS NOT NULL;
-CREATE INDEX runs_open ON runs (job_id) WHERE finished_at IS NULL;
+CREATE INDEX runs_open ON runs (job_id) WHERE finished_at IS NULL AND watched = 1;
 CREATE INDEX runs_waiting ON runs (due_at) WHERE state = 'waiting';
 CREATE INDEX runs_buffered ON runs (job_id) WHERE state = 'buffered';
 CREATE INDEX runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');

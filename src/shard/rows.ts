@@ -16,6 +16,9 @@ export interface ShardJob extends JobDefinition {
 /** A run about to be created. */
 export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
 
+/** A run about to be written: whether it goes into `runs_open` while unfinished (`watchesOpenRuns`). */
+export type RunToWrite = NewRun & { watched: boolean };
+
 export type Row = Record<string, SqlStorageValue>;
 
 export const toJob = (r: Row): ShardJob => ({

@@ -1,7 +1,7 @@
 import { runKeyRange } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
-import { type NewRun, type Row, type ShardJob, toAttempt, toJob, toRun } from "./rows";
+import { type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun } from "./rows";
 import {
   DEAD_LETTER_STATES,
   FINAL_STATES,
@@ -137,14 +137,14 @@ export class ShardStore {
    * fire harmless.
    */
   createRun(
-    run: NewRun,
+    run: RunToWrite,
     now: number,
     as: { state: "queued"; claimDeadline: number } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
     const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
     const inserted = this.sql.exec(
-      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -156,17 +156,19 @@ export class ShardStore {
       now,
       as.state === "skipped" ? now : null,
       as.state === "skipped" ? as.reason : null,
+      run.watched ? 1 : 0,
     ).rowsWritten;
     return inserted > 0;
   }
 
   /**
    * A job's runs that have not ended, oldest fire first: the ones an overlap policy looks at.
-   * Sorted here, not by SQL: the few rows in runs_open are all read anyway.
+   * Sorted here, not by SQL: the few rows in runs_open are all read anyway. Only for a job
+   * whose policies watch its open runs (`watchesOpenRuns`): others' are not in runs_open.
    */
   unfinishedRuns(jobId: string): RunRow[] {
     return this.sql
-      .exec(`SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND state IN (${UNFINISHED})`, jobId)
+      .exec(`SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND watched = 1 AND state IN (${UNFINISHED})`, jobId)
       .toArray()
       .map(toRun)
       .sort((a, b) => a.scheduledAt - b.scheduledAt);
@@ -203,8 +205,9 @@ export class ShardStore {
 
   /** A job's runs dispatched or running: what its maxConcurrency counts. */
   inFlightCount(jobId: string): number {
-    return this.sql.exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND finished_at IS NULL AND state IN (${IN_FLIGHT})`, jobId).one()
-      .n as number;
+    return this.sql
+      .exec(`SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND finished_at IS NULL AND watched = 1 AND state IN (${IN_FLIGHT})`, jobId)
+      .one().n as number;
   }
 
   /** When a waiting run is looked at again by the alarm (null: when one of its job's runs ends). */
@@ -266,12 +269,29 @@ export class ShardStore {
     for (const permit of permits) this.sql.exec("DELETE FROM permit_releases WHERE permit = ?", permit);
   }
 
-  /** Runs of a job that have not started an attempt yet or wait for their next one. */
+  /**
+   * Runs of a job that have not started an attempt yet or wait for their next one: its watched
+   * ones through runs_open; the others, all of which have a due time (a claim deadline or a
+   * retry), among the shard's due runs (runs_due: work in hand, never history).
+   */
   pendingRuns(jobId: string): RunRow[] {
-    return this.sql
-      .exec(`SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND state IN (${PENDING})`, jobId)
-      .toArray()
-      .map(toRun);
+    const watched = this.sql.exec(
+      `SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND watched = 1 AND state IN (${PENDING})`,
+      jobId,
+    );
+    const due = this.sql.exec(
+      `SELECT * FROM runs WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND state IN (${PENDING})`,
+      jobId,
+    );
+    return [...watched.toArray(), ...due.toArray()].map(toRun);
+  }
+
+  /**
+   * A job's policies now watch its open runs (a PATCH set an overlap policy or a limit): its
+   * unwatched open runs, each with a due time, join runs_open, so the policy sees them.
+   */
+  watchOpenRuns(jobId: string): void {
+    this.sql.exec("UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL", jobId);
   }
 
   /**
@@ -330,7 +350,7 @@ export class ShardStore {
         next.permit = null;
       }
       this.sql.exec(
-        "UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND finished_at IS NULL AND state = 'waiting' AND due_at > ?1",
+        "UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND finished_at IS NULL AND watched = 1 AND state = 'waiting' AND due_at > ?1",
         Date.now(),
         run.jobId,
       );

@@ -72,7 +72,7 @@ describe("rows written per successful run", () => {
     await oneOff(20);
     const { all, byOperation } = perRun(before, await costOf(shard), 20);
     console.log(`one-off run: ${all.toFixed(2)} SQLite rows written`, byOperation);
-    expect(all).toBeLessThanOrEqual(8);
+    expect(all).toBeLessThanOrEqual(7);
   });
 
   it("a run of a recurring job: fire, claim and report", async () => {
@@ -93,6 +93,6 @@ describe("rows written per successful run", () => {
     for (let i = 0; i < 10; i++) await fire();
     const { all, byOperation } = perRun(before, await costOf(shard), 10);
     console.log(`recurring run: ${all.toFixed(2)} SQLite rows written`, byOperation);
-    expect(all).toBeLessThanOrEqual(7);
+    expect(all).toBeLessThanOrEqual(6);
   });
 });

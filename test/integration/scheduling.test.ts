@@ -62,6 +62,24 @@ describe("overlap policies (a fire while the previous run is unfinished)", () =>
     expect(newest).toMatchObject({ state: "skipped", error: `overlap forbid: run ${first.id} is still running` });
   });
 
+  it("a policy set while a run is unfinished sees that run (it was made when nothing watched the job's open runs)", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("ov-patched") } });
+    const first = await holdRunning(job);
+    const res = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { overlap: "forbid" } });
+    expect(res.status).toBe(200);
+    const [newest] = await fireAgain(job);
+    expect(newest).toMatchObject({ state: "skipped", error: `overlap forbid: run ${first.id} is still running` });
+  });
+
+  it("pausing a job whose open runs nobody watches cancels its queued run", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("ov-pause") } });
+    await holdRunning(job);
+    const [queued] = await fireAgain(job);
+    expect(queued!.state).toBe("queued");
+    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
+    expect(await getRun(queued!.id)).toMatchObject({ state: "cancelled", error: "job paused" });
+  });
+
   it("buffer_one: one fire waits and starts when the previous run ends; a third is skipped", async () => {
     const url = receiverPath("ov-buffer");
     const job = await createJob({ schedule: FAR_CRON, target: { url }, overlap: "buffer_one" });

@@ -34,10 +34,10 @@ describe("shard migrations", () => {
     // A state added to the table needs a migration that rebuilds runs with it.
     const lastStateList = [...SHARD_MIGRATIONS].reverse().find((m) => m.sql.includes("CHECK (state IN"))!;
     expect(lastStateList.sql).toContain(`CHECK (state IN (${RUN_STATE_SQL_LIST}))`);
-    // Per-job queries say `finished_at IS NULL` to reach runs_open: SQLite uses a partial index
+    // Per-job queries say `finished_at IS NULL AND watched = 1` to reach runs_open: SQLite uses a partial index
     // only for a query that spells its condition the same way.
     const openIndex = [...SHARD_MIGRATIONS].reverse().find((m) => m.sql.includes("INDEX runs_open"))!;
-    expect(openIndex.sql).toContain("ON runs (job_id) WHERE finished_at IS NULL;");
+    expect(openIndex.sql).toContain("ON runs (job_id) WHERE finished_at IS NULL AND watched = 1;");
   });
 
   it("replay history: a version-1 shard holding runs reaches the latest version with its data, equal in schema to a fresh one", async () => {
@@ -57,9 +57,13 @@ describe("shard migrations", () => {
       const again = storage.transactionSync(() => migrateShard(sql));
       const store = new ShardStore(sql);
       const created = storage.transactionSync(() =>
-        store.createRun({ id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false }, 7, {
-          state: "waiting",
-        }),
+        store.createRun(
+          { id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false, watched: true },
+          7,
+          {
+            state: "waiting",
+          },
+        ),
       );
       return {
         steps,
