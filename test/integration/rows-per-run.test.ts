@@ -4,7 +4,7 @@ import { newJobId, scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
 import type { JobDefinition, ShardCost } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
+import { api, createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
 
 /**
  * SQLite rows written per successful run, as a shard's cost meter counts them (each index entry
@@ -52,6 +52,34 @@ function perRun(before: ShardCost, after: ShardCost, runs: number): { all: numbe
 }
 
 const costOf = async (shard: DurableObjectStub<Shard>) => (await shard.metrics(3_600_000)).cost;
+
+describe("D1 rows written per job created", () => {
+  it("the catalog row and its three indexes (docs/cost.md)", async () => {
+    const created = async () => {
+      const res = await api("/v1/metrics?window=1h");
+      const cost = ((await res.json()) as { cost: { workerOperations: Record<string, { calls: number; rowsWritten: number }> } }).cost;
+      return cost.workerOperations["POST /v1/jobs"] ?? { calls: 0, rowsWritten: 0 };
+    };
+    await createJob({ schedule: FAR_CRON, target: { url: receiverPath("rows-d1") } }); // the tenant's first
+    const before = await vi.waitFor(async () => {
+      const c = await created();
+      expect(c.calls).toBeGreaterThan(0);
+      return c;
+    });
+    for (let i = 0; i < 5; i++)
+      await createJob({ schedule: { at: new Date(Date.now() + 3_600_000).toISOString() }, target: { url: receiverPath("rows-d1") } });
+    // The Worker records its D1 counts after each response.
+    const after = await vi.waitFor(
+      async () => {
+        const c = await created();
+        expect(c.calls - before.calls).toBe(5);
+        return c;
+      },
+      { timeout: 5_000, interval: 100 },
+    );
+    expect((after.rowsWritten - before.rowsWritten) / 5).toBe(4);
+  });
+});
 
 describe("rows written per successful run", () => {
   it("a one-off job's run: create, fire, claim and report", async () => {

@@ -34,5 +34,14 @@ describe("D1 migrations on a catalog with data", () => {
     ]);
     expect(db.prepare("SELECT id FROM tenants").all()).toEqual([{ id: "default" }]);
     expect(db.prepare("PRAGMA foreign_key_check").all()).toEqual([]);
+    // The jobs keyed by their id itself, the indexes made again.
+    expect(db.prepare("SELECT sql FROM sqlite_master WHERE name = 'jobs'").get()).toMatchObject({
+      sql: expect.stringContaining("WITHOUT ROWID"),
+    });
+    expect(db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name").all()).toEqual([
+      { name: "jobs_by_shard" },
+      { name: "jobs_by_tenant" },
+      { name: "jobs_by_updated" },
+    ]);
   });
 });
