@@ -17,21 +17,20 @@ export interface PermitKeeper {
 /**
  * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches are
  * kept in memory, not written down: a row per dispatch would cost two rows written per run
- * (docs/cost.md). What a restart loses is sent again when the shard starts (every queued run's
- * dispatch: a duplicate is stale at its claim), and the claim deadline sends any other loss
- * again (docs/architecture.md, invariant 3). Permits go back to, or are extended at, their
+ * (docs/cost.md). One that a crash between commit and send loses goes out again at its run's
+ * claim deadline (docs/architecture.md, invariant 3). A shard does not send its queued runs
+ * again when it starts: an idle shard is evicted between sending and the claims, so most of
+ * them were sent and would all go twice. Permits go back to, or are extended at, their
  * tenants' gates.
  */
 export class Dispatcher {
   /** Dispatches committed (or about to be, see `mark`) and not yet taken by the Queue. */
   private unsent: Dispatch[] = [];
-  /** True until the queued runs a previous instance of this shard may have left unsent are sent. */
-  private recovering = true;
   /** The flush under way: one at a time, since the alarm and a call may both ask. */
   private flushing: Promise<void> | null = null;
-  /** A change committed while a flush was under way left rows that flush may have read past. */
+  /** A change committed while a flush was under way: its permit releases may have been read past. */
   private again = false;
-  /** The Queue refused the last send: the rows wait SEND_RETRY_MS before the alarm tries again. */
+  /** The Queue refused the last send: what is unsent waits SEND_RETRY_MS before the alarm tries again. */
   private lastSendFailed = false;
   /**
    * Permits to extend at the next flush. Kept in memory only: a renewal lost to a restart lets
@@ -58,7 +57,6 @@ export class Dispatcher {
       this.again = true;
       return;
     }
-    if (this.recovering) this.recover();
     if (this.permitRenewals.length === 0 && this.unsent.length === 0 && !this.store.hasPermitReleases()) return;
     this.flushing = (async () => {
       try {
@@ -103,16 +101,8 @@ export class Dispatcher {
 
   /** When dispatch next has work: now for rows unsent, later after a refused send; nothing while a flush is under way. */
   nextDue(now: number): number | null {
-    if (this.recovering) this.recover();
     if (this.flushing || (this.unsent.length === 0 && !this.store.hasPermitReleases())) return null;
     return this.lastSendFailed ? now + SEND_RETRY_MS : now;
-  }
-
-  /** A shard that just started sends every queued run's dispatch again (see the class comment). */
-  private recover(): void {
-    this.recovering = false;
-    const held = new Set(this.unsent.map((d) => `${d.runId}#${d.fence}`));
-    for (const d of this.store.queuedDispatches()) if (!held.has(`${d.runId}#${d.fence}`)) this.unsent.push(d);
   }
 
   /** Returns false when the Queue refused a send; the dispatches stay for the next alarm. */

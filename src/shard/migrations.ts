@@ -175,7 +175,7 @@ ALTER TABLE runs ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0;`,
     // runs (overlap, maxConcurrency, flow control: \`watched\`); the latest attempt lives on its run's row (a_* columns), so a run
     // whose first attempt succeeds writes no attempt row; a lease is kept apart from due_at, so
     // a claim does not move the run in runs_due; and the outbox goes: dispatches are sent from
-    // memory after commit, and a shard that restarts sends its queued runs again
+    // memory after commit, and one a crash lost goes out again at its claim deadline
     // (docs/architecture.md, invariant 3).
     sql: `
 CREATE TABLE jobs_v7 (
@@ -276,7 +276,8 @@ CREATE INDEX runs_waiting ON runs (due_at) WHERE state = 'waiting';
 CREATE INDEX runs_buffered ON runs (job_id) WHERE state = 'buffered';
 CREATE INDEX runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state IN ('dead', 'failed');
 
--- Queued runs are sent again when a shard starts, which is what the outbox's rows were for.
+-- Dispatches wait in memory; the claim deadline resends one a crash lost (invariant 3).
+-- Rows left in the outbox are of queued runs, whose claim deadlines resend them.
 DROP TABLE outbox;`,
   },
 ];

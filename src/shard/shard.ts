@@ -100,7 +100,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /**
    * Fires what is due and moves runs whose time has come. Safe to run again at any point: a
    * re-run finds the same due fires (run ids are derived, so no second run), and dispatches
-   * committed but not sent are sent again (dispatch.ts). The alarm is re-armed last, in `settle`: one
+   * committed but not sent are sent by the next flush, or at their claim deadline after a
+   * crash (dispatch.ts). The alarm is re-armed last, in `settle`: one
    * re-armed before a throw would lose the runtime's retry.
    */
   override async alarm(): Promise<void> {

@@ -1,6 +1,6 @@
 import { runKeyRange } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
-import type { AttemptRow, Dispatch, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
+import type { AttemptRow, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
 import { type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun } from "./rows";
 import {
   DEAD_LETTER_STATES,
@@ -449,19 +449,6 @@ export class ShardStore {
   attemptCounts(runIds: string[]): Map<string, number> {
     const rows = this.whereIdIn("SELECT run_id, COUNT(*) AS n FROM attempt_log WHERE run_id IN", runIds, "GROUP BY run_id");
     return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
-  }
-
-  // ---- dispatch ----
-
-  /**
-   * Every queued run's current dispatch: what a shard that just started sends again, since
-   * what it had committed but not sent was in memory (docs/architecture.md, invariant 3).
-   */
-  queuedDispatches(): Dispatch[] {
-    return this.sql
-      .exec("SELECT id, fence FROM runs WHERE due_at IS NOT NULL AND state = 'queued'")
-      .toArray()
-      .map((r) => ({ runId: r.id as string, fence: r.fence as number }));
   }
 
   // ---- metrics ----

@@ -153,9 +153,12 @@ describe("fault injection", () => {
 
   scenario("the alarm handler throws before doing anything: the retried alarm fires once", async (rep) => {
     const { job, url } = await newJob(`f-alarm-${rep}`);
-    armFault("shard.alarmStart", 1, job.shard);
+    // Every alarm start throws while armed: the runtime may run the past-due alarm by itself as
+    // well, and a fault for one start would let that second run fire the job.
+    armFault("shard.alarmStart", Infinity, job.shard);
     await fireDue(job);
     expect((await shardRuns(job)).runs).toHaveLength(0);
+    disarmFault("shard.alarmStart", job.shard);
     await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1)); // the runtime's retry
     await runAlarm(job);
     await checkInvariants(job, url, 1);
@@ -281,8 +284,28 @@ describe("fault injection", () => {
     await fireDue(job);
     await evictDurableObject(stub);
     report.platformFaults++;
-    await sweep(); // the restarted shard sends its queued run's dispatch again
+    // The dispatch was in memory: the run's claim deadline sends it again (made due here).
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE runs SET due_at = ? WHERE job_id = ? AND state = 'queued'", Date.now() - 1, job.id);
+    });
+    await sweep();
     await checkInvariants(job, url, 1);
+  });
+
+  scenario("a shard evicted while its sent dispatch waits in the queue does not send it again", async (rep) => {
+    const { job, url } = await newJob(`f-idle-${rep}`);
+    const stub = shardOf(job);
+    armFault("consumer.beforeClaim", Infinity, job.shard); // the dispatch stays unclaimed meanwhile
+    await fireDue(job);
+    await vi.waitFor(async () => expect((await stub.metrics(3_600_000)).cost.byOperation.settle?.queueMessages).toBe(1), {
+      timeout: 5_000,
+      interval: 20,
+    });
+    await evictDurableObject(stub); // idle: the runtime may evict it, its memory with it
+    report.platformFaults++;
+    disarmFault("consumer.beforeClaim", job.shard);
+    await checkInvariants(job, url, 1);
+    expect((await stub.metrics(3_600_000)).cost.byOperation.settle?.queueMessages).toBe(1);
   });
 
   scenario("D1 is down: the API answers 503 with Retry-After, shards keep firing and recording", async (rep) => {
