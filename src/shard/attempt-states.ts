@@ -1,5 +1,3 @@
-import { sqlNameList } from "./run-states";
-
 /**
  * The attempt lifecycle: what becomes of one call of a run's target, as one table. An attempt
  * starts `running` when a consumer claims its run; a target that answers 202 makes it
@@ -40,9 +38,4 @@ export const LATE_NOTED_OUTCOMES: readonly AttemptOutcome[] = ["timed_out", "can
 /** The outcome `event` leads to from `from`, or null when the table has no such transition. */
 export function attemptTransition(from: AttemptOutcome, event: AttemptEvent): AttemptOutcome | null {
   return ATTEMPT_TRANSITIONS[from][event] ?? null;
-}
-
-/** A group as the body of a SQL `IN (...)`, as `sqlList` does for run states. */
-export function outcomeSqlList(outcomes: readonly AttemptOutcome[]): string {
-  return sqlNameList(outcomes);
 }

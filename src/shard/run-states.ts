@@ -109,8 +109,7 @@ export function sqlList(states: readonly RunState[]): string {
   return sqlNameList(states);
 }
 
-/** `sqlList` for any closed set of names (attempt outcomes too); typed callers are in the modules that own the sets. */
-export function sqlNameList(names: readonly string[]): string {
+function sqlNameList(names: readonly string[]): string {
   if (names.length === 0) throw new Error("an empty SQL list matches nothing and is not valid SQL");
   return names
     .map((name) => {

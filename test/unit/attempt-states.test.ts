@@ -8,7 +8,6 @@ import {
   FINAL_ATTEMPT_OUTCOMES,
   LATE_NOTED_OUTCOMES,
   LIVE_ATTEMPT_OUTCOMES,
-  outcomeSqlList,
 } from "../../src/shard/attempt-states";
 
 const EVENTS: AttemptEvent[] = ["accept", "succeed", "fail", "time_out", "cancel"];
@@ -66,11 +65,5 @@ describe("the named groups of attempt outcomes", () => {
     for (const o of LATE_NOTED_OUTCOMES) expect(FINAL_ATTEMPT_OUTCOMES).toContain(o);
     const reportedByTarget = LIVE_ATTEMPT_OUTCOMES.flatMap((o) => [attemptTransition(o, "succeed"), attemptTransition(o, "fail")]);
     for (const o of reportedByTarget) expect(LATE_NOTED_OUTCOMES).not.toContain(o);
-  });
-
-  it("renders a group as the body of a SQL IN list, and refuses anything else", () => {
-    expect(outcomeSqlList(LIVE_ATTEMPT_OUTCOMES)).toBe("'running', 'accepted'");
-    expect(() => outcomeSqlList([])).toThrow();
-    expect(() => outcomeSqlList(["running'--" as AttemptOutcome])).toThrow();
   });
 });
