@@ -3,14 +3,12 @@ import { recordWorkerCost } from "./catalog/cost";
 import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
 import { D1Meter } from "./cost/d1-meter";
 import { apiOperation } from "./cost/operation";
+import { isDeadLetterQueue } from "./queues";
 import { sweep } from "./reconcile/sweep";
 import type { DispatchMessage } from "./shard/contract";
 
 export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";
-
-/** Named in wrangler.toml as the dispatch queue's dead_letter_queue. */
-const DEAD_LETTER_QUEUE = "edgecron-runs-dlq";
 
 /**
  * Runs one invocation with its D1 rows and gate calls counted, and adds them to the isolate's
@@ -37,8 +35,9 @@ export default {
     );
   },
 
+  /** A batch from any dispatch queue or any of their dead-letter queues: all carry any shard's dispatches. */
   async queue(batch, env, ctx) {
-    const dead = batch.queue === DEAD_LETTER_QUEUE;
+    const dead = isDeadLetterQueue(batch.queue);
     await metered(
       env,
       ctx,

@@ -40,7 +40,8 @@ export class Dispatcher {
 
   constructor(
     private readonly store: ShardStore,
-    private readonly queue: Queue<DispatchMessage>,
+    /** The shard's dispatch queue (src/queues.ts); asked at each send, so a misconfigured one is a refused send. */
+    private readonly queueOf: (shard: string) => Queue<DispatchMessage>,
     private readonly gateOf: (tenantId: string) => PermitKeeper,
     private readonly shardName: () => string,
     /** Hears of each batch the Queue took, for the cost meter. */
@@ -117,7 +118,7 @@ export class Dispatcher {
       const sent = await Promise.allSettled(
         chunks.map(async (chunk) => {
           failpoint("shard.queueSend", shard);
-          await this.queue.sendBatch(
+          await this.queueOf(shard).sendBatch(
             chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
               body: { shard, runId: d.runId, fence: d.fence },
               contentType: "json",

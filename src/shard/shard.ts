@@ -3,6 +3,7 @@ import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
 import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
+import { dispatchQueue } from "../queues";
 import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
 import { Completions } from "./completion";
@@ -73,7 +74,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.meter = new ShardMeter(sql);
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, () => this.meter.count("runsFinished"));
-    this.dispatcher = new Dispatcher(this.store, env.RUNS, gate, name, (messages) => this.meter.count("queueMessages", messages));
+    const queue = (shard: string) => dispatchQueue(this.env, shard);
+    this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
     this.ledger = new RunLedger(
       this.store,
       claimTimeoutMs,
