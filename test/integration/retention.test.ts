@@ -1,5 +1,5 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { runKeyRange } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
@@ -44,19 +44,31 @@ async function seedRuns(job: Job, runs: Array<{ id: string; scheduledAt: number;
   });
 }
 
-/** Makes the shard's retention pass due and runs its alarm; returns the pass's bookkeeping after. */
+/**
+ * Makes the shard's retention pass due and runs its alarm; returns the pass's bookkeeping after.
+ * The runtime may run the past-due alarm itself, and `runDurableObjectAlarm` then finds none:
+ * the pass is over when it has moved its next time past the one set here (in the same
+ * transaction as its removals).
+ */
 async function runRetention(job: Job): Promise<{ nextAt: number; cursor: string | null }> {
   const stub = shardOf(job);
+  const due = Date.now() - 1;
   await runInDurableObject(stub, async (_s: Shard, state) => {
-    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(Date.now() - 1));
-    await state.storage.setAlarm(Date.now() - 1);
+    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(due));
+    await state.storage.setAlarm(due);
   });
   await runDurableObjectAlarm(stub);
-  return runInDurableObject(stub, (_s: Shard, state) => {
-    const meta = (key: string) =>
-      state.storage.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined;
-    return { nextAt: Number(meta("retention_next_at")), cursor: meta("retention_cursor") ?? null };
-  });
+  return vi.waitFor(
+    () =>
+      runInDurableObject(stub, (_s: Shard, state) => {
+        const meta = (key: string) =>
+          state.storage.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined;
+        const nextAt = Number(meta("retention_next_at"));
+        if (nextAt <= due) throw new Error("the retention pass has not finished");
+        return { nextAt, cursor: meta("retention_cursor") ?? null };
+      }),
+    { timeout: 10_000, interval: 20 },
+  );
 }
 
 async function runIdsInShard(job: Job): Promise<string[]> {
