@@ -9,6 +9,7 @@ export const FAULT_POINTS = [
   "catalog.unavailable", // every D1 call fails, as in a D1 outage
   "shard.alarmStart", // the alarm handler throws before doing anything
   "shard.afterCommit", // the alarm committed runs, then died before sending their dispatches
+  "shard.betweenChunks", // the alarm committed a chunk of fires and started its sends, then died before the next chunk
   "shard.queueSend", // the Queue refuses a sendBatch
   "consumer.beforeClaim", // the consumer dies before claiming its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting

@@ -5,7 +5,7 @@ import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { watchesOpenRuns } from "./admission";
 import { type Answer, type BackfillResult, done, type JobDefinition, MAX_BACKFILL, refuse, type TenantSettings } from "./contract";
-import { type RunLedger, stoppedReason, TICK_BATCH } from "./ledger";
+import { type RunLedger, stoppedReason } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
@@ -37,11 +37,15 @@ export class Firing {
   }
 
   /**
-   * Every due fire becomes a run (subject to the job's misfire, overlap and maxRuns rules), and
-   * the job moves to its next fire. Safe to run again: run ids are derived (docs/architecture.md, invariant 2).
+   * The due fires of up to `limit` jobs, earliest first, become runs (subject to each job's
+   * misfire, overlap and maxRuns rules), and each job moves to its next fire, due after `now`,
+   * so the next call goes on with the jobs left. Returns how many due jobs it took: fewer than
+   * `limit` means none was left due. Safe to run again: run ids are derived
+   * (docs/architecture.md, invariant 2).
    */
-  fireDue(now: number): void {
-    for (const job of this.store.dueJobs(now, TICK_BATCH)) {
+  fireDue(now: number, limit: number): number {
+    const jobs = this.store.dueJobs(now, limit);
+    for (const job of jobs) {
       const spec = job.spec;
       const plan = planDueFires(
         spec.schedule,
@@ -79,6 +83,7 @@ export class Firing {
       }
       this.store.setNextFire(job.id, next, next === null ? null : next + jitterOf(job, next), ready.length);
     }
+    return jobs.length;
   }
 
   /** One extra run now; the same trigger key always names the same run. */

@@ -12,6 +12,9 @@ import type { OperationCost, ShardCost } from "./contract";
 /** The label of statements that run after an RPC's own change: admission, sending, re-arming. */
 export const SETTLE = "settle";
 
+/** The alarm's label: its transactions, including those it commits after an await. */
+export const ALARM = "alarm";
+
 /** Rows older than the longest window metrics may ask for, and a margin, are dropped. */
 const KEEP_MINUTES = 25 * 60;
 /**

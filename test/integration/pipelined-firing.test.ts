@@ -1,0 +1,176 @@
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { armFault, disarmFaults } from "../../src/faults";
+import { newJobId, scheduledRunId } from "../../src/model/ids";
+import type { JobSpec } from "../../src/model/job";
+import type { DispatchMessage, JobDefinition } from "../../src/shard/contract";
+import { TICK_BATCH } from "../../src/shard/ledger";
+import { FIRE_CHUNK, type Shard } from "../../src/shard/shard";
+import { createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
+
+/**
+ * Pipelined firing (docs/architecture.md, invariant 6): the alarm commits due fires FIRE_CHUNK
+ * jobs at a time and starts sending each chunk's dispatches before it writes the next. What is
+ * checked is the order of events, never a duration: the Queue's `sendBatch` is replaced by a
+ * recorder that notes how many runs the shard had committed when it was called, and at the
+ * next turn of the event loop, when a real send's request would go out. The
+ * dispatches are not handed to the real Queue (a few thousand deliveries would only slow the
+ * suite), and each test deletes its jobs at the end, which cancels their queued runs, so no
+ * later resend reaches the real Queue either. Each test has a shard of its own: alarms are not
+ * reset between tests.
+ */
+
+afterEach(() => {
+  disarmFaults();
+  vi.restoreAllMocks();
+});
+
+interface Send {
+  runIds: string[];
+  /** Runs the shard had committed when this `sendBatch` was called. */
+  runsAtCall: number;
+  /** Runs it had committed at the next turn of the event loop, when a real send's request goes out. */
+  runsWhenOut: number | null;
+}
+
+/** A stored job spec as the API writes it (its target sealed), the schedule FAR_CRON's. */
+async function storedSpec(): Promise<JobSpec> {
+  const template = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("pipeline") } });
+  return runInDurableObject(shardOf(template), (_s: Shard, state) =>
+    JSON.parse(state.storage.sql.exec("SELECT spec FROM jobs WHERE id = ?", template.id).one().spec as string),
+  );
+}
+
+/**
+ * A shard of its own holding `count` jobs, all due at one instant (`due`, just past), and its
+ * Queue replaced by a recorder of the sends. The alarm is left where the jobs' own next fire
+ * put it (next January), so nothing runs until the test runs the alarm.
+ */
+async function burst(count: number) {
+  const stub = env.SHARD.get(env.SHARD.idFromName(`pipeline-${crypto.randomUUID()}`));
+  const spec = await storedSpec();
+  const now = Date.now();
+  const jobs: JobDefinition[] = Array.from({ length: count }, () => ({
+    id: newJobId(now),
+    tenantId: "default",
+    version: 1,
+    spec,
+    paused: false,
+    deleted: false,
+    createdAt: now,
+  }));
+  await stub.applyJobs(jobs);
+  const sends: Send[] = [];
+  const due = Date.now() - 1;
+  await runInDurableObject(stub, (shard: Shard, state) => {
+    const queue = (shard as unknown as { env: Env }).env.RUNS;
+    const runsCommitted = () => state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs").one().n as number;
+    vi.spyOn(queue, "sendBatch").mockImplementation((messages) => {
+      const send: Send = {
+        runIds: [...messages].map((m) => (m.body as DispatchMessage).runId),
+        runsAtCall: runsCommitted(),
+        runsWhenOut: null,
+      };
+      sends.push(send);
+      return new Promise((resolve) =>
+        setTimeout(() => {
+          send.runsWhenOut = runsCommitted();
+          resolve({ metadata: { metrics: { backlogCount: 0, backlogBytes: 0 } } });
+        }, 0),
+      );
+    });
+    state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1", due);
+  });
+  const runIds = jobs.map((j) => scheduledRunId(j.id, due));
+  return {
+    stub,
+    jobs,
+    runIds,
+    sends,
+    /** The alarm handler, run as the runtime runs it (it may throw). */
+    alarm: () => runInDurableObject(stub, (shard: Shard) => shard.alarm()),
+    /** The shard's runs. */
+    runs: () =>
+      runInDurableObject(stub, (_s: Shard, state) =>
+        state.storage.sql
+          .exec("SELECT id, job_id, scheduled_at FROM runs")
+          .toArray()
+          .map((r) => ({
+            id: r.id as string,
+            jobId: r.job_id as string,
+            scheduledAt: r.scheduled_at as number,
+          })),
+      ),
+    due,
+    /** Deletes the jobs, which cancels their queued runs: nothing is sent for them later. */
+    cleanUp: () => stub.applyJobs(jobs.map((j) => ({ ...j, version: 2, deleted: true }))),
+  };
+}
+
+const sentIds = (sends: Send[]) => sends.flatMap((s) => s.runIds);
+
+describe("pipelined firing", () => {
+  it("sends a burst's first dispatches before its later chunks are written; every fire makes one run, sent once", {
+    timeout: 120_000,
+  }, async () => {
+    const count = TICK_BATCH + 2 * FIRE_CHUNK + 37; // a second alarm for what the first one's cap leaves
+    const b = await burst(count);
+
+    await b.alarm();
+    // The first sendBatch was called once the first chunk was committed, and its request had
+    // its turn to go out before the second chunk was written.
+    expect(b.sends.length).toBeGreaterThan(0);
+    expect(b.sends[0]).toMatchObject({ runsAtCall: FIRE_CHUNK, runsWhenOut: FIRE_CHUNK });
+    expect(b.sends[0]!.runIds).toHaveLength(Math.min(FIRE_CHUNK, 100));
+    expect((await b.runs()).length).toBe(TICK_BATCH); // the cap per alarm holds
+    // Sends went out between the later chunks of the same alarm too.
+    expect(b.sends.filter((s) => s.runsWhenOut! > FIRE_CHUNK && s.runsWhenOut! < TICK_BATCH).length).toBeGreaterThan(0);
+    // Every dispatch of the first alarm was sent before it ended.
+    expect(new Set(sentIds(b.sends)).size).toBe(TICK_BATCH);
+
+    // The alarm re-armed at once for the rest; the runtime may already be running it itself.
+    await vi.waitFor(
+      async () => {
+        await runDurableObjectAlarm(b.stub);
+        expect(sentIds(b.sends)).toHaveLength(count);
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    const runs = await b.runs();
+    expect(runs.map((r) => r.id).sort()).toEqual([...b.runIds].sort());
+    expect(new Set(runs.map((r) => r.jobId)).size).toBe(count);
+    expect(runs.every((r) => r.scheduledAt === b.due)).toBe(true);
+    expect(sentIds(b.sends).sort()).toEqual([...b.runIds].sort()); // each dispatch sent once
+
+    // Every chunk's statements were charged to the alarm, not to `settle` (which wrote nothing here).
+    const { byOperation } = (await b.stub.metrics(3_600_000)).cost;
+    expect(byOperation.alarm!.rowsWritten).toBeGreaterThanOrEqual(2 * count);
+    expect(byOperation.settle?.rowsWritten ?? 0).toBe(0);
+    await b.cleanUp();
+  });
+
+  it("a throw between chunks keeps what was committed, and sent; the next alarm fires the rest once", { timeout: 120_000 }, async () => {
+    const count = 3 * FIRE_CHUNK + 50;
+    const b = await burst(count);
+    const name = await runInDurableObject(b.stub, (_s: Shard, state) => state.id.name!);
+
+    armFault("shard.betweenChunks", 1, name);
+    await expect(b.alarm()).rejects.toThrow("injected fault at shard.betweenChunks");
+    // The first chunk stands, and its dispatches went out before the alarm failed.
+    const committed = await b.runs();
+    expect(committed).toHaveLength(FIRE_CHUNK);
+    expect(sentIds(b.sends).sort()).toEqual(committed.map((r) => r.id).sort());
+    // The jobs not fired are still due.
+    const stillDue = await runInDurableObject(
+      b.stub,
+      (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM jobs WHERE next_due_at <= ?", b.due).one().n as number,
+    );
+    expect(stillDue).toBe(count - FIRE_CHUNK);
+
+    await b.alarm(); // the runtime's retry
+    const runs = await b.runs();
+    expect(runs.map((r) => r.id).sort()).toEqual([...b.runIds].sort());
+    expect(sentIds(b.sends).sort()).toEqual([...b.runIds].sort()); // nothing sent twice
+    await b.cleanUp();
+  });
+});
