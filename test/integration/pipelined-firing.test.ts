@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
 import { newJobId, scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
+import { dispatchQueue } from "../../src/queues";
 import type { DispatchMessage, JobDefinition } from "../../src/shard/contract";
 import { TICK_BATCH } from "../../src/shard/ledger";
 import { FIRE_CHUNK, type Shard } from "../../src/shard/shard";
@@ -47,7 +48,8 @@ async function storedSpec(): Promise<JobSpec> {
  * put it (next January), so nothing runs until the test runs the alarm.
  */
 async function burst(count: number) {
-  const stub = env.SHARD.get(env.SHARD.idFromName(`pipeline-${crypto.randomUUID()}`));
+  const name = `pipeline-${crypto.randomUUID()}`;
+  const stub = env.SHARD.get(env.SHARD.idFromName(name));
   const spec = await storedSpec();
   const now = Date.now();
   const jobs: JobDefinition[] = Array.from({ length: count }, () => ({
@@ -63,7 +65,7 @@ async function burst(count: number) {
   const sends: Send[] = [];
   const due = Date.now() - 1;
   await runInDurableObject(stub, (shard: Shard, state) => {
-    const queue = (shard as unknown as { env: Env }).env.RUNS;
+    const queue = dispatchQueue((shard as unknown as { env: Env }).env, name); // the queue this shard sends to
     const runsCommitted = () => state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs").one().n as number;
     vi.spyOn(queue, "sendBatch").mockImplementation((messages) => {
       const send: Send = {
