@@ -327,11 +327,14 @@ describe("fault injection", () => {
 
   scenario("nothing runs after a pause or delete is answered, even with a send pending", async (rep) => {
     const { job, url } = await newJob(`f-stop-${rep}`);
-    armFault("shard.queueSend", 1, job.shard);
+    // Every send fails until the pause or delete is answered: a later flush (the alarm's next
+    // chunk, or the runtime running the past-due alarm itself) would otherwise send it first.
+    armFault("shard.queueSend", Infinity, job.shard);
     await fireDue(job); // a run is committed, its send failed
     const action = rep % 2 === 0 ? api(`/v1/jobs/${job.id}`, { method: "DELETE" }) : api(`/v1/jobs/${job.id}/pause`, { method: "POST" });
     expect((await action).status).toBe(200);
     const answeredAt = Date.now();
+    disarmFault("shard.queueSend", job.shard); // the pending send goes out now, for a run that has ended
     await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1));
     await runAlarm(job);
     await new Promise((r) => setTimeout(r, 1_500)); // a queue batch window
