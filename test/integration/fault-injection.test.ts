@@ -292,20 +292,29 @@ describe("fault injection", () => {
     await checkInvariants(job, url, 1);
   });
 
-  scenario("a shard evicted while its sent dispatch waits in the queue does not send it again", async (rep) => {
-    const { job, url } = await newJob(`f-idle-${rep}`);
+  scenario("a shard evicted while a sent dispatch waits in the queue does not send it again", async (rep) => {
+    const { job } = await newJob(`f-idle-${rep}`);
     const stub = shardOf(job);
-    armFault("consumer.beforeClaim", Infinity, job.shard); // the dispatch stays unclaimed meanwhile
-    await fireDue(job);
-    await vi.waitFor(async () => expect((await stub.metrics(3_600_000)).cost.byOperation.settle?.queueMessages).toBe(1), {
-      timeout: 5_000,
-      interval: 20,
+    // A run queued and sent earlier, its dispatch still in the queue: written straight in, so
+    // no consumer claims it meanwhile.
+    const runId = `run_${job.id.slice(4)}_idle${rep}`;
+    await runInDurableObject(stub, (_s: Shard, state) => {
+      state.storage.sql.exec(
+        `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, watched)
+         VALUES (?1, ?2, 1, 'manual', ?3, 'queued', 1, 1, ?4, ?3, 0)`,
+        runId,
+        job.id,
+        Date.now(),
+        Date.now() + 60_000,
+      );
     });
+    const sent = async () => (await stub.metrics(3_600_000)).cost.byOperation.settle?.queueMessages ?? 0;
+    const before = await sent();
     await evictDurableObject(stub); // idle: the runtime may evict it, its memory with it
     report.platformFaults++;
-    disarmFault("consumer.beforeClaim", job.shard);
-    await checkInvariants(job, url, 1);
-    expect((await stub.metrics(3_600_000)).cost.byOperation.settle?.queueMessages).toBe(1);
+    await stub.admitWaiting(); // a change and a settle on the new instance
+    expect(await sent()).toBe(before);
+    expect(await stub.getRun(runId)).toMatchObject({ state: "queued" });
   });
 
   scenario("D1 is down: the API answers 503 with Retry-After, shards keep firing and recording", async (rep) => {
