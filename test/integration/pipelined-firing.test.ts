@@ -1,5 +1,5 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
 import { newJobId, scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
@@ -16,9 +16,9 @@ import { createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
  * recorder that notes how many runs the shard had committed when it was called, and at the
  * next turn of the event loop, when a real send's request would go out. The
  * dispatches are not handed to the real Queue (a few thousand deliveries would only slow the
- * suite), and each test deletes its jobs at the end, which cancels their queued runs, so no
- * later resend reaches the real Queue either. Each test has a shard of its own: alarms are not
- * reset between tests.
+ * suite), and each test deletes its jobs when it ends, passed or not, which cancels their
+ * queued runs, so no later resend reaches the real Queue either. Each test has a shard of its
+ * own: alarms are not reset between tests.
  */
 
 afterEach(() => {
@@ -62,6 +62,10 @@ async function burst(count: number) {
     createdAt: now,
   }));
   await stub.applyJobs(jobs);
+  // Deleting the jobs cancels their queued runs: nothing is sent for them later.
+  onTestFinished(async () => {
+    await stub.applyJobs(jobs.map((j) => ({ ...j, version: 2, deleted: true })));
+  });
   const sends: Send[] = [];
   const due = Date.now() - 1;
   await runInDurableObject(stub, (shard: Shard, state) => {
@@ -104,8 +108,6 @@ async function burst(count: number) {
           })),
       ),
     due,
-    /** Deletes the jobs, which cancels their queued runs: nothing is sent for them later. */
-    cleanUp: () => stub.applyJobs(jobs.map((j) => ({ ...j, version: 2, deleted: true }))),
   };
 }
 
@@ -148,7 +150,6 @@ describe("pipelined firing", () => {
     const { byOperation } = (await b.stub.metrics(3_600_000)).cost;
     expect(byOperation.alarm!.rowsWritten).toBeGreaterThanOrEqual(2 * count);
     expect(byOperation.settle?.rowsWritten ?? 0).toBe(0);
-    await b.cleanUp();
   });
 
   it("a throw between chunks keeps what was committed, and sent; the next alarm fires the rest once", { timeout: 120_000 }, async () => {
@@ -173,6 +174,5 @@ describe("pipelined firing", () => {
     const runs = await b.runs();
     expect(runs.map((r) => r.id).sort()).toEqual([...b.runIds].sort());
     expect(sentIds(b.sends).sort()).toEqual([...b.runIds].sort()); // nothing sent twice
-    await b.cleanUp();
   });
 });
