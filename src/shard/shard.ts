@@ -33,6 +33,7 @@ import { ALARM, SETTLE, ShardMeter } from "./meter";
 import { migrateShard } from "./migrations";
 import { Retention } from "./retention";
 import { ShardStore } from "./store";
+import { ViewStore } from "./view-store";
 import { Views } from "./views";
 
 /** A shard with nothing due within this long counts as going idle (see `metered`). */
@@ -97,7 +98,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.firing = new Firing(this.store, this.ledger);
     this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
     this.completions = new Completions(this.store, this.ledger, name);
-    this.views = new Views(this.store);
+    this.views = new Views(this.store, new ViewStore(this.meter.sql));
     // Without a bucket bound, expired history is only deleted.
     const bucket = (env as Partial<Env>).ARCHIVE;
     const history = new HistoryStore(this.meter.sql);

@@ -1,17 +1,7 @@
-import { runKeyRange } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
-import type { AttemptRow, JobDefinition, RunRow, ShardMetrics, TenantSettings } from "./contract";
+import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun } from "./rows";
-import {
-  DEAD_LETTER_STATES,
-  FINAL_STATES,
-  IN_FLIGHT_STATES,
-  PENDING_STATES,
-  type RunEvent,
-  sqlList,
-  transition,
-  UNFINISHED_STATES,
-} from "./run-states";
+import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
  * Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle).
@@ -21,7 +11,6 @@ import {
 const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
-const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
 
 /** The run columns a step may change, by field: `moveRun` writes only those whose value changed. */
 const MOVABLE_COLUMNS = {
@@ -75,11 +64,9 @@ export class ShardStore {
     return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(toJob);
   }
 
-  /** Rows of `select (...ids) suffix`, asked in as many statements as the bound-parameter limit needs. */
-  private whereIdIn(select: string, ids: string[], suffix = ""): Row[] {
-    return chunksForStatement(ids).flatMap((chunk) =>
-      this.sql.exec(`${select} (${placeholders(chunk.length)}) ${suffix}`, ...chunk).toArray(),
-    );
+  /** Rows of `select (...ids)`, asked in as many statements as the bound-parameter limit needs. */
+  private whereIdIn(select: string, ids: string[]): Row[] {
+    return chunksForStatement(ids).flatMap((chunk) => this.sql.exec(`${select} (${placeholders(chunk.length)})`, ...chunk).toArray());
   }
 
   jobVersions(ids: string[]): Map<string, number> {
@@ -182,6 +169,31 @@ export class ShardStore {
     return rows.toArray().map(toRun);
   }
 
+  /**
+   * Runs of a job that have not started an attempt yet or wait for their next one: its watched
+   * ones through runs_open; the others, all of which have a due time (a claim deadline or a
+   * retry), among the shard's due runs (runs_due: work in hand, never history).
+   */
+  pendingRuns(jobId: string): RunRow[] {
+    const watched = this.sql.exec(
+      `SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND watched = 1 AND state IN (${PENDING})`,
+      jobId,
+    );
+    const due = this.sql.exec(
+      `SELECT * FROM runs WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND state IN (${PENDING})`,
+      jobId,
+    );
+    return [...watched.toArray(), ...due.toArray()].map(toRun);
+  }
+
+  /**
+   * A job's policies now watch its open runs (a PATCH set an overlap policy or a limit): its
+   * unwatched open runs, each with a due time, join runs_open, so the policy sees them.
+   */
+  watchOpenRuns(jobId: string): void {
+    this.sql.exec("UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL", jobId);
+  }
+
   /** Runs whose due time has come (claim deadline, lease expiry or retry time). */
   dueRuns(now: number, limit: number): RunRow[] {
     return this.sql.exec("SELECT * FROM runs WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit).toArray().map(toRun);
@@ -217,110 +229,6 @@ export class ShardStore {
 
   setRateNext(jobId: string, at: number): void {
     this.sql.exec("UPDATE jobs SET rate_next_at = ? WHERE id = ?", at, jobId);
-  }
-
-  /** A permit to give back to its tenant's gate after commit. */
-  releasePermitLater(permit: string, tenantId: string): void {
-    this.sql.exec("INSERT INTO permit_releases (permit, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", permit, tenantId);
-  }
-
-  // ---- tenants ----
-
-  putTenant(t: TenantSettings): void {
-    this.tenants.delete(t.id); // read again after the write (or after its rollback)
-    this.sql.exec(
-      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days) VALUES (?, ?, ?, ?, ?)
-       ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
-         max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days WHERE excluded.version > tenants.version`,
-      t.id,
-      t.version,
-      t.signingGeneration,
-      t.maxRunsInFlight,
-      t.retentionDays ?? null,
-    );
-  }
-
-  /** Asked once per run created and claimed; memoized, since only putTenant changes the table. */
-  getTenant(id: string): TenantSettings | null {
-    if (this.tenants.has(id)) return this.tenants.get(id)!;
-    const row = this.sql.exec("SELECT * FROM tenants WHERE id = ?", id).toArray()[0];
-    const tenant = row
-      ? {
-          id,
-          version: row.version as number,
-          signingGeneration: row.signing_generation as number,
-          maxRunsInFlight: row.max_in_flight as number | null,
-          retentionDays: (row.retention_days as number | null) ?? null,
-        }
-      : null;
-    this.tenants.set(id, tenant);
-    return tenant;
-  }
-
-  /** Permits a changed run must give back, to send after commit. */
-  permitReleases(limit: number): Array<{ permit: string; tenantId: string }> {
-    return this.sql
-      .exec("SELECT permit, tenant_id FROM permit_releases LIMIT ?", limit)
-      .toArray()
-      .map((r) => ({ permit: r.permit as string, tenantId: r.tenant_id as string }));
-  }
-
-  removePermitReleases(permits: string[]): void {
-    for (const permit of permits) this.sql.exec("DELETE FROM permit_releases WHERE permit = ?", permit);
-  }
-
-  /**
-   * Runs of a job that have not started an attempt yet or wait for their next one: its watched
-   * ones through runs_open; the others, all of which have a due time (a claim deadline or a
-   * retry), among the shard's due runs (runs_due: work in hand, never history).
-   */
-  pendingRuns(jobId: string): RunRow[] {
-    const watched = this.sql.exec(
-      `SELECT * FROM runs WHERE job_id = ? AND finished_at IS NULL AND watched = 1 AND state IN (${PENDING})`,
-      jobId,
-    );
-    const due = this.sql.exec(
-      `SELECT * FROM runs WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND state IN (${PENDING})`,
-      jobId,
-    );
-    return [...watched.toArray(), ...due.toArray()].map(toRun);
-  }
-
-  /**
-   * A job's policies now watch its open runs (a PATCH set an overlap policy or a limit): its
-   * unwatched open runs, each with a due time, join runs_open, so the policy sees them.
-   */
-  watchOpenRuns(jobId: string): void {
-    this.sql.exec("UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL", jobId);
-  }
-
-  /**
-   * A job's runs, newest fire first, a page at a time. They are one range of the runs' primary
-   * key (`runKeyRange`): what a job keeps (retention's cap, DEFAULT_RETENTION_RUNS) is read and
-   * sorted, which spares every run an index entry written (docs/cost.md).
-   */
-  listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunRow[] {
-    const [from, to] = runKeyRange(jobId);
-    const rows = before
-      ? this.sql.exec(
-          `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
-           ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
-          from,
-          to,
-          jobId,
-          before.scheduledAt,
-          before.scheduledAt,
-          before.id,
-          limit,
-        )
-      : this.sql.exec(
-          "SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?",
-          from,
-          to,
-          jobId,
-          limit,
-        );
-    return rows.toArray().map(toRun);
   }
 
   /**
@@ -396,26 +304,54 @@ export class ShardStore {
     this.sql.exec("UPDATE runs SET lease_until = ? WHERE id = ? AND state = 'running'", until, runId);
   }
 
-  /** Dead letters (dead and failed runs), newest failure first, of one job, one tenant's, or all. */
-  deadLetters(
-    scope: { tenantId: string | null; jobId: string | null },
-    limit: number,
-    before?: { finishedAt: number; id: string },
-  ): RunRow[] {
-    // Only the filters asked are written, so that SQLite can pick the index that fits them.
-    const where = [`state IN (${DEAD_LETTERS})`];
-    const args: SqlStorageValue[] = [];
-    const filter = (condition: string, ...values: SqlStorageValue[]) => {
-      where.push(condition);
-      args.push(...values);
-    };
-    if (scope.jobId !== null) filter("job_id = ?", scope.jobId);
-    if (scope.tenantId !== null) filter("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)", scope.tenantId);
-    if (before) filter("(finished_at < ? OR (finished_at = ? AND id < ?))", before.finishedAt, before.finishedAt, before.id);
+  // ---- tenants and their permits ----
+
+  putTenant(t: TenantSettings): void {
+    this.tenants.delete(t.id); // read again after the write (or after its rollback)
+    this.sql.exec(
+      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
+         max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days WHERE excluded.version > tenants.version`,
+      t.id,
+      t.version,
+      t.signingGeneration,
+      t.maxRunsInFlight,
+      t.retentionDays ?? null,
+    );
+  }
+
+  /** Asked once per run created and claimed; memoized, since only putTenant changes the table. */
+  getTenant(id: string): TenantSettings | null {
+    if (this.tenants.has(id)) return this.tenants.get(id)!;
+    const row = this.sql.exec("SELECT * FROM tenants WHERE id = ?", id).toArray()[0];
+    const tenant = row
+      ? {
+          id,
+          version: row.version as number,
+          signingGeneration: row.signing_generation as number,
+          maxRunsInFlight: row.max_in_flight as number | null,
+          retentionDays: (row.retention_days as number | null) ?? null,
+        }
+      : null;
+    this.tenants.set(id, tenant);
+    return tenant;
+  }
+
+  /** Permits a changed run must give back, to send after commit. */
+  permitReleases(limit: number): Array<{ permit: string; tenantId: string }> {
     return this.sql
-      .exec(`SELECT * FROM runs WHERE ${where.join(" AND ")} ORDER BY finished_at DESC, id DESC LIMIT ?`, ...args, limit)
+      .exec("SELECT permit, tenant_id FROM permit_releases LIMIT ?", limit)
       .toArray()
-      .map(toRun);
+      .map((r) => ({ permit: r.permit as string, tenantId: r.tenant_id as string }));
+  }
+
+  removePermitReleases(permits: string[]): void {
+    for (const permit of permits) this.sql.exec("DELETE FROM permit_releases WHERE permit = ?", permit);
+  }
+
+  /** A permit to give back to its tenant's gate after commit. */
+  releasePermitLater(permit: string, tenantId: string): void {
+    this.sql.exec("INSERT INTO permit_releases (permit, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", permit, tenantId);
   }
 
   // ---- attempts: the latest on its run's row, earlier ones in `attempts`, both in `attempt_log` ----
@@ -440,61 +376,6 @@ export class ShardStore {
   getAttempt(runId: string, fence: number): AttemptRow | null {
     const row = this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
     return row ? toAttempt(row) : null;
-  }
-
-  attempts(runId: string): AttemptRow[] {
-    return this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? ORDER BY fence", runId).toArray().map(toAttempt);
-  }
-
-  attemptCounts(runIds: string[]): Map<string, number> {
-    const rows = this.whereIdIn("SELECT run_id, COUNT(*) AS n FROM attempt_log WHERE run_id IN", runIds, "GROUP BY run_id");
-    return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
-  }
-
-  // ---- metrics ----
-
-  /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
-  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost" | "outbox"> {
-    // ?1 is the tenant (null: all); a run belongs to it through its job.
-    const ofTenant = (runIdColumn: string) =>
-      `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;
-    const byState = Object.fromEntries(
-      this.sql
-        .exec(`SELECT state, COUNT(*) AS n FROM runs WHERE ${ofTenant("id")} GROUP BY state`, tenantId)
-        .toArray()
-        .map((r) => [r.state as string, r.n as number]),
-    );
-    const attempts = Object.fromEntries(
-      this.sql
-        .exec(
-          `SELECT outcome, COUNT(*) AS n FROM attempt_log WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`,
-          tenantId,
-          since,
-        )
-        .toArray()
-        .map((r) => [r.outcome as string, r.n as number]),
-    );
-    // Lag: first claim minus scheduled instant, both read on the shard's clock.
-    const lagsMs = this.sql
-      .exec(
-        `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND ${ofTenant("id")}
-         ORDER BY started_at DESC LIMIT ?3`,
-        tenantId,
-        since,
-        maxLagSamples,
-      )
-      .toArray()
-      .map((r) => r.lag as number);
-    const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as
-      | number
-      | null;
-    return {
-      runsByState: byState,
-      attemptsByOutcome: attempts,
-      lagsMs,
-      awaitingClaim: byState.queued ?? 0,
-      oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
-    };
   }
 
   // ---- what the alarm waits for ----

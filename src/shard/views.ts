@@ -1,22 +1,26 @@
 import type { CatalogEntry, JobComparison, JobRuntime, RunRow, RunView, ShardMetrics } from "./contract";
 import type { ShardStore } from "./store";
+import type { ViewStore } from "./view-store";
 
 /** How many recent lags a metrics window samples per shard. */
 const MAX_LAG_SAMPLES = 1_000;
 
 /** What the shard shows: reads only, no transition, no settle. */
 export class Views {
-  constructor(private readonly store: ShardStore) {}
+  constructor(
+    private readonly store: ShardStore,
+    private readonly reads: ViewStore,
+  ) {}
 
   run(runId: string): RunView | null {
     const run = this.store.getRun(runId);
     if (!run) return null;
-    const attemptLog = this.store.attempts(runId);
+    const attemptLog = this.reads.attempts(runId);
     return { ...run, attempts: attemptLog.length, attemptLog };
   }
 
   runs(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunView[] {
-    return this.withAttemptCounts(this.store.listRuns(jobId, limit, before));
+    return this.withAttemptCounts(this.reads.listRuns(jobId, limit, before));
   }
 
   deadLetters(
@@ -24,7 +28,7 @@ export class Views {
     limit: number,
     before?: { finishedAt: number; id: string },
   ): RunView[] {
-    return this.withAttemptCounts(this.store.deadLetters(scope, limit, before));
+    return this.withAttemptCounts(this.reads.deadLetters(scope, limit, before));
   }
 
   jobRuntimes(ids: string[]): JobRuntime[] {
@@ -54,11 +58,11 @@ export class Views {
 
   /** Of one tenant's runs, or of all (null). */
   metrics(windowMs: number, tenantId: string | null, now: number): Omit<ShardMetrics, "cost" | "outbox"> {
-    return this.store.metrics(now - windowMs, now, MAX_LAG_SAMPLES, tenantId);
+    return this.reads.metrics(now - windowMs, now, MAX_LAG_SAMPLES, tenantId);
   }
 
   private withAttemptCounts(runs: RunRow[]): RunView[] {
-    const counts = this.store.attemptCounts(runs.map((r) => r.id));
+    const counts = this.reads.attemptCounts(runs.map((r) => r.id));
     return runs.map((r) => ({ ...r, attempts: counts.get(r.id) ?? 0 }));
   }
 }

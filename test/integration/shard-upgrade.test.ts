@@ -4,6 +4,7 @@ import { migrateShard, SHARD_MIGRATIONS, SHARD_SCHEMA_VERSION } from "../../src/
 import { RUN_STATE_SQL_LIST } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
 import { ShardStore } from "../../src/shard/store";
+import { ViewStore } from "../../src/shard/view-store";
 
 /** A shard object of its own, emptied of every table, as a shard that never ran. */
 async function inBlankShard<T>(fn: (sql: SqlStorage, storage: DurableObjectStorage) => T): Promise<T> {
@@ -72,7 +73,7 @@ describe("shard migrations", () => {
         created,
         old: store.getRun("run_old"),
         due: store.dueRuns(10, 10).map((r) => r.id),
-        attempts: store.attempts("run_old"),
+        attempts: new ViewStore(sql).attempts("run_old"),
         job: store.getJob("job_old"),
         waiting: store.waitingRuns(10, 10).map((r) => r.id),
         schema: schemaOf(sql),

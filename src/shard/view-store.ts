@@ -1,0 +1,127 @@
+import { runKeyRange } from "../model/ids";
+import { chunksForStatement, placeholders } from "../sql";
+import type { AttemptRow, RunRow, ShardMetrics } from "./contract";
+import { toAttempt, toRun } from "./rows";
+import { DEAD_LETTER_STATES, sqlList } from "./run-states";
+
+const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
+
+/**
+ * The statements of views (`views.ts`): pages of a job's runs, dead letters, attempt logs and
+ * metrics. Apart from `store.ts`, whose statements serve the runs in hand, because these only
+ * read, for the API, never on the way from a fire to its outcome.
+ */
+export class ViewStore {
+  /** Over the same storage as the shard's store (its meter's, so these rows are counted too). */
+  constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
+
+  /**
+   * A job's runs, newest fire first, a page at a time. They are one range of the runs' primary
+   * key (`runKeyRange`): what a job keeps (retention's cap, DEFAULT_RETENTION_RUNS) is read and
+   * sorted, which spares every run an index entry written (docs/cost.md).
+   */
+  listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunRow[] {
+    const [from, to] = runKeyRange(jobId);
+    const rows = before
+      ? this.sql.exec(
+          `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
+           ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
+          from,
+          to,
+          jobId,
+          before.scheduledAt,
+          before.scheduledAt,
+          before.id,
+          limit,
+        )
+      : this.sql.exec(
+          "SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?",
+          from,
+          to,
+          jobId,
+          limit,
+        );
+    return rows.toArray().map(toRun);
+  }
+
+  /** Dead letters (dead and failed runs), newest failure first, of one job, one tenant's, or all. */
+  deadLetters(
+    scope: { tenantId: string | null; jobId: string | null },
+    limit: number,
+    before?: { finishedAt: number; id: string },
+  ): RunRow[] {
+    // Only the filters asked are written, so that SQLite can pick the index that fits them.
+    const where = [`state IN (${DEAD_LETTERS})`];
+    const args: SqlStorageValue[] = [];
+    const filter = (condition: string, ...values: SqlStorageValue[]) => {
+      where.push(condition);
+      args.push(...values);
+    };
+    if (scope.jobId !== null) filter("job_id = ?", scope.jobId);
+    if (scope.tenantId !== null) filter("job_id IN (SELECT id FROM jobs WHERE tenant_id = ?)", scope.tenantId);
+    if (before) filter("(finished_at < ? OR (finished_at = ? AND id < ?))", before.finishedAt, before.finishedAt, before.id);
+    return this.sql
+      .exec(`SELECT * FROM runs WHERE ${where.join(" AND ")} ORDER BY finished_at DESC, id DESC LIMIT ?`, ...args, limit)
+      .toArray()
+      .map(toRun);
+  }
+
+  // ---- attempts: the latest on its run's row, earlier ones in `attempts`, both in `attempt_log` ----
+
+  attempts(runId: string): AttemptRow[] {
+    return this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? ORDER BY fence", runId).toArray().map(toAttempt);
+  }
+
+  attemptCounts(runIds: string[]): Map<string, number> {
+    const rows = chunksForStatement(runIds).flatMap((chunk) =>
+      this.sql
+        .exec(`SELECT run_id, COUNT(*) AS n FROM attempt_log WHERE run_id IN (${placeholders(chunk.length)}) GROUP BY run_id`, ...chunk)
+        .toArray(),
+    );
+    return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
+  }
+
+  /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
+  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost" | "outbox"> {
+    // ?1 is the tenant (null: all); a run belongs to it through its job.
+    const ofTenant = (runIdColumn: string) =>
+      `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;
+    const byState = Object.fromEntries(
+      this.sql
+        .exec(`SELECT state, COUNT(*) AS n FROM runs WHERE ${ofTenant("id")} GROUP BY state`, tenantId)
+        .toArray()
+        .map((r) => [r.state as string, r.n as number]),
+    );
+    const attempts = Object.fromEntries(
+      this.sql
+        .exec(
+          `SELECT outcome, COUNT(*) AS n FROM attempt_log WHERE finished_at >= ?2 AND ${ofTenant("run_id")} GROUP BY outcome`,
+          tenantId,
+          since,
+        )
+        .toArray()
+        .map((r) => [r.outcome as string, r.n as number]),
+    );
+    // Lag: first claim minus scheduled instant, both read on the shard's clock.
+    const lagsMs = this.sql
+      .exec(
+        `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND ${ofTenant("id")}
+         ORDER BY started_at DESC LIMIT ?3`,
+        tenantId,
+        since,
+        maxLagSamples,
+      )
+      .toArray()
+      .map((r) => r.lag as number);
+    const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as
+      | number
+      | null;
+    return {
+      runsByState: byState,
+      attemptsByOutcome: attempts,
+      lagsMs,
+      awaitingClaim: byState.queued ?? 0,
+      oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
+    };
+  }
+}
