@@ -1,7 +1,10 @@
 import { workerCost } from "../catalog/cost";
+import { readSweepState } from "../catalog/sweep-state";
 import type { Caller } from "./caller";
 import { schedulerCost } from "./cost";
 import { collectMetrics } from "./metrics-snapshot";
+import { renderExposition } from "./prometheus";
+import { schedulerSeries } from "./prometheus-series";
 
 /** Nearest-rank percentile of an ascending array; null when empty. */
 export function percentile(sorted: number[], p: number): number | null {
@@ -35,4 +38,19 @@ export async function schedulerMetrics(env: Env, caller: Caller, windowMs: numbe
     oldestAwaitingClaimMs: m.oldestAwaitingClaimMs,
     cost: caller.admin ? schedulerCost(m.shardCosts, await workerCost(env.DB, Date.now() - windowMs)) : null,
   };
+}
+
+/**
+ * The same figures in Prometheus's text format (prometheus-series.ts says which). The admin also
+ * gets what only exists scheduler-wide: the outbox, the window's cost and calls, the sweep's progress.
+ */
+export async function schedulerExposition(env: Env, caller: Caller, windowMs: number): Promise<string> {
+  const snapshot = await collectMetrics(env, caller, windowMs);
+  const admin = caller.admin
+    ? {
+        cost: schedulerCost(snapshot.shardCosts, await workerCost(env.DB, Date.now() - windowMs)),
+        sweep: await readSweepState(env.DB),
+      }
+    : null;
+  return renderExposition(schedulerSeries(snapshot, admin));
 }
