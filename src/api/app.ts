@@ -5,6 +5,7 @@ import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
 import { keys } from "./keys";
 import { metrics } from "./metrics";
+import { prometheus } from "./prometheus";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
 import { signing } from "./signing-keys";
@@ -27,6 +28,9 @@ app.route("/v1", schedules);
 app.route("/v1", tenants);
 app.route("/v1", keys);
 app.route("/v1", signing);
+// Outside /v1, where scrapers look for it, behind the same credentials (no body to check on a GET).
+app.use("/metrics", authenticate);
+app.route("/", prometheus);
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
 app.doc31("/openapi.json", {
@@ -35,6 +39,6 @@ app.doc31("/openapi.json", {
     title: "edgecron",
     version: "1",
     description:
-      "A distributed job scheduler on Cloudflare Workers. Every /v1 route needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs and dead letters.",
+      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.",
   },
 });

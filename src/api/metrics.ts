@@ -10,6 +10,15 @@ export const metrics = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const MAX_WINDOW_MS = 86_400_000;
 
+/** The window the figures cover; GET /metrics takes the same. */
+export const WindowQuery = z.object({
+  window: z
+    .string()
+    .default("15m")
+    .refine((w) => (parseDuration(w) ?? Infinity) <= MAX_WINDOW_MS, "a duration such as 5m or 1h, at most 1d")
+    .openapi({ example: "15m" }),
+});
+
 const MetricsSchema = z
   .object({
     windowMs: z.int(),
@@ -43,15 +52,7 @@ metrics.openapi(
     path: "/metrics",
     summary: "Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only)",
     security: [{ bearer: [] }],
-    request: {
-      query: z.object({
-        window: z
-          .string()
-          .default("15m")
-          .refine((w) => (parseDuration(w) ?? Infinity) <= MAX_WINDOW_MS, "a duration such as 5m or 1h, at most 1d")
-          .openapi({ example: "15m" }),
-      }),
-    },
+    request: { query: WindowQuery },
     responses: {
       200: { content: { "application/json": { schema: MetricsSchema } }, description: "aggregated over every shard in use" },
       400: { content: { "application/json": { schema: ErrorSchema } }, description: "bad window" },

@@ -1,6 +1,7 @@
 import type { CatalogJob } from "../catalog/jobs";
 import type { Job, TargetView } from "../model/job";
 import type { Run } from "../model/run";
+import { describeSchedule } from "../schedule/describe";
 import type { AttemptRow, RunView } from "../shard/contract";
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -18,6 +19,7 @@ export function presentJob(
     tenantId: job.tenantId,
     name: job.name,
     ...job.spec,
+    description: describeSchedule(job.spec.schedule),
     target,
     paused: job.paused,
     completed: runtime?.completed ?? false,

@@ -1,9 +1,10 @@
 import { workerCost } from "../catalog/cost";
-import { shardsInUse } from "../catalog/jobs";
-import type { ShardMetrics } from "../shard/contract";
-import { shardStub } from "../stubs";
-import { type Caller, scopeOf } from "./caller";
+import { readSweepState } from "../catalog/sweep-state";
+import type { Caller } from "./caller";
 import { schedulerCost } from "./cost";
+import { collectMetrics } from "./metrics-snapshot";
+import { renderExposition } from "./prometheus";
+import { schedulerSeries } from "./prometheus-series";
 
 /** Nearest-rank percentile of an ascending array; null when empty. */
 export function percentile(sorted: number[], p: number): number | null {
@@ -16,22 +17,14 @@ export function percentile(sorted: number[], p: number): number | null {
  * for the admin, what the window cost: the meters count the whole scheduler, not one tenant.
  */
 export async function schedulerMetrics(env: Env, caller: Caller, windowMs: number) {
-  const tenantId = scopeOf(caller);
-  const shards = await shardsInUse(env.DB, tenantId);
-  const all: ShardMetrics[] = await Promise.all(shards.map((s) => shardStub(env, s).metrics(windowMs, tenantId)));
-  const sum = (pick: (m: ShardMetrics) => Record<string, number>) => {
-    const total: Record<string, number> = {};
-    for (const m of all) for (const [k, v] of Object.entries(pick(m))) total[k] = (total[k] ?? 0) + v;
-    return total;
-  };
-  const byOutcome = sum((m) => m.attemptsByOutcome);
+  const m = await collectMetrics(env, caller, windowMs);
+  const byOutcome = m.attemptsByOutcome;
   const finished = (byOutcome.succeeded ?? 0) + (byOutcome.failed ?? 0) + (byOutcome.timed_out ?? 0);
-  const lags = all.flatMap((m) => m.lagsMs).sort((a, b) => a - b);
-  const oldest = all.map((m) => m.oldestAwaitingClaimMs).filter((x): x is number => x !== null);
+  const lags = m.lagsMs;
   return {
     windowMs,
-    shards: shards.length,
-    runsByState: sum((m) => m.runsByState),
+    shards: m.shards,
+    runsByState: m.runsByState,
     attempts: { byOutcome, failureRate: finished === 0 ? null : ((byOutcome.failed ?? 0) + (byOutcome.timed_out ?? 0)) / finished },
     fireLagMs: {
       count: lags.length,
@@ -40,14 +33,24 @@ export async function schedulerMetrics(env: Env, caller: Caller, windowMs: numbe
       p99: percentile(lags, 99),
       max: lags.at(-1) ?? null,
     },
-    outbox: all.reduce((n, m) => n + m.outbox, 0),
-    awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
-    oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,
-    cost: caller.admin
-      ? schedulerCost(
-          all.map((m) => m.cost),
-          await workerCost(env.DB, Date.now() - windowMs),
-        )
-      : null,
+    outbox: m.outbox,
+    awaitingClaim: m.awaitingClaim,
+    oldestAwaitingClaimMs: m.oldestAwaitingClaimMs,
+    cost: caller.admin ? schedulerCost(m.shardCosts, await workerCost(env.DB, Date.now() - windowMs)) : null,
   };
+}
+
+/**
+ * The same figures in Prometheus's text format (prometheus-series.ts says which). The admin also
+ * gets what only exists scheduler-wide: the outbox, the window's cost and calls, the sweep's progress.
+ */
+export async function schedulerExposition(env: Env, caller: Caller, windowMs: number): Promise<string> {
+  const snapshot = await collectMetrics(env, caller, windowMs);
+  const admin = caller.admin
+    ? {
+        cost: schedulerCost(snapshot.shardCosts, await workerCost(env.DB, Date.now() - windowMs)),
+        sweep: await readSweepState(env.DB),
+      }
+    : null;
+  return renderExposition(schedulerSeries(snapshot, admin));
 }

@@ -324,12 +324,19 @@ export const PatchJobSchema = z
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
 
+/** The schedule in plain words (src/schedule/describe.ts): for people, not for parsing. */
+export const ScheduleDescription = z.string().openapi({
+  description: "The schedule and its bounds in plain words, cron times in the schedule's time zone; for display, not for parsing.",
+  example: "At 02:30 AM (Europe/Berlin), from 2026-01-01T00:00:00.000Z, at most 10 times",
+});
+
 export const JobSchema = z
   .object({
     id: z.string().openapi({ example: "job_0mihx2k3f8a1b2c3d4e5" }),
     tenantId: z.string(),
     name: z.string().nullable(),
     schedule: ScheduleSchema,
+    description: ScheduleDescription,
     target: TargetViewSchema,
     retry: RetrySchema,
     timeoutMs: z.int(),
@@ -363,6 +370,13 @@ export const PreviewSchema = z
     count: z.int().min(1).max(100).default(10),
   })
   .openapi("PreviewRequest");
+
+export const PreviewResultSchema = z
+  .object({
+    description: ScheduleDescription,
+    instants: z.array(z.string()).openapi({ description: "The next fires, in order, as UTC instants." }),
+  })
+  .openapi("Preview");
 
 /**
  * Schedules are stored in one canonical form: `delay` becomes the `at` it means, and instants

@@ -189,6 +189,7 @@ describe("auth", () => {
         "/v1/runs/{id}/heartbeat",
         "/v1/dead-letters",
         "/v1/metrics",
+        "/metrics",
         "/v1/jobs/{id}/backfill",
         "/v1/schedules/preview",
         "/v1/tenants",
@@ -215,6 +216,7 @@ describe("auth", () => {
         "PatchJob",
         "Backfill",
         "PreviewRequest",
+        "Preview",
       ]),
     );
   });

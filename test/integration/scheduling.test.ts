@@ -270,7 +270,10 @@ describe("POST /v1/schedules/preview", () => {
     });
     expect(res.status).toBe(200);
     // Friday 27 March in winter time (08:00 UTC), then Monday 30 and Tuesday 31 in summer time (07:00 UTC).
-    expect(await res.json()).toEqual({ instants: ["2026-03-27T08:00:00.000Z", "2026-03-30T07:00:00.000Z", "2026-03-31T07:00:00.000Z"] });
+    expect(await res.json()).toEqual({
+      description: "At 09:00 AM, Monday through Friday (Europe/Berlin)",
+      instants: ["2026-03-27T08:00:00.000Z", "2026-03-30T07:00:00.000Z", "2026-03-31T07:00:00.000Z"],
+    });
   });
 
   it("invalid schedules get the same 400 as job creation", async () => {

@@ -207,6 +207,7 @@ describe("random HTTP methods on known paths", () => {
     [() => `/v1/runs/${fx.fakeRun}/heartbeat`, ["POST"]],
     [() => "/v1/dead-letters", ["GET"]],
     [() => "/v1/metrics", ["GET"]],
+    [() => "/metrics", ["GET"]],
     [() => "/v1/schedules/preview", ["POST"]],
     [() => "/v1/tenants", ["GET", "POST"]],
     [() => `/v1/tenants/${fx.victimTenant}`, ["GET", "PATCH"]],

@@ -1,0 +1,44 @@
+import { shardsInUse } from "../catalog/jobs";
+import type { ShardCost, ShardMetrics } from "../shard/contract";
+import { shardStub } from "../stubs";
+import { type Caller, scopeOf } from "./caller";
+
+/** What the shards in the caller's scope report for a window, added up. */
+export interface MetricsSnapshot {
+  windowMs: number;
+  shards: number;
+  runsByState: Record<string, number>;
+  attemptsByOutcome: Record<string, number>;
+  /** Ascending; up to the shards' sample limit each (src/shard/views.ts). */
+  lagsMs: number[];
+  /** Of whole shards, whatever the scope: shards do not count it per tenant. */
+  outbox: number;
+  awaitingClaim: number;
+  oldestAwaitingClaimMs: number | null;
+  /** Of whole shards, whatever the scope: their meters are not kept per tenant. */
+  shardCosts: ShardCost[];
+}
+
+/** Asks every shard in use (a tenant key: its own shards, for its own runs) for the window's figures. */
+export async function collectMetrics(env: Env, caller: Caller, windowMs: number): Promise<MetricsSnapshot> {
+  const tenantId = scopeOf(caller);
+  const shards = await shardsInUse(env.DB, tenantId);
+  const all: ShardMetrics[] = await Promise.all(shards.map((s) => shardStub(env, s).metrics(windowMs, tenantId)));
+  const sum = (pick: (m: ShardMetrics) => Record<string, number>) => {
+    const total: Record<string, number> = {};
+    for (const m of all) for (const [k, v] of Object.entries(pick(m))) total[k] = (total[k] ?? 0) + v;
+    return total;
+  };
+  const oldest = all.map((m) => m.oldestAwaitingClaimMs).filter((x): x is number => x !== null);
+  return {
+    windowMs,
+    shards: shards.length,
+    runsByState: sum((m) => m.runsByState),
+    attemptsByOutcome: sum((m) => m.attemptsByOutcome),
+    lagsMs: all.flatMap((m) => m.lagsMs).sort((a, b) => a - b),
+    outbox: all.reduce((n, m) => n + m.outbox, 0),
+    awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
+    oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,
+    shardCosts: all.map((m) => m.cost),
+  };
+}

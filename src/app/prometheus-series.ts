@@ -1,0 +1,127 @@
+import type { SweepState } from "../catalog/sweep-state";
+import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
+import { RUN_STATES } from "../shard/run-states";
+import type { schedulerCost } from "./cost";
+import type { MetricsSnapshot } from "./metrics-snapshot";
+import type { Family, Sample } from "./prometheus";
+
+/**
+ * What edgecron shows Prometheus at GET /metrics, from the figures GET /v1/metrics is made of.
+ * Pure: a snapshot in, metric families out.
+ *
+ * The shards keep no counters since they started, only rows to count over a window, so most
+ * series are gauges of "in the last <window>" (the window is said in each HELP and in
+ * edgecron_metrics_window_seconds): graph them as they are, not through rate(). The fire-lag
+ * histogram is of the window too: histogram_quantile() over its buckets as scraped, no rate().
+ */
+
+/** Fire lag bucket bounds, in seconds: sub-second on a healthy shard, minutes when a backlog builds. */
+export const FIRE_LAG_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600] as const;
+
+/** Figures that exist only for the whole scheduler, so only the admin token is shown them. */
+export interface AdminFigures {
+  cost: ReturnType<typeof schedulerCost>;
+  sweep: SweepState;
+}
+
+export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null): Family[] {
+  const last = `in the last ${durationText(m.windowMs)}`;
+  const families: Family[] = [
+    gauge("edgecron_metrics_window_seconds", "The window the windowed series cover (the window query parameter).", m.windowMs / 1000),
+    gauge("edgecron_shards", "Shards holding jobs in the caller's scope.", m.shards),
+    {
+      name: "edgecron_runs",
+      help: "Runs the shards hold now, by state (finished ones until retention archives them).",
+      type: "gauge",
+      samples: byLabel("state", RUN_STATES, m.runsByState),
+    },
+    {
+      name: "edgecron_attempts_ended",
+      help: `Attempts that ended ${last}, by outcome.`,
+      type: "gauge",
+      samples: byLabel("outcome", FINAL_ATTEMPT_OUTCOMES, m.attemptsByOutcome),
+    },
+    {
+      name: "edgecron_fire_lag_seconds",
+      help: `Scheduled instant to first claim, on the shard's clock, of scheduled runs started ${last} (at most the 1000 latest per shard); recomputed at each scrape, not cumulative.`,
+      type: "histogram",
+      buckets: FIRE_LAG_BUCKETS,
+      observations: m.lagsMs.map((ms) => ms / 1000),
+    },
+    gauge(
+      "edgecron_queue_depth",
+      "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the shard's outbox: the dispatch queues' depth as the shards see it.",
+      m.awaitingClaim,
+    ),
+    gauge(
+      "edgecron_oldest_awaiting_claim_seconds",
+      "Age of the oldest run queued and not yet claimed; 0 when none is.",
+      m.oldestAwaitingClaimMs === null ? 0 : m.oldestAwaitingClaimMs / 1000,
+    ),
+  ];
+  if (!admin) return families;
+  families.push(
+    gauge(
+      "edgecron_dispatch_outbox",
+      "Dispatches committed but not yet handed to the Queue (their runs are in edgecron_queue_depth too); counted per shard, so shown to the admin token only.",
+      m.outbox,
+    ),
+    {
+      name: "edgecron_shard_calls",
+      help: `Calls into shards ${last} by operation (an RPC method, or alarm), as their cost meters counted them (a shard evicted between meter writes loses up to 10 s of counts).`,
+      type: "gauge",
+      // `settle` is work after a call, charged apart, never a call of its own.
+      samples: Object.entries(admin.cost.shardOperations)
+        .filter(([, c]) => c.calls > 0)
+        .map(([operation, c]) => ({ labels: { operation }, value: c.calls })),
+    },
+    {
+      name: "edgecron_worker_invocations",
+      help: `Worker invocations ${last} that read or wrote D1 or called a tenant gate, by entry point (an API route, queue, sweep): the Worker's cost meter records no others.`,
+      type: "gauge",
+      samples: Object.entries(admin.cost.workerOperations).map(([operation, c]) => ({ labels: { operation }, value: c.calls })),
+    },
+    gauge(
+      "edgecron_cost_usd",
+      `What the scheduler cost ${last} at edgecron's price table (the meters' own rows left out).`,
+      admin.cost.usd,
+    ),
+    {
+      name: "edgecron_sweep_passes_completed_total",
+      help: "Consistency passes the reconciliation sweep has completed (every job compared with its shard, every shard's alarm re-asserted).",
+      type: "counter",
+      samples: [{ value: admin.sweep.pass.completed }],
+    },
+  );
+  // Only while a pass is under way: time() minus it is how long the pass has taken so far.
+  if (admin.sweep.pass.startedAt !== null) {
+    families.push(
+      gauge(
+        "edgecron_sweep_pass_started_timestamp_seconds",
+        "When the consistency pass under way started, in Unix seconds.",
+        admin.sweep.pass.startedAt / 1000,
+      ),
+    );
+  }
+  return families;
+}
+
+const gauge = (name: string, help: string, value: number): Family => ({ name, help, type: "gauge", samples: [{ value }] });
+
+/** One sample per known label value, 0 when absent, so that a series does not vanish while it is 0; unknown values too. */
+function byLabel(label: string, known: readonly string[], counts: Record<string, number>): Sample[] {
+  const values = [...known, ...Object.keys(counts).filter((k) => !known.includes(k))];
+  return values.map((value) => ({ labels: { [label]: value }, value: counts[value] ?? 0 }));
+}
+
+/** "15m", "1h", "90s": the window as the query parameter would write it. */
+function durationText(ms: number): string {
+  for (const [unit, size] of [
+    ["d", 86_400_000],
+    ["h", 3_600_000],
+    ["m", 60_000],
+  ] as const) {
+    if (ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms / 1000}s`;
+}

@@ -1,0 +1,133 @@
+import parse from "parse-prometheus-text-format";
+import { describe, expect, it } from "vitest";
+import type { MetricsSnapshot } from "../../src/app/metrics-snapshot";
+import { renderExposition } from "../../src/app/prometheus";
+import { type AdminFigures, FIRE_LAG_BUCKETS, schedulerSeries } from "../../src/app/prometheus-series";
+import type { SweepState } from "../../src/catalog/sweep-state";
+import { RUN_STATES } from "../../src/shard/run-states";
+
+describe("renderExposition", () => {
+  it("HELP and TYPE before the samples, labels escaped, one line each", () => {
+    const text = renderExposition([
+      { name: "x_total", help: 'a \\ help\nline with "quotes"', type: "counter", samples: [{ value: 3 }] },
+      { name: "y", help: "y", type: "gauge", samples: [{ labels: { path: 'C:\\dir "a"\nb' }, value: 1.5 }, { value: Infinity }] },
+    ]);
+    expect(text).toBe(
+      [
+        '# HELP x_total a \\\\ help\\nline with "quotes"',
+        "# TYPE x_total counter",
+        "x_total 3",
+        "# HELP y y",
+        "# TYPE y gauge",
+        'y{path="C:\\\\dir \\"a\\"\\nb"} 1.5',
+        "y +Inf",
+        "",
+      ].join("\n"),
+    );
+    // A real parser reads back what was meant.
+    const [x, y] = parse(text);
+    expect(x).toMatchObject({ name: "x_total", type: "COUNTER", help: 'a \\ help\nline with "quotes"', metrics: [{ value: "3" }] });
+    expect(y!.metrics[0]).toEqual({ labels: { path: 'C:\\dir "a"\nb' }, value: "1.5" });
+  });
+
+  it("a histogram's buckets are cumulative, end at +Inf, with sum and count", () => {
+    const text = renderExposition([
+      { name: "lag_seconds", help: "h", type: "histogram", buckets: [0.1, 1, 10], observations: [0.05, 0.1, 0.5, 3, 20] },
+    ]);
+    const [family] = parse(text);
+    expect(family).toMatchObject({ type: "HISTOGRAM" });
+    expect(family!.metrics[0]).toEqual({
+      buckets: { "0.1": "2", "1": "3", "10": "4", "+Inf": "5" },
+      sum: String(0.05 + 0.1 + 0.5 + 3 + 20),
+      count: "5",
+    });
+  });
+
+  it("refuses a repeated name, an invalid name or label: a scraper would reject the whole page", () => {
+    const g = (name: string, labels?: Record<string, string>) => ({
+      name,
+      help: "h",
+      type: "gauge" as const,
+      samples: [{ labels, value: 1 }],
+    });
+    expect(() => renderExposition([g("a"), g("a")])).toThrow(/repeated/);
+    expect(() => renderExposition([g("a-b")])).toThrow(/bad or repeated metric name/);
+    expect(() => renderExposition([g("a", { "bad-label": "x" })])).toThrow(/bad label name/);
+    expect(() => renderExposition([g("a", { __reserved: "x" })])).toThrow(/bad label name/);
+  });
+});
+
+describe("schedulerSeries", () => {
+  const snapshot: MetricsSnapshot = {
+    windowMs: 900_000,
+    shards: 2,
+    runsByState: { succeeded: 4, queued: 1 },
+    attemptsByOutcome: { succeeded: 4, failed: 1 },
+    lagsMs: [40, 120, 2_000],
+    outbox: 1,
+    awaitingClaim: 1,
+    oldestAwaitingClaimMs: 1_500,
+    shardCosts: [],
+  };
+  const sweep: SweepState = {
+    changes: { at: 0, id: "" },
+    pass: { shard: "shard-1", after: "", startedAt: 1_700_000_000_000, completed: 12 },
+    targetsSealed: true,
+  };
+  const cost = {
+    usd: 0.25,
+    shardOperations: { alarm: { calls: 7 } },
+    workerOperations: { sweep: { calls: 3 } },
+  } as unknown as AdminFigures["cost"];
+  const families = (admin: boolean) => parse(renderExposition(schedulerSeries(snapshot, admin ? { cost, sweep } : null)));
+  const sampleOf = (fs: ReturnType<typeof families>, name: string, labels?: Record<string, string>) =>
+    fs.find((f) => f.name === name)?.metrics.find((m) => JSON.stringify(m.labels ?? {}) === JSON.stringify(labels ?? {}))?.value;
+
+  it("every run state and final outcome is a series, 0 when none", () => {
+    const fs = families(false);
+    const runs = fs.find((f) => f.name === "edgecron_runs")!;
+    expect(runs.metrics.map((m) => m.labels?.state)).toEqual([...RUN_STATES]);
+    expect(sampleOf(fs, "edgecron_runs", { state: "succeeded" })).toBe("4");
+    expect(sampleOf(fs, "edgecron_runs", { state: "dead" })).toBe("0");
+    expect(sampleOf(fs, "edgecron_attempts_ended", { outcome: "failed" })).toBe("1");
+    expect(sampleOf(fs, "edgecron_attempts_ended", { outcome: "timed_out" })).toBe("0");
+  });
+
+  it("lags in seconds into fixed buckets; ages in seconds; the window in HELP", () => {
+    const fs = families(false);
+    const lag = fs.find((f) => f.name === "edgecron_fire_lag_seconds")!;
+    expect(lag.help).toContain("in the last 15m");
+    // The parser keys buckets by bound, in an object: integer-like keys come first, hence the sets.
+    expect(new Set(Object.keys(lag.metrics[0]!.buckets!))).toEqual(new Set([...FIRE_LAG_BUCKETS.map(String), "+Inf"]));
+    expect(lag.metrics[0]).toMatchObject({ count: "3", sum: String(0.04 + 0.12 + 2) });
+    expect(lag.metrics[0]!.buckets).toMatchObject({ "0.05": "1", "0.1": "1", "0.25": "2", "1": "2", "2.5": "3" });
+    expect(sampleOf(fs, "edgecron_oldest_awaiting_claim_seconds")).toBe("1.5");
+    expect(sampleOf(fs, "edgecron_metrics_window_seconds")).toBe("900");
+  });
+
+  it("the scheduler-wide figures only for the admin", () => {
+    const adminOnly = [
+      "edgecron_dispatch_outbox",
+      "edgecron_shard_calls",
+      "edgecron_worker_invocations",
+      "edgecron_cost_usd",
+      "edgecron_sweep_passes_completed_total",
+      "edgecron_sweep_pass_started_timestamp_seconds",
+    ];
+    const tenantNames = families(false).map((f) => f.name);
+    for (const name of adminOnly) expect(tenantNames).not.toContain(name);
+    const fs = families(true);
+    expect(fs.map((f) => f.name)).toEqual(expect.arrayContaining(adminOnly));
+    expect(sampleOf(fs, "edgecron_shard_calls", { operation: "alarm" })).toBe("7");
+    expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
+    expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");
+    expect(sampleOf(fs, "edgecron_sweep_pass_started_timestamp_seconds")).toBe("1700000000");
+  });
+
+  it("no pass under way: no start time rather than a made-up one", () => {
+    const idle = { ...sweep, pass: { ...sweep.pass, startedAt: null } };
+    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: idle }))).map((f) => f.name);
+    expect(names).toContain("edgecron_sweep_passes_completed_total");
+    expect(names).not.toContain("edgecron_sweep_pass_started_timestamp_seconds");
+  });
+});
