@@ -89,9 +89,9 @@ export class Dispatcher {
     this.unsent.length = Math.min(mark, this.unsent.length);
   }
 
-  /** Dispatches not yet taken by the Queue (a metric: the dispatch backlog). */
-  unsentCount(): number {
-    return this.unsent.length;
+  /** Dispatches not yet taken by the Queue (a metric: the dispatch backlog), those of `ofRun`'s runs only when given. */
+  unsentCount(ofRun: (runId: string) => boolean = () => true): number {
+    return this.unsent.filter((d) => ofRun(d.runId)).length;
   }
 
   /** Extends the run's tenant permit at the next flush, when it holds one. */

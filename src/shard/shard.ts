@@ -3,6 +3,7 @@ import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
 import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
+import { jobIdOfRun } from "../model/ids";
 import { dispatchQueue } from "../queues";
 import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
@@ -307,7 +308,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       const now = Date.now();
       return {
         ...this.views.metrics(windowMs, tenantId, now),
-        outbox: this.dispatcher.unsentCount(),
+        // A tenant sees its own backlog only: a shard's outbox holds every tenant's dispatches.
+        outbox: this.dispatcher.unsentCount((runId) => tenantId === null || this.tenantOfRun(runId) === tenantId),
         cost: this.meter.window(now - windowMs, now),
       };
     });
@@ -399,6 +401,12 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     } else if (current !== at) {
       await this.ctx.storage.setAlarm(at);
     }
+  }
+
+  /** The tenant a run belongs to, through its job (a run's id names its job). */
+  private tenantOfRun(runId: string): string | null {
+    const jobId = jobIdOfRun(runId);
+    return jobId === null ? null : (this.store.getJob(jobId)?.tenantId ?? null);
   }
 
   /**

@@ -4,7 +4,8 @@ import { percentile } from "../../src/app/metrics";
 import { forgetCostWrites } from "../../src/catalog/cost";
 import { PRICES } from "../../src/cost/prices";
 import { usdOf } from "../../src/cost/usd";
-import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
+import { armFault, disarmFault } from "../../src/faults";
+import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
 type Cost = Record<string, any>;
 
@@ -117,6 +118,22 @@ describe("GET /v1/metrics", () => {
     const res = await tenant.api("/v1/metrics");
     expect(res.status).toBe(200);
     expect(((await res.json()) as { cost: unknown }).cost).toBeNull();
+  });
+
+  it("a tenant sees its own unsent dispatches only, not the rest of its shard's outbox", async () => {
+    const tenant = await createTenant();
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("m-outbox") } }, tenant.api);
+    const shard = shardOf(job);
+    // The Queue refuses every send from this shard until the end, so the fire's dispatch stays unsent.
+    armFault("shard.queueSend", Infinity, job.shard);
+    try {
+      await fireNow(job);
+      await vi.waitFor(async () => expect((await shard.metrics(60_000, null)).outbox).toBe(1), { timeout: 5_000, interval: 50 });
+      expect((await shard.metrics(60_000, tenant.id)).outbox).toBe(1);
+      expect((await shard.metrics(60_000, "ten_someone_else")).outbox).toBe(0);
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
   });
 
   it.each(["abc", "2d", "0s"])("window=%s → 400", async (window) => {
