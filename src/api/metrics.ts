@@ -40,7 +40,10 @@ const MetricsSchema = z
     outbox: z.int().openapi({ description: "Dispatches committed but not yet sent to the queue." }),
     awaitingClaim: z
       .int()
-      .openapi({ description: "Runs sent to the queue and not yet claimed by a consumer: the queue's depth as the shards see it." }),
+      .openapi({
+        description:
+          "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it.",
+      }),
     oldestAwaitingClaimMs: z.int().nullable(),
     cost: CostSchema.nullable().openapi({ description: "What the window cost (admin token only; null for a tenant key)." }),
   })
