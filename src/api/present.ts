@@ -22,6 +22,7 @@ export function presentJob(
     description: describeSchedule(job.spec.schedule),
     target,
     paused: job.paused,
+    pausedReason: job.pausedReason,
     completed: runtime?.completed ?? false,
     version: job.version,
     shard: job.shard,

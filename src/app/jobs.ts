@@ -42,6 +42,7 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
     version: 1,
     spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now), target: await acceptTarget(env, fields.target, id) },
     paused: false,
+    pausedReason: null,
     createdAt: now,
     updatedAt: now,
     deletedAt: null,
@@ -120,7 +121,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
   const { name, ...fields } = patch;
   const current = await loadJob(env, caller, id);
   const now = Date.now();
-  const { jitter, maxConcurrency, ratePerSecond, retention, target, ...rest } = fields;
+  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, target, ...rest } = fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
   if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
   if (target) spec.target = await acceptTarget(env, target, id);
@@ -130,6 +131,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
     ["maxConcurrency", maxConcurrency],
     ["ratePerSecond", ratePerSecond],
     ["retention", retention],
+    ["pauseAfterFailures", pauseAfterFailures],
   ] as const) {
     if (value === null) delete spec[key];
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;

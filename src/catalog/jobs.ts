@@ -13,6 +13,8 @@ export interface CatalogJob {
   version: number;
   spec: JobSpec;
   paused: boolean;
+  /** Set when edgecron paused the job itself (auto-pause); null otherwise. */
+  pausedReason: string | null;
   createdAt: number;
   updatedAt: number;
   deletedAt: number | null;
@@ -28,6 +30,7 @@ const toJob = (r: Row): CatalogJob => ({
   version: r.version as number,
   spec: JSON.parse(r.spec as string) as JobSpec,
   paused: r.paused === 1,
+  pausedReason: (r.paused_reason as string | null) ?? null,
   createdAt: r.created_at as number,
   updatedAt: r.updated_at as number,
   deletedAt: (r.deleted_at as number | null) ?? null,
@@ -105,24 +108,42 @@ export async function updateJob(
   change: { paused?: boolean; deleted?: boolean; name?: string | null; spec?: JobSpec },
   now: number,
 ): Promise<CatalogJob | null> {
+  // A pause or resume by a person clears the reason edgecron gave for a pause of its own.
   const row = await guard("update", () =>
     db
       .prepare(
-        `UPDATE jobs SET version = version + 1, updated_at = ?,
-         paused = COALESCE(?, paused), deleted_at = CASE WHEN ? THEN ? ELSE deleted_at END,
-         name = CASE WHEN ? THEN ? ELSE name END, spec = COALESCE(?, spec)
-       WHERE id = ? AND deleted_at IS NULL RETURNING *`,
+        `UPDATE jobs SET version = version + 1, updated_at = ?1,
+         paused = COALESCE(?2, paused), paused_reason = CASE WHEN ?2 IS NULL THEN paused_reason END,
+         deleted_at = CASE WHEN ?3 THEN ?1 ELSE deleted_at END,
+         name = CASE WHEN ?4 THEN ?5 ELSE name END, spec = COALESCE(?6, spec)
+       WHERE id = ?7 AND deleted_at IS NULL RETURNING *`,
       )
       .bind(
         now,
         change.paused === undefined ? null : change.paused ? 1 : 0,
         change.deleted ? 1 : 0,
-        now,
         change.name !== undefined ? 1 : 0,
         change.name ?? null,
         change.spec ? JSON.stringify(change.spec) : null,
         id,
       )
+      .first<Row>(),
+  );
+  return row ? toJob(row) : null;
+}
+
+/**
+ * Edgecron pauses a live, running job itself (pauseAfterFailures), saying why; null when the job
+ * is gone or already paused, e.g. by a person meanwhile, whose pause then stands as it is.
+ */
+export async function autoPauseJob(db: D1Database, id: string, reason: string, now: number): Promise<CatalogJob | null> {
+  const row = await guard("autoPause", () =>
+    db
+      .prepare(
+        `UPDATE jobs SET version = version + 1, updated_at = ?1, paused = 1, paused_reason = ?2
+         WHERE id = ?3 AND deleted_at IS NULL AND paused = 0 RETURNING *`,
+      )
+      .bind(now, reason, id)
       .first<Row>(),
   );
   return row ? toJob(row) : null;

@@ -297,6 +297,10 @@ const JobFields = {
   retention: RetentionSchema.optional().openapi({
     description: "Overrides how long finished runs are kept in the shard; older ones are archived and read back through /history.",
   }),
+  pauseAfterFailures: z.int().min(1).max(1_000).optional().openapi({
+    description:
+      "Pause the job after this many runs in a row ended dead or failed (cancelled and skipped runs do not count, a success starts the count again); `pausedReason` says why, and resume clears it.",
+  }),
 };
 
 export const CreateJobSchema = z.strictObject({ name: Text(200).min(1).optional(), ...JobFields }).openapi("CreateJob");
@@ -320,6 +324,7 @@ export const PatchJobSchema = z
     maxConcurrency: JobFields.maxConcurrency.unwrap().nullable().optional(),
     ratePerSecond: JobFields.ratePerSecond.unwrap().nullable().optional(),
     retention: RetentionSchema.nullable().optional(),
+    pauseAfterFailures: JobFields.pauseAfterFailures.unwrap().nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
@@ -347,7 +352,11 @@ export const JobSchema = z
     maxConcurrency: z.int().optional(),
     ratePerSecond: z.number().optional(),
     retention: RetentionSchema.optional(),
+    pauseAfterFailures: z.int().optional(),
     paused: z.boolean(),
+    pausedReason: z.string().nullable().openapi({
+      description: "Why edgecron paused the job itself (pauseAfterFailures); null when a person paused it, or it is not paused.",
+    }),
     completed: z.boolean().openapi({ description: "No fire is left: a one-off fired, or endAt or maxRuns was reached." }),
     version: z.int().openapi({ description: "Bumped on every change." }),
     shard: z.string(),

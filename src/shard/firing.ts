@@ -33,6 +33,8 @@ export class Firing {
       if (held && watchesOpenRuns(def.spec, tenant) && !watchesOpenRuns(held.spec, tenant)) this.store.watchOpenRuns(def.id);
       const stopped = stoppedReason(def);
       if (stopped) this.ledger.cancelPending(def.id, stopped, now);
+      // A resume starts the count of failures in a row again (pauseAfterFailures).
+      else if (held?.paused) this.store.endFailureStreak(def.id);
     }
   }
 

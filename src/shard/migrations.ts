@@ -280,6 +280,14 @@ CREATE INDEX runs_dead_letters ON runs (finished_at DESC, id DESC) WHERE state I
 -- Rows left in the outbox are of queued runs, whose claim deadlines resend them.
 DROP TABLE outbox;`,
   },
+  {
+    version: 8,
+    name: "a job's failure streak (pauseAfterFailures)",
+    // Runs in a row of the job that ended dead or failed; a success sets it back to 0. Written
+    // only for jobs that set pauseAfterFailures, and by a success only when it was not 0.
+    sql: `
+ALTER TABLE jobs ADD COLUMN failure_streak INTEGER NOT NULL DEFAULT 0;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

@@ -11,6 +11,8 @@ export interface ShardJob extends JobDefinition {
   nextFireAt: number | null;
   fires: number;
   rateNextAt: number | null;
+  /** Runs in a row that ended dead or failed (kept for jobs with pauseAfterFailures only). */
+  failureStreak: number;
 }
 
 /** A run about to be created. */
@@ -32,6 +34,7 @@ export const toJob = (r: Row): ShardJob => ({
   nextFireAt: r.next_fire_at as number | null,
   fires: r.fires as number,
   rateNextAt: r.rate_next_at as number | null,
+  failureStreak: r.failure_streak as number,
 });
 
 export const toRun = (r: Row): RunRow => ({

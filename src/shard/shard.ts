@@ -7,6 +7,7 @@ import { jobIdOfRun } from "../model/ids";
 import { dispatchQueue } from "../queues";
 import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
+import { AutoPause } from "./auto-pause";
 import { Completions } from "./completion";
 import {
   type Answer,
@@ -77,6 +78,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly views: Views;
   private readonly meter: ShardMeter;
   private readonly retention: Retention;
+  private readonly autoPause: AutoPause;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -87,7 +89,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
     this.meter = new ShardMeter(sql);
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
-    this.store = new ShardStore(this.meter.sql, () => this.meter.count("runsFinished"));
+    this.store = new ShardStore(this.meter.sql, (run) => {
+      this.meter.count("runsFinished");
+      this.autoPause.noteFinished(run);
+    });
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
     this.ledger = new RunLedger(
@@ -97,6 +102,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       (dispatch) => this.dispatcher.send(dispatch),
     );
     this.firing = new Firing(this.store, this.ledger);
+    this.autoPause = new AutoPause(
+      this.store,
+      () => this.env.DB,
+      (definition) => this.change((now) => this.firing.applyJobs([definition], [], now)),
+    );
     this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
     this.completions = new Completions(this.store, this.ledger, name);
     this.views = new Views(this.store, new ViewStore(this.meter.sql));
@@ -371,8 +381,9 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   }
 
   /**
-   * After every change: buffered fires whose turn came start, waiting runs are admitted,
-   * what was committed is sent, and the alarm is pointed at the earliest remaining work.
+   * After every change: buffered fires whose turn came start, waiting runs are admitted, jobs
+   * whose failures in a row reached their limit are paused, what was committed is sent, and the
+   * alarm is pointed at the earliest remaining work.
    */
   private settle(): Promise<void> {
     return this.meter.during(SETTLE, () => this.settleNow());
@@ -381,6 +392,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private async settleNow(): Promise<void> {
     this.change((now) => this.firing.startBuffered(now));
     await this.admitter.admit();
+    await this.autoPause.flush();
     await this.dispatcher.flush();
     await this.armAlarm();
   }

@@ -46,11 +46,12 @@ export class ShardStore {
 
   /**
    * Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's,
-   * which counts each statement's rows); `onFinished` hears of each run reaching a final state.
+   * which counts each statement's rows); `onFinished` hears of each run reaching a final state,
+   * within the step's own transaction.
    */
   constructor(
     private readonly sql: Pick<SqlStorage, "exec">,
-    private readonly onFinished: () => void = () => {},
+    private readonly onFinished: (run: RunRow) => void = () => {},
   ) {}
 
   // ---- jobs ----
@@ -108,6 +109,17 @@ export class ShardStore {
       firesMade,
       jobId,
     );
+  }
+
+  /** One more run of the job ended dead or failed: the streak it makes now. */
+  extendFailureStreak(jobId: string): number {
+    return this.sql.exec("UPDATE jobs SET failure_streak = failure_streak + 1 WHERE id = ? RETURNING failure_streak", jobId).one()
+      .failure_streak as number;
+  }
+
+  /** A success, or a resume, ends the streak; nothing is written when there was none. */
+  endFailureStreak(jobId: string): void {
+    this.sql.exec("UPDATE jobs SET failure_streak = 0 WHERE id = ? AND failure_streak > 0", jobId);
   }
 
   // ---- runs ----
@@ -245,7 +257,7 @@ export class ShardStore {
     if (FINAL_STATES.includes(to) === (next.finishedAt === null))
       throw new Error(`run ${run.id}: ${to} with finished_at ${next.finishedAt}`);
     // A run that was final already (a late success of a dead run) does not finish twice.
-    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished();
+    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished(next);
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.

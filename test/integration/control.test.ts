@@ -194,6 +194,7 @@ describe("the reconciliation sweep", () => {
         version: 1,
         spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
         paused: false,
+        pausedReason: null,
         createdAt: now,
         updatedAt: now,
         deletedAt: null,

@@ -24,6 +24,7 @@ async function lostJob(shard: string, updatedAt: number) {
       version: 1,
       spec: sealed,
       paused: false,
+      pausedReason: null,
       createdAt: updatedAt,
       updatedAt,
       deletedAt: null,

@@ -6,8 +6,8 @@ export type { Hit };
 
 /**
  * A real HTTP target on 127.0.0.1 for tests and benchmarks. Any request to /hit/<name>
- * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0; a comma-separated
- * list is used in turn, by order of arrival), with a
+ * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0; for both, a
+ * comma-separated list is used in turn, by order of arrival), with a
  * Location header when ?location= is given (a redirect); GET /log/<name> returns what <name>
  * received, in order of arrival; GET /peak/<name> how many of <name>'s requests were open at
  * once, at most (from arrival to answer), and how many are open now.
@@ -50,7 +50,8 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
       const delays = (url.searchParams.get("delayMs") ?? "0").split(",").map(Number);
       const delay = delays[(list.length - 1) % delays.length];
       setTimeout(() => {
-        res.statusCode = Number(url.searchParams.get("status") ?? 200);
+        const statuses = (url.searchParams.get("status") ?? "200").split(",").map(Number);
+        res.statusCode = statuses[(list.length - 1) % statuses.length]!;
         const location = url.searchParams.get("location");
         if (location !== null) res.setHeader("location", location);
         res.end("ok");
