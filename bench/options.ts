@@ -99,14 +99,14 @@ export function usage(): string {
 }
 
 /** The value of a non-flag option as written: a word for a choice, a number otherwise. */
-const valueOf = (o: Spec, raw: string): number | string => (o.choices ? raw : Number(raw));
+const parseValue = (o: Spec, raw: string): number | string => (o.choices ? raw : Number(raw));
 
 /** The options from the environment, then the command line; null when help was asked for. */
 export function parseOptions(argv: readonly string[], environment: NodeJS.ProcessEnv = process.env): Options | null {
   const values: Record<string, number | boolean | string> = {};
   for (const [name, o] of Object.entries(OPTIONS)) {
     const env = environment[o.env];
-    values[name] = env !== undefined && env !== "" ? (o.flag ? truthy(env) : valueOf(o, env)) : o.default;
+    values[name] = env !== undefined && env !== "" ? (o.flag ? truthy(env) : parseValue(o, env)) : o.default;
   }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -119,7 +119,7 @@ export function parseOptions(argv: readonly string[], environment: NodeJS.Proces
       i += match[2] === undefined ? 1 : 0;
       const raw = match[2] ?? argv[i];
       if (raw === undefined) throw new UsageError(`--${name} needs a value`);
-      values[name] = valueOf(OPTIONS[name], raw);
+      values[name] = parseValue(OPTIONS[name], raw);
     }
   }
   for (const [name, o] of Object.entries(OPTIONS)) {
