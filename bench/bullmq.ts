@@ -220,6 +220,7 @@ export async function runBullmq(ctx: SystemContext): Promise<Result> {
     const startupStarted = Date.now();
     redis = await startRedis({ binary, onLine: log.onLine, keepDir: opts["keep-state"] });
     const live = redis;
+    result.bullmq.setup.redis = live.version;
     const connection = { host: HOST, port: live.port };
     await startWorkers(opts, live.port, log.onLine, workers);
     // The producer fails fast rather than queueing commands while redis is unreachable.

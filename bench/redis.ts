@@ -122,6 +122,7 @@ export async function startRedis(options: {
             await exitOf(child, 5_000);
           }
         }
+        process.off("exit", killOnExit);
         if (!options.keepDir) await rm(dir, { recursive: true, force: true });
       })();
       return stopping;

@@ -125,9 +125,15 @@ function bullmqLines(r: Result): string[] {
   const out: string[] = [];
   const b = r.bullmq;
   if (!b) return out;
-  const s = b.setup as { bullmq: string | null; ioredis: string | null; workerProcesses: number; concurrencyPerWorker: number };
+  const s = b.setup as {
+    bullmq: string | null;
+    ioredis: string | null;
+    redis?: string | null;
+    workerProcesses: number;
+    concurrencyPerWorker: number;
+  };
   out.push(
-    `  setup           BullMQ ${s.bullmq} (ioredis ${s.ioredis}), redis ${b.redis?.version ?? "?"}; ${s.workerProcesses} worker processes × concurrency ${s.concurrencyPerWorker}; attempts 3, exponential backoff 1 s, full jitter`,
+    `  setup           BullMQ ${s.bullmq} (ioredis ${s.ioredis}), redis ${s.redis ?? "?"}; ${s.workerProcesses} worker processes × concurrency ${s.concurrencyPerWorker}; attempts 3, exponential backoff 1 s, full jitter`,
   );
   if (b.jobCounts) {
     const counts = Object.entries(b.jobCounts)
