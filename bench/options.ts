@@ -1,7 +1,18 @@
 /** The bench's command-line options; each can also come from its environment variable. */
 
+export const WORKLOADS = ["burst", "steady"] as const;
+export type Workload = (typeof WORKLOADS)[number];
+/** none: edgecron alone; bullmq: BullMQ instead of edgecron; both: edgecron, then BullMQ. */
+export const PEERS = ["none", "bullmq", "both"] as const;
+export type Peer = (typeof PEERS)[number];
+export type System = "edgecron" | "bullmq";
+
 export interface Options {
+  workload: Workload;
+  peer: Peer;
   jobs: number;
+  schedules: number;
+  "duration-s": number;
   concurrency: number;
   calibration: number;
   "margin-ms": number;
@@ -11,40 +22,64 @@ export interface Options {
   sample: number;
   "startup-timeout-ms": number;
   "tenant-max-in-flight": number;
+  "bullmq-workers": number;
+  "bullmq-concurrency": number;
   "in-place": boolean;
   "keep-state": boolean;
 }
 
 interface Spec {
   env: string;
-  default: number | boolean;
+  default: number | boolean | string;
   help: string;
   /** A factor (≥ 1) rather than a whole number. */
   float?: boolean;
   /** Takes no value: present is true. */
   flag?: boolean;
+  /** Takes one of these words rather than a number. */
+  choices?: readonly string[];
 }
 
 const OPTIONS: Record<keyof Options, Spec> = {
-  jobs: { env: "BENCH_JOBS", default: 10_000, help: "N, the number of burst jobs" },
+  workload: { env: "BENCH_WORKLOAD", default: "burst", help: "burst (one-off jobs due at one instant) or steady", choices: WORKLOADS },
+  peer: {
+    env: "BENCH_PEER",
+    default: "none",
+    help: "none: edgecron; bullmq: BullMQ + Redis instead; both: edgecron, then BullMQ",
+    choices: PEERS,
+  },
+  jobs: { env: "BENCH_JOBS", default: 10_000, help: "burst: N, the number of jobs" },
+  schedules: { env: "BENCH_SCHEDULES", default: 1_000, help: "steady: S, the number of every-second schedules" },
+  "duration-s": { env: "BENCH_DURATION_S", default: 30, help: "steady: D, the seconds each schedule fires" },
   concurrency: { env: "BENCH_CONCURRENCY", default: 32, help: "create requests in flight" },
   calibration: { env: "BENCH_CALIBRATION", default: 200, help: "jobs created first (due in 7 days) to measure the creation rate" },
   "margin-ms": { env: "BENCH_MARGIN_MS", default: 5_000, help: "added to the estimated end of creation to make T" },
   safety: { env: "BENCH_SAFETY", default: 1.2, help: "factor on the estimated creation time", float: true },
-  "timeout-ms": { env: "BENCH_TIMEOUT_MS", default: 300_000, help: "how long after T to wait for receipts" },
-  "settle-ms": { env: "BENCH_SETTLE_MS", default: 10_000, help: "extra listening after the last job arrived, for duplicates" },
-  sample: { env: "BENCH_SAMPLE", default: 50, help: "jobs whose runs are read back through the runs API" },
+  "timeout-ms": {
+    env: "BENCH_TIMEOUT_MS",
+    default: 300_000,
+    help: "how long after T (steady: after the last second) to wait for receipts",
+  },
+  "settle-ms": { env: "BENCH_SETTLE_MS", default: 10_000, help: "extra listening after everything arrived, for duplicates" },
+  sample: { env: "BENCH_SAMPLE", default: 50, help: "edgecron burst: jobs whose runs are read back through the runs API" },
   "startup-timeout-ms": { env: "BENCH_STARTUP_TIMEOUT_MS", default: 180_000, help: "how long to wait for /healthz" },
   "tenant-max-in-flight": {
     env: "BENCH_TENANT_MAX_IN_FLIGHT",
     default: 0,
-    help: "create the jobs as a tenant with this maxRunsInFlight (0: with the admin token, no limits)",
+    help: "edgecron: create the jobs as a tenant with this maxRunsInFlight (0: with the admin token, no limits)",
   },
-  "in-place": { env: "BENCH_IN_PLACE", default: false, help: "run the stack from the working tree, not from a snapshot of it", flag: true },
+  "bullmq-workers": { env: "BENCH_BULLMQ_WORKERS", default: 2, help: "bullmq: worker processes (one Worker each)" },
+  "bullmq-concurrency": { env: "BENCH_BULLMQ_CONCURRENCY", default: 50, help: "bullmq: jobs each worker process runs at once" },
+  "in-place": {
+    env: "BENCH_IN_PLACE",
+    default: false,
+    help: "edgecron: run the stack from the working tree, not from a snapshot of it",
+    flag: true,
+  },
   "keep-state": {
     env: "BENCH_KEEP_STATE",
     default: false,
-    help: "keep the temporary dir (D1 + shard state, snapshot) afterwards",
+    help: "keep the temporary dir (edgecron: D1 + shard state, snapshot; bullmq: redis log) afterwards",
     flag: true,
   },
 };
@@ -56,18 +91,22 @@ const isOption = (name: string): name is keyof Options => Object.hasOwn(OPTIONS,
 const truthy = (text: string) => text !== "0" && text !== "false";
 
 export function usage(): string {
-  const lines = Object.entries(OPTIONS).map(
-    ([name, o]) => `${`  --${name}${o.flag ? "" : " <n>"}`.padEnd(27)} ${o.help} (env ${o.env}, default ${o.default})`,
-  );
+  const lines = Object.entries(OPTIONS).map(([name, o]) => {
+    const value = o.flag ? "" : o.choices ? ` <${o.choices.join("|")}>` : " <n>";
+    return `${`  --${name}${value}`.padEnd(36)} ${o.help} (env ${o.env}, default ${o.default})`;
+  });
   return `usage: npm run bench -- [options]\n${lines.join("\n")}`;
 }
 
+/** The value of a non-flag option as written: a word for a choice, a number otherwise. */
+const parseValue = (o: Spec, raw: string): number | string => (o.choices ? raw : Number(raw));
+
 /** The options from the environment, then the command line; null when help was asked for. */
 export function parseOptions(argv: readonly string[], environment: NodeJS.ProcessEnv = process.env): Options | null {
-  const values: Record<string, number | boolean> = {};
+  const values: Record<string, number | boolean | string> = {};
   for (const [name, o] of Object.entries(OPTIONS)) {
     const env = environment[o.env];
-    values[name] = env !== undefined && env !== "" ? (o.flag ? truthy(env) : Number(env)) : o.default;
+    values[name] = env !== undefined && env !== "" ? (o.flag ? truthy(env) : parseValue(o, env)) : o.default;
   }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -80,17 +119,27 @@ export function parseOptions(argv: readonly string[], environment: NodeJS.Proces
       i += match[2] === undefined ? 1 : 0;
       const raw = match[2] ?? argv[i];
       if (raw === undefined) throw new UsageError(`--${name} needs a value`);
-      values[name] = Number(raw);
+      values[name] = parseValue(OPTIONS[name], raw);
     }
   }
   for (const [name, o] of Object.entries(OPTIONS)) {
     if (o.flag) continue;
-    const v = values[name] as number;
-    const ok = o.float ? Number.isFinite(v) && v >= 1 : Number.isInteger(v) && v >= 0;
+    const v = values[name];
+    if (o.choices) {
+      if (typeof v !== "string" || !o.choices.includes(v)) throw new UsageError(`--${name}: must be one of ${o.choices.join(", ")}: ${v}`);
+      continue;
+    }
+    const ok = typeof v === "number" && (o.float ? Number.isFinite(v) && v >= 1 : Number.isInteger(v) && v >= 0);
     if (!ok) throw new UsageError(`--${name}: not a valid value: ${v}`);
   }
   const options = values as unknown as Options;
-  if (options.jobs < 1) throw new UsageError("--jobs must be at least 1");
-  if (options.concurrency < 1) throw new UsageError("--concurrency must be at least 1");
+  for (const name of ["jobs", "schedules", "duration-s", "concurrency", "bullmq-workers", "bullmq-concurrency"] as const) {
+    if (options[name] < 1) throw new UsageError(`--${name} must be at least 1`);
+  }
   return options;
+}
+
+/** The systems a run measures, in the order it measures them. */
+export function systemsOf(options: Pick<Options, "peer">): System[] {
+  return options.peer === "none" ? ["edgecron"] : options.peer === "bullmq" ? ["bullmq"] : ["edgecron", "bullmq"];
 }

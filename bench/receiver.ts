@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 export interface Receipt {
   /** The receiver's Date.now() when the request's headers reached the handler. */
   t: number;
-  kind: "burst" | "calibration" | "unknown";
+  kind: "burst" | "steady" | "calibration" | "unknown";
   index: number | null;
   /** Only for an unknown path. */
   path?: string;
@@ -26,7 +26,8 @@ export interface Receiver {
 const header = (value: string | string[] | undefined): string | null => (Array.isArray(value) ? value.join(", ") : (value ?? null));
 
 /**
- * Records every request: path /burst/<i> is burst job i, /calibration/<i> a calibration job.
+ * Records every request: path /burst/<i> is burst job i, /steady/<i> steady schedule i,
+ * /calibration/<i> a calibration job. The same receiver serves every system measured.
  * The answer is 200 once the (empty) body has been read, so that a slow answer never shows up
  * as scheduler lag.
  */
@@ -35,8 +36,8 @@ export async function startReceiver(host: string): Promise<Receiver> {
   const firstReceipt = new Map<number, number>();
   const server = createServer((req, res) => {
     const t = Date.now();
-    const match = /^\/(burst|calibration)\/(\d+)$/.exec(req.url ?? "");
-    const kind = (match?.[1] as "burst" | "calibration" | undefined) ?? "unknown";
+    const match = /^\/(burst|steady|calibration)\/(\d+)$/.exec(req.url ?? "");
+    const kind = (match?.[1] as Receipt["kind"] | undefined) ?? "unknown";
     const index = match ? Number(match[2]) : null;
     receipts.push({
       t,

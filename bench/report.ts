@@ -2,49 +2,94 @@ import type { Result } from "./result.ts";
 
 const ms = (x: number | null | undefined) => (x === null || x === undefined ? "-" : `${Math.round(x)} ms`);
 const fromT = (atMs: number) => `${atMs >= 0 ? "+" : ""}${(atMs / 1000).toFixed(1)}s`;
+const what = (r: Result) => (r.workload === "burst" ? "jobs" : "schedules");
 
-/** The summary printed at the end of a run: every figure of bench/README.md that the run got to. */
-export function summaryLines(r: Result): string[] {
+function creationLines(r: Result): string[] {
   const out: string[] = [];
-  out.push("", `burst: ${r.options.jobs} one-off jobs due at one instant T = ${r.schedule?.T ?? "-"}`);
   if (r.calibration)
     out.push(
-      `  calibration     ${r.calibration.created ?? 0} jobs, ${r.calibration.jobsPerSecond ?? r.calibration.assumedJobsPerSecond} jobs/s`,
+      `  calibration     ${r.calibration.created ?? 0} ${what(r)}, ${r.calibration.jobsPerSecond ?? r.calibration.assumedJobsPerSecond}/s`,
     );
   if (r.creation) {
     const c = r.creation;
+    const calls = c.itemsPerCall > 1 ? `${c.itemsPerCall} per call, ` : "";
     out.push(
-      `  creation        ${c.created} created, ${c.failed} failed, ${c.notAttempted} not attempted; ${c.jobsPerSecond} jobs/s over ${c.seconds} s (${r.options.concurrency} in flight)`,
+      `  creation        ${c.created} created, ${c.failed} failed, ${c.notAttempted} not attempted; ${c.jobsPerSecond}/s over ${c.seconds} s (${calls}${r.options.concurrency} calls in flight)`,
     );
-    out.push(`  create request  p50 ${ms(c.requestMs.p50)}  p99 ${ms(c.requestMs.p99)}  max ${ms(c.requestMs.max)}`);
+    out.push(`  create call     p50 ${ms(c.requestMs.p50)}  p99 ${ms(c.requestMs.p99)}  max ${ms(c.requestMs.max)}`);
     out.push(
-      `  T vs creation   ${c.slackMs >= 0 ? `creation ended ${ms(c.slackMs)} before T` : `LATE: creation ended ${ms(-c.slackMs)} after T; ${c.createdAfterT} jobs created after T`}`,
+      `  T vs creation   ${c.slackMs >= 0 ? `creation ended ${ms(c.slackMs)} before T` : `LATE: creation ended ${ms(-c.slackMs)} after T; ${c.createdAfterT} created after T`}${c.nextRunAtMismatch ? `; ${c.nextRunAtMismatch} whose first instant is not T` : ""}`,
     );
   }
-  if (r.delivery) {
-    const d = r.delivery;
-    out.push(
-      `  fire lag        p50 ${ms(d.lagMs.p50)}  p90 ${ms(d.lagMs.p90)}  p99 ${ms(d.lagMs.p99)}  max ${ms(d.lagMs.max)}  (min ${ms(d.lagMs.min)}, mean ${ms(d.lagMs.mean)})`,
-    );
-    out.push(`  first arrival   T+${ms(d.firstArrivalMs)}`);
-    out.push(
-      `  drain           ${ms(d.drainMs)} (last job's first receipt − T); ${d.drainJobsPerSecond ?? "-"} jobs/s between first and last`,
-    );
-    out.push(`  received        ${d.received}/${d.expected}   lost ${d.lost}`);
-    out.push(
-      `  duplicates      ${d.duplicates.extraReceipts} extra receipts; ${d.duplicates.runIdsReceivedMoreThanOnce} run ids received more than once; ${d.duplicates.jobsWithMoreThanOneRunId} jobs with more than one run id; ${d.duplicates.receiptsWithAttemptAbove1} receipts with attempt > 1`,
-    );
-    const oddities = [
-      d.earlyFires && `${d.earlyFires} arrived before T`,
-      d.scheduledAtHeaderMismatch && `${d.scheduledAtHeaderMismatch} with a scheduled-at header ≠ T`,
-      d.unexpected.calibrationFires && `${d.unexpected.calibrationFires} calibration jobs fired`,
-      d.unexpected.unknownPaths && `${d.unexpected.unknownPaths} unknown requests`,
-      d.unexpected.fromJobsWhoseCreationFailed && `${d.unexpected.fromJobsWhoseCreationFailed} from jobs whose creation failed`,
-    ].filter(Boolean);
-    if (oddities.length) out.push(`  oddities        ${oddities.join("; ")}`);
-    const ps = d.arrivalsPerSecondAfterT;
-    if (ps.length) out.push(`  arrivals/s      ${ps.slice(0, 40).join(" ")}${ps.length > 40 ? " …" : ""}`);
-  }
+  return out;
+}
+
+function burstLines(r: Result): string[] {
+  const out: string[] = [];
+  if (!r.delivery) return out;
+  const d = r.delivery;
+  out.push(
+    `  fire lag        p50 ${ms(d.lagMs.p50)}  p90 ${ms(d.lagMs.p90)}  p99 ${ms(d.lagMs.p99)}  max ${ms(d.lagMs.max)}  (min ${ms(d.lagMs.min)}, mean ${ms(d.lagMs.mean)})`,
+  );
+  out.push(`  first arrival   T+${ms(d.firstArrivalMs)}`);
+  out.push(
+    `  drain           ${ms(d.drainMs)} (last job's first receipt − T); ${d.drainJobsPerSecond ?? "-"} jobs/s between first and last`,
+  );
+  out.push(`  received        ${d.received}/${d.expected}   lost ${d.lost}`);
+  out.push(
+    `  duplicates      ${d.duplicates.extraReceipts} extra receipts; ${d.duplicates.runIdsReceivedMoreThanOnce} run ids received more than once; ${d.duplicates.jobsWithMoreThanOneRunId} jobs with more than one run id; ${d.duplicates.receiptsWithAttemptAbove1} receipts with attempt > 1`,
+  );
+  const oddities = [
+    d.earlyFires && `${d.earlyFires} arrived before T`,
+    d.scheduledAtHeaderMismatch && `${d.scheduledAtHeaderMismatch} with a scheduled-at header ≠ T`,
+    d.unexpected.calibrationFires && `${d.unexpected.calibrationFires} calibration jobs fired`,
+    d.unexpected.unknownPaths && `${d.unexpected.unknownPaths} unknown requests`,
+    d.unexpected.fromJobsWhoseCreationFailed && `${d.unexpected.fromJobsWhoseCreationFailed} from jobs whose creation failed`,
+  ].filter(Boolean);
+  if (oddities.length) out.push(`  oddities        ${oddities.join("; ")}`);
+  const ps = d.arrivalsPerSecondAfterT;
+  if (ps.length) out.push(`  arrivals/s      ${ps.slice(0, 40).join(" ")}${ps.length > 40 ? " …" : ""}`);
+  return out;
+}
+
+function steadyLines(r: Result): string[] {
+  const out: string[] = [];
+  if (!r.steady) return out;
+  const s = r.steady;
+  const list = (xs: ReadonlyArray<number | null>) =>
+    `${xs
+      .slice(0, 40)
+      .map((x) => (x === null ? "-" : Math.round(x)))
+      .join(" ")}${xs.length > 40 ? " …" : ""}`;
+  out.push(
+    `  fire lag        p50 ${ms(s.lagMs.p50)}  p90 ${ms(s.lagMs.p90)}  p99 ${ms(s.lagMs.p99)}  max ${ms(s.lagMs.max)}  (min ${ms(s.lagMs.min)}, mean ${ms(s.lagMs.mean)})`,
+  );
+  out.push(`  lag p50 by s    ${list(s.lagP50BySecond)}`);
+  out.push(
+    `  pairs           ${s.receivedPairs}/${s.expectedPairs} (schedule, second) pairs received; missed ${s.missed}${s.missed ? ` in ${s.schedulesWithMisses} schedules; by second ${list(s.missedBySecond)}` : ""}`,
+  );
+  out.push(
+    `  duplicates      ${s.doubleFires} double fires (pairs with more than one run id); ${s.extraReceipts} extra receipts; ${s.runIdsReceivedMoreThanOnce} run ids received more than once; ${s.receiptsWithAttemptAbove1} receipts with attempt > 1`,
+  );
+  const o = s.outsideWindow;
+  const other = r.otherReceipts;
+  const oddities = [
+    o.early && `${o.early} for seconds before T`,
+    o.extra && `${o.extra} for seconds after the last`,
+    o.offGrid && `${o.offGrid} for instants off the whole seconds`,
+    o.unreadable && `${o.unreadable} without a readable scheduled-at`,
+    s.firedBeforeInstant && `${s.firedBeforeInstant} pairs first received before their second`,
+    s.fromSchedulesNotCreated && `${s.fromSchedulesNotCreated} from schedules whose creation failed`,
+    s.missingRunIdHeader && `${s.missingRunIdHeader} without a run id`,
+    other?.calibrationFires && `${other.calibrationFires} calibration jobs fired`,
+    other?.unknownPaths && `${other.unknownPaths} unknown requests`,
+  ].filter(Boolean);
+  out.push(`  outside window  ${oddities.length ? oddities.join("; ") : "none"}`);
+  return out;
+}
+
+function edgecronLines(r: Result): string[] {
+  const out: string[] = [];
   if (r.queue) {
     const q = r.queue;
     out.push(
@@ -73,6 +118,59 @@ export function summaryLines(r: Result): string[] {
       );
     }
   }
+  return out;
+}
+
+function bullmqLines(r: Result): string[] {
+  const out: string[] = [];
+  const b = r.bullmq;
+  if (!b) return out;
+  const s = b.setup as {
+    bullmq: string | null;
+    ioredis: string | null;
+    redis?: string | null;
+    workerProcesses: number;
+    concurrencyPerWorker: number;
+  };
+  out.push(
+    `  setup           BullMQ ${s.bullmq} (ioredis ${s.ioredis}), redis ${s.redis ?? "?"}; ${s.workerProcesses} worker processes × concurrency ${s.concurrencyPerWorker}; attempts 3, exponential backoff 1 s, full jitter`,
+  );
+  if (b.jobCounts) {
+    const counts = Object.entries(b.jobCounts)
+      .filter(([, n]) => n > 0)
+      .map(([k, n]) => `${k} ${n}`)
+      .join(", ");
+    out.push(`  queue counts    ${counts || "-"} (calibration jobs stay delayed)`);
+  }
+  if (b.workers) {
+    const failed: Record<string, number> = {};
+    for (const w of b.workers) for (const [k, n] of Object.entries(w.failedAttempts)) failed[k] = (failed[k] ?? 0) + n;
+    const mismatch = b.workers.reduce((a, w) => a + w.idInstantMismatch, 0);
+    const errors = b.workers.reduce((a, w) => a + w.workerErrors.length, 0);
+    out.push(
+      `  workers         ${b.workers.reduce((a, w) => a + w.succeeded, 0)} calls answered 2xx; failed attempts ${JSON.stringify(failed)}; CPU ${b.workersCpuSeconds ?? "-"} s${mismatch ? `; ${mismatch} job ids naming another instant than prevMillis` : ""}${errors ? `; ${errors} worker errors` : ""}`,
+    );
+  }
+  if (b.redis)
+    out.push(
+      `  redis           ${b.redis.commandsProcessed} commands (${b.redis.commandsPerCompletedJob ?? "-"} per completed job), CPU ${b.redis.cpuSeconds ?? "-"} s, memory peak ${b.redis.usedMemoryPeakMb ?? "-"} MB`,
+    );
+  if (r.stackLog?.errorLines) out.push(`  log             ${r.stackLog.errorLines} error lines, e.g. ${r.stackLog.errorExamples[0] ?? ""}`);
+  return out;
+}
+
+/** The summary printed at the end of one system's run: every figure of bench/README.md that the run got to. */
+export function summaryLines(r: Result): string[] {
+  const out: string[] = [""];
+  if (r.workload === "burst")
+    out.push(`burst on ${r.system}: ${r.options.jobs} one-off jobs due at one instant T = ${r.schedule?.T ?? "-"}`);
+  else
+    out.push(
+      `steady on ${r.system}: ${r.options.schedules} schedules, each due every second from T = ${r.schedule?.T ?? "-"} for ${r.options["duration-s"]} s`,
+    );
+  out.push(...creationLines(r));
+  out.push(...(r.workload === "burst" ? burstLines(r) : steadyLines(r)));
+  out.push(...(r.system === "edgecron" ? edgecronLines(r) : bullmqLines(r)));
   const e = r.environment;
   const loadAtEnd = e.loadavgAtEnd?.[0] ?? null;
   out.push(
@@ -80,4 +178,65 @@ export function summaryLines(r: Result): string[] {
   );
   if (!r.harness.ok) out.push(`  HARNESS ERROR   ${String(r.harness.error).split("\n")[0]}`);
   return out;
+}
+
+type Row = [string, (r: Result) => string | number | null | undefined];
+
+const BURST_ROWS: Row[] = [
+  ["jobs created", (r) => r.creation?.created],
+  ["creation rate (/s)", (r) => r.creation?.jobsPerSecond],
+  ["creation ended before T", (r) => ms(r.creation?.slackMs)],
+  ["fire lag p50", (r) => ms(r.delivery?.lagMs.p50)],
+  ["fire lag p90", (r) => ms(r.delivery?.lagMs.p90)],
+  ["fire lag p99", (r) => ms(r.delivery?.lagMs.p99)],
+  ["fire lag max", (r) => ms(r.delivery?.lagMs.max)],
+  ["first arrival", (r) => ms(r.delivery?.firstArrivalMs)],
+  ["drain", (r) => ms(r.delivery?.drainMs)],
+  ["drain rate (jobs/s)", (r) => r.delivery?.drainJobsPerSecond],
+  ["received", (r) => r.delivery && `${r.delivery.received}/${r.delivery.expected}`],
+  ["lost", (r) => r.delivery?.lost],
+  ["extra receipts", (r) => r.delivery?.duplicates.extraReceipts],
+  ["run ids received > once", (r) => r.delivery?.duplicates.runIdsReceivedMoreThanOnce],
+  ["jobs with > 1 run id", (r) => r.delivery?.duplicates.jobsWithMoreThanOneRunId],
+  ["receipts with attempt > 1", (r) => r.delivery?.duplicates.receiptsWithAttemptAbove1],
+  ["early fires (before T)", (r) => r.delivery?.earlyFires],
+];
+
+const STEADY_ROWS: Row[] = [
+  ["schedules created", (r) => r.creation?.created],
+  ["creation rate (/s)", (r) => r.creation?.jobsPerSecond],
+  ["creation ended before T", (r) => ms(r.creation?.slackMs)],
+  ["fire lag p50", (r) => ms(r.steady?.lagMs.p50)],
+  ["fire lag p90", (r) => ms(r.steady?.lagMs.p90)],
+  ["fire lag p99", (r) => ms(r.steady?.lagMs.p99)],
+  ["fire lag max", (r) => ms(r.steady?.lagMs.max)],
+  ["pairs received", (r) => r.steady && `${r.steady.receivedPairs}/${r.steady.expectedPairs}`],
+  ["missed fires", (r) => r.steady?.missed],
+  ["double fires", (r) => r.steady?.doubleFires],
+  ["extra receipts", (r) => r.steady?.extraReceipts],
+  ["run ids received > once", (r) => r.steady?.runIdsReceivedMoreThanOnce],
+  ["receipts with attempt > 1", (r) => r.steady?.receiptsWithAttemptAbove1],
+  ["outside window early/extra", (r) => r.steady && `${r.steady.outsideWindow.early}/${r.steady.outsideWindow.extra}`],
+  ["off-grid / unreadable", (r) => r.steady && `${r.steady.outsideWindow.offGrid}/${r.steady.outsideWindow.unreadable}`],
+  ["pairs first received early", (r) => r.steady?.firedBeforeInstant],
+];
+
+const COMMON_ROWS: Row[] = [
+  ["harness", (r) => (r.harness.ok ? "ok" : "ERROR")],
+  ["load average at end", (r) => r.environment.loadavgAtEnd?.[0]],
+];
+
+/** The systems side by side: one row per figure, one column per system. */
+export function comparisonLines(results: readonly Result[]): string[] {
+  const rows = [...(results[0]?.workload === "steady" ? STEADY_ROWS : BURST_ROWS), ...COMMON_ROWS];
+  const cells = rows.map(([name, get]) => [name, ...results.map((r) => String(get(r) ?? "-"))]);
+  const header = ["", ...results.map((r) => r.system)];
+  const widths = header.map((h, c) => Math.max(h.length, ...cells.map((row) => row[c]!.length)));
+  const line = (row: string[]) => `  ${row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join("   ")}`;
+  const w = results[0];
+  const title =
+    w?.workload === "steady"
+      ? `steady, side by side: ${w.options.schedules} schedules × ${w.options["duration-s"]} s each`
+      : `burst, side by side: ${w?.options.jobs} jobs due at one instant`;
+  return ["", title, line(header), line(widths.map((n) => "-".repeat(n))), ...cells.map(line)];
 }

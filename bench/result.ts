@@ -1,10 +1,15 @@
-/** The shape of `bench/results/burst-<timestamp>.json` (formatVersion 1). */
-import type { Options } from "./options.ts";
+/**
+ * The shape of `bench/results/<workload>-<system>-<timestamp>.json` (formatVersion 2; 1 was
+ * burst on edgecron only, named burst-<timestamp>.json, without `system` and `steady`).
+ */
+import type { Options, System, Workload } from "./options.ts";
 import type { Summary } from "./stats.ts";
+import type { SteadyFigures } from "./steady.ts";
 
 export interface Result {
-  workload: "burst";
-  formatVersion: 1;
+  system: System;
+  workload: Workload;
+  formatVersion: 2;
   startedAt: string;
   finishedAt?: string;
   options: Options;
@@ -31,6 +36,9 @@ export interface Result {
     safety: number;
     marginMs: number;
     leadMs: number;
+    /** steady: the last second due, and the end bound given to each schedule (half a second after it). */
+    lastSecond?: string;
+    endBound?: string;
   };
   creation?: {
     attempted: number;
@@ -40,11 +48,15 @@ export interface Result {
     failures: Record<string, number>;
     seconds: number | null;
     jobsPerSecond: number | null;
+    /** edgecron: 1 (a request per job); bullmq: the addBulk chunk (burst) or 1 (a scheduler per call). */
+    itemsPerCall: number;
+    /** Per call, in ms (each item of a call counts once). */
     requestMs: Summary;
     endedAt: string;
     /** > 0: creation finished before T. */
     slackMs: number;
     createdAfterT: number;
+    /** edgecron: nextRunAt ≠ T; bullmq steady: the first job's id does not name T. */
     nextRunAtMismatch: number;
   };
   waitEndedAt?: string;
@@ -80,6 +92,27 @@ export interface Result {
     /** Per burst job index; null: not created, or lost. */
     lagMsByJob?: Array<number | null>;
   };
+  /** steady: the figures of bench/steady.ts. */
+  steady?: SteadyFigures;
+  /** steady: receipts of no schedule of the workload. */
+  otherReceipts?: { calibrationFires: number; unknownPaths: number };
+  /** The BullMQ peer: its setup and its own view of the run. */
+  bullmq?: {
+    setup: Record<string, unknown>;
+    /** queue.getJobCounts() after the wait. */
+    jobCounts?: Record<string, number>;
+    workers?: import("./bullmq-worker.ts").WorkerStats[];
+    workersCpuSeconds?: number | null;
+    redis?: {
+      version: string | null;
+      commandsProcessed: number;
+      commandsPerCompletedJob: number | null;
+      cpuSeconds: number | null;
+      usedMemoryPeakMb: number | null;
+      window: string;
+    };
+  };
+  /** edgecron: the stack's queue batches (burst: during the burst; steady: from T − 1 s to the end of the wait). */
   queue?: {
     batchesDuringBurst: number;
     messages: number;
