@@ -2,11 +2,13 @@
 // by test/support/local-stack.ts as for the e2e tests, gets the jobs through its API and calls
 // the bench's receiver. Talks only to 127.0.0.1. Always stops the stack it started.
 import { randomBytes } from "node:crypto";
+import { type AddressInfo, createServer } from "node:net";
 import { loadavg } from "node:os";
 import { relative } from "node:path";
 import { type Stack, startStack } from "../test/support/local-stack.ts";
 import { analyseDelivery } from "./burst.ts";
 import { readCost } from "./cost.ts";
+import { type CpuProfiler, startCpuProfile } from "./cpu-profile.ts";
 import {
   calibrate,
   chooseT,
@@ -22,6 +24,7 @@ import {
   waitForRuns,
   windowOf,
 } from "./harness.ts";
+import { cpuBetween, groupCpu } from "./process-cpu.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import type { Result } from "./result.ts";
 import { type StackLog, stackLog } from "./stack-log.ts";
@@ -65,7 +68,10 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     result.code!.devRegistry = "private (WRANGLER_REGISTRY_PATH in the temporary dir)";
     say(`edgecron: starting the stack (log: ${relative(ROOT, logPath)}); receiver on ${receiver.url}`);
     const startupStarted = Date.now();
+    // --profile: wrangler's inspector on a port of our own (scripts/start.mjs reads INSPECTOR_PORT).
+    const inspectorPort = opts.profile ? await freePort() : null;
     stack = await startStack({
+      ...(inspectorPort !== null && { env: { INSPECTOR_PORT: String(inspectorPort) } }),
       token: randomBytes(16).toString("hex"),
       // A reload in the middle of a run restarts the shards and loses the local queue's messages:
       // a snapshot keeps edits to the working tree from reaching the stack.
@@ -113,10 +119,26 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     if (failure) throw new Error(`during creation: ${failure}`);
     if (result.creation?.created === 0) throw new Error("nothing could be created");
 
-    // ---- 3. wait for the runs
+    // ---- 3. wait for the runs, measuring what they cost the machine's CPU
+    const cpuBefore = groupCpu(live.pgid);
+    const profiler: CpuProfiler | null = inspectorPort === null ? null : await startCpuProfile(inspectorPort);
     const expected = createdIndexes(jobs);
     const waitEnded = await waitForRuns(run, T, expected);
     result.waitEndedAt = iso(waitEnded);
+    const cpuAfter = groupCpu(live.pgid);
+    if (cpuBefore && cpuAfter) {
+      const msByProcess = cpuBetween(cpuBefore, cpuAfter);
+      const runs = receiver.receipts.length;
+      const workerd = msByProcess.workerd;
+      result.cpu = {
+        msByProcess,
+        workerdMsPerRun: runs === 0 || !workerd ? null : { user: perRun(workerd.user, runs), system: perRun(workerd.system, runs) },
+      };
+    }
+    if (profiler) {
+      const profile = await profiler.stop(`${ctx.pathBase}.cpuprofile`);
+      if (result.cpu) result.cpu.profile = profile;
+    }
 
     // ---- 4. what arrived; 5. the stack's own view: its log, and (burst) a sample through the runs API
     if (opts.workload === "burst") {
@@ -157,3 +179,16 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
   }
   return result;
 }
+
+/** A port nothing listens on now, for wrangler's inspector. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer().listen(0, HOST, () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+    probe.on("error", reject);
+  });
+}
+
+const perRun = (ms: number, runs: number) => Math.round((ms / runs) * 1000) / 1000;

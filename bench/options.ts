@@ -26,6 +26,7 @@ export interface Options {
   "bullmq-concurrency": number;
   "in-place": boolean;
   "keep-state": boolean;
+  profile: boolean;
 }
 
 interface Spec {
@@ -74,6 +75,12 @@ const OPTIONS: Record<keyof Options, Spec> = {
     env: "BENCH_IN_PLACE",
     default: false,
     help: "edgecron: run the stack from the working tree, not from a snapshot of it",
+    flag: true,
+  },
+  profile: {
+    env: "BENCH_PROFILE",
+    default: false,
+    help: "edgecron: sample the Worker's CPU from the end of creation to the end of the wait, by part (slows the run: lags not comparable)",
     flag: true,
   },
   "keep-state": {

@@ -106,6 +106,30 @@ function edgecronLines(r: Result): string[] {
       `                  claimed T+ p50 ${ms(s.claimedMsAfterT.p50)} max ${ms(s.claimedMsAfterT.max)}; claim→receipt p50 ${ms(s.claimToReceiptMs.p50)} max ${ms(s.claimToReceiptMs.max)}`,
     );
   }
+  if (r.cpu) {
+    const byProcess = Object.entries(r.cpu.msByProcess)
+      .map(([comm, used]) => `${comm} ${Math.round(used.user + used.system)} ms`)
+      .join(", ");
+    const w = r.cpu.workerdMsPerRun;
+    const perRun = w === null ? "-" : `${Math.round((w.user + w.system) * 100) / 100} ms (user ${w.user}, system ${w.system})`;
+    out.push(`  CPU             workerd ${perRun} per call received; end of creation → end of wait: ${byProcess}`);
+    const p = r.cpu.profile;
+    if (p) {
+      const parts = Object.entries(p.msByPart)
+        .filter(([, used]) => used > 0)
+        .map(([part, used]) => `${part} ${used} ms`)
+        .join(", ");
+      out.push(
+        `  CPU profile     ${parts}; runtime (GC, V8) ${p.runtimeMs} ms; idle ${p.idleMs} ms of ${p.profiledMs} ms (profiled: lags not comparable)`,
+      );
+      out.push(
+        `                  top: ${p.topModules
+          .slice(0, 6)
+          .map((m) => `${m.module} ${m.ms}`)
+          .join(", ")}`,
+      );
+    }
+  }
   if (r.stackLog) {
     const log = r.stackLog;
     const sweeps = log.sweeps.map((s) => `T${fromT(s.atMsFromT)}`);

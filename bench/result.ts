@@ -125,6 +125,17 @@ export interface Result {
     lastBatchEndedMs: number | null;
     batchesOverall: number;
   };
+  /** edgecron: the stack's CPU from the end of creation to the end of the wait (bench/process-cpu.ts). */
+  cpu?: {
+    msByProcess: Record<string, import("./process-cpu.ts").CpuMs>;
+    /**
+     * workerd's CPU ms per target call received, user and system: edgecron's code (the API, the
+     * shards, the consumer) and the local emulation of D1, Queues and Durable Object storage.
+     */
+    workerdMsPerRun: import("./process-cpu.ts").CpuMs | null;
+    /** With --profile: where workerd's time went, by part of edgecron (bench/cpu-profile.ts). */
+    profile?: import("./cpu-profile.ts").CpuBreakdown;
+  };
   stackLog?: {
     /** ms from T; any reload spoils the run. */
     reloadsAfterReady: number[];
