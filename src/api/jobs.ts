@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { explainJob } from "../app/explain";
 import { jobHistory, MAX_HISTORY_SPAN_MS } from "../app/history";
 import { backfill, changeJob, createJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
 import { listRuns } from "../app/runs";
@@ -170,6 +171,63 @@ jobs.openapi(
   async (c) => {
     const page = await listRuns(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("query"));
     return c.json({ items: page.items.map(presentRun), nextCursor: page.nextCursor }, 200);
+  },
+);
+
+// ---- why a fire ran, or did not ----
+
+const ExplainQuery = z.object({
+  at: Instant.optional().openapi({ description: "The instant asked about (default: now): the fire at or after it is explained." }),
+});
+
+const DecisionSchema = z.object({
+  step: z.enum(["schedule", "bounds", "paused", "misfire", "overlap", "jitter", "flow_control", "run"]),
+  verdict: z
+    .enum(["ok", "stops", "may_wait", "may_stop"])
+    .openapi({ description: "ok: the fire goes on; stops: it ends here; may_wait / may_stop: it will, if things stay as they are now." }),
+  detail: z.string(),
+});
+
+const ExplanationSchema = z
+  .object({
+    jobId: z.string(),
+    at: Instant,
+    fire: z
+      .object({ scheduledAt: Instant, dueAt: Instant.openapi({ description: "scheduledAt plus the job's jitter offset for it." }) })
+      .nullable()
+      .openapi({ description: "The fire at or after `at`; null when the schedule has none." }),
+    runId: z.string().nullable().openapi({ description: "The run that fire becomes (derived from the job and the instant)." }),
+    run: RunSchema.nullable(),
+    decisions: z.array(DecisionSchema).openapi({ description: "In the order the shard makes them." }),
+  })
+  .openapi("Explanation");
+
+jobs.openapi(
+  createRoute({
+    method: "get",
+    path: "/jobs/{id}/explain",
+    summary: "Why a fire ran or did not: the shard's decisions for the fire at or after an instant",
+    description:
+      "The schedule's match (and the DST rule that applied), bounds, pause, misfire policy, overlap, jitter, flow control, and the run the fire became, or why there is none; computed by the functions the shard fires by.",
+    security,
+    request: { params: IdParam, query: ExplainQuery },
+    responses: { 200: json(ExplanationSchema, "the explanation"), ...errors(400, 404) },
+  }),
+  async (c) => {
+    const { at } = c.req.valid("query");
+    const e = await explainJob(c.env, c.var.caller, c.req.valid("param").id, at === undefined ? Date.now() : Date.parse(at));
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return c.json(
+      {
+        jobId: e.jobId,
+        at: iso(e.at),
+        fire: e.fire && { scheduledAt: iso(e.fire.scheduledAt), dueAt: iso(e.fire.dueAt) },
+        runId: e.runId,
+        run: e.run && presentRun(e.run),
+        decisions: e.decisions,
+      },
+      200,
+    );
   },
 );
 

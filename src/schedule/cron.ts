@@ -13,6 +13,11 @@ function parse(expression: string, options: { tz: string; currentDate: Date | nu
   return CronExpressionParser.parse(expression, { ...options, hashSeed: expression });
 }
 
+/** The zone's offset from UTC at instant `t`, in ms (+01:00 is 3,600,000). */
+export function utcOffsetMs(t: number, timezone: string): number {
+  return Math.round(new CronDate(t, timezone).getUTCOffset() * 60_000);
+}
+
 /** Why a cron expression is unusable, or null when it is fine. */
 export function cronError(expression: string, timezone = "UTC"): string | null {
   const trimmed = expression.trim();
@@ -65,7 +70,7 @@ export function nextCronFire(expression: string, timezone: string, afterMs: numb
   const offset = (t: number) => {
     let ms = offsets.get(t);
     if (ms === undefined) {
-      ms = Math.round(new CronDate(t, timezone).getUTCOffset() * 60_000);
+      ms = utcOffsetMs(t, timezone);
       offsets.set(t, ms);
     }
     return ms;

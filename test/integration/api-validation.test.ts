@@ -183,6 +183,7 @@ describe("auth", () => {
         "/v1/jobs/{id}/resume",
         "/v1/jobs/{id}/trigger",
         "/v1/jobs/{id}/runs",
+        "/v1/jobs/{id}/explain",
         "/v1/runs/{id}",
         "/v1/runs/{id}/retry",
         "/v1/runs/{id}/complete",
@@ -217,6 +218,7 @@ describe("auth", () => {
         "Backfill",
         "PreviewRequest",
         "Preview",
+        "Explanation",
       ]),
     );
   });
