@@ -5,7 +5,7 @@ import { D1Meter } from "./cost/d1-meter";
 import { apiOperation } from "./cost/operation";
 import { isDeadLetterQueue } from "./queues";
 import { sweep } from "./reconcile/sweep";
-import type { DispatchMessage } from "./shard/contract";
+import type { QueueMessage } from "./shard/contract";
 
 export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";
@@ -55,4 +55,4 @@ export default {
     );
     console.log(JSON.stringify({ sweep: report }));
   },
-} satisfies ExportedHandler<Env, DispatchMessage>;
+} satisfies ExportedHandler<Env, QueueMessage>;

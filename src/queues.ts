@@ -1,16 +1,16 @@
 import { config } from "./config";
 import { dispatchQueueIndex } from "./model/dispatch-queue";
-import type { DispatchMessage } from "./shard/contract";
+import type { QueueMessage } from "./shard/contract";
 
 /**
- * How a shard reaches its dispatch queue: one of DISPATCH_QUEUES, by the shard's name
+ * How a shard reaches its dispatch queue (its runs' dispatches and its jobs' notifications): one of DISPATCH_QUEUES, by the shard's name
  * (src/model/dispatch-queue.ts). Throws Misconfigured when a listed binding is not a queue;
  * a shard takes that like a refused send, keeping its dispatches for a later try.
  */
-export function dispatchQueue(env: Env, shard: string): Queue<DispatchMessage> {
+export function dispatchQueue(env: Env, shard: string): Queue<QueueMessage> {
   const queues = config(env).dispatchQueues;
   const binding = queues[dispatchQueueIndex(shard, queues.length)]!;
-  return (env as unknown as Record<string, Queue<DispatchMessage>>)[binding]!;
+  return (env as unknown as Record<string, Queue<QueueMessage>>)[binding]!;
 }
 
 /**

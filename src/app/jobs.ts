@@ -6,7 +6,7 @@ import { getTenant, settingsOf } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
 import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor } from "../model/ids";
-import { type CreateJob, canonicalSchedule, type JobSpec, type PatchJobSchema, type Target } from "../model/job";
+import { type CreateJob, canonicalSchedule, type JobSpec, type Notify, type PatchJobSchema, type Target } from "../model/job";
 import { firstFire } from "../schedule/next-fire";
 import { targetRefusal } from "../security/target-guard";
 import { sealTarget } from "../security/targets";
@@ -40,7 +40,12 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
     name: name ?? null,
     shard: shardFor(id, config(env).shardCount),
     version: 1,
-    spec: { ...fields, schedule: canonicalSchedule(fields.schedule, now), target: await acceptTarget(env, fields.target, id) },
+    spec: {
+      ...fields,
+      schedule: canonicalSchedule(fields.schedule, now),
+      target: await acceptTarget(env, fields.target, id),
+      ...(fields.notify && { notify: acceptNotify(env, fields.notify) }),
+    },
     paused: false,
     pausedReason: null,
     createdAt: now,
@@ -64,6 +69,13 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
 }
 
 /** The SSRF guard's verdict at creation, then the target sealed for storage. */
+/** A notification URL passes the same SSRF guard as a target (the consumer checks it again when it sends). */
+function acceptNotify(env: Env, notify: Notify): Notify {
+  const refusal = targetRefusal(notify.url, { allowPrivate: config(env).allowPrivateTargets });
+  if (refusal) throw invalidField("notify.url", refusal);
+  return notify;
+}
+
 async function acceptTarget(env: Env, target: Target, jobId: string) {
   const refusal = targetRefusal(target.url, { allowPrivate: config(env).allowPrivateTargets });
   if (refusal) throw invalidField("target.url", refusal);
@@ -121,7 +133,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
   const { name, ...fields } = patch;
   const current = await loadJob(env, caller, id);
   const now = Date.now();
-  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, target, ...rest } = fields;
+  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, target, ...rest } = fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
   if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
   if (target) spec.target = await acceptTarget(env, target, id);
@@ -132,6 +144,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
     ["ratePerSecond", ratePerSecond],
     ["retention", retention],
     ["pauseAfterFailures", pauseAfterFailures],
+    ["notify", notify && acceptNotify(env, notify)],
   ] as const) {
     if (value === null) delete spec[key];
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;

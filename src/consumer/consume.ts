@@ -1,8 +1,9 @@
 import { failpoint } from "../faults";
-import type { ClaimResult, DispatchMessage } from "../shard/contract";
+import { type ClaimResult, type DispatchMessage, isNotifyMessage, type NotifyMessage, type QueueMessage } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { ConnectionSlots } from "./connections";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
+import { deliverNotifications } from "./notify";
 import { OutcomeReporter } from "./reporter";
 
 /** Redelivery waits this long after a first failure, doubling per attempt: a shard that is briefly away gets time to come back. */
@@ -10,18 +11,34 @@ const REDELIVERY_BASE_SECONDS = 2;
 const REDELIVERY_MAX_SECONDS = 60;
 
 /**
- * The Queue consumer. Messages are grouped by shard: one claim call per shard; the claimed
+ * The Queue consumer. Jobs' notifications go to `deliverNotifications`; run dispatches are
+ * grouped by shard: one claim call per shard; the claimed
  * targets then share the invocation's connection slots, and each outcome is reported as it
  * finishes (docs/architecture.md, invariant 6). A message is acked once the shard has the
  * outcome of its attempt, or said its claim was stale; never before, so a message whose outcome
  * was lost goes back to the Queue (its redelivery is stale, and the attempt's lease retries it).
  */
-export async function consumeDispatches(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
+export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: Env): Promise<void> {
   // Read before anything is claimed: a misconfigured Worker then leaves every dispatch to the Queue's retries.
   const context = executeContext(env);
   // One set of slots for the whole batch: the platform's limit is per invocation, not per shard.
   const connections = new ConnectionSlots();
-  await settleAll([...groupByShard(batch.messages)].map(([shard, messages]) => runShardGroup(env, context, connections, shard, messages)));
+  const { dispatches, notifications } = split(batch.messages);
+  await settleAll([
+    ...[...groupByShard(dispatches)].map(([shard, messages]) => runShardGroup(env, context, connections, shard, messages)),
+    deliverNotifications(env, context, connections, notifications),
+  ]);
+}
+
+/** A batch's run dispatches, and its jobs' notifications (src/shard/notifier.ts). */
+function split(messages: readonly Message<QueueMessage>[]) {
+  const dispatches: Message<DispatchMessage>[] = [];
+  const notifications: Message<NotifyMessage>[] = [];
+  for (const m of messages) {
+    if (isNotifyMessage(m.body)) notifications.push(m as Message<NotifyMessage>);
+    else dispatches.push(m as Message<DispatchMessage>);
+  }
+  return { dispatches, notifications };
 }
 
 function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string, Message<DispatchMessage>[]> {
@@ -81,9 +98,12 @@ async function settleAll(tasks: Promise<unknown>[]): Promise<void> {
  * throws and the dead-letter queue delivers it again; should that give up too, the run's own
  * claim deadline sends its dispatch again regardless (docs/architecture.md, invariant 5).
  */
-export async function consumeDeadLetters(batch: MessageBatch<DispatchMessage>, env: Env): Promise<void> {
+export async function consumeDeadLetters(batch: MessageBatch<QueueMessage>, env: Env): Promise<void> {
+  const { dispatches, notifications } = split(batch.messages);
+  // A notification the Queue gave up on stays in its shard's outbox, which sends it again later.
+  for (const m of notifications) m.ack();
   await Promise.all(
-    [...groupByShard(batch.messages)].map(async ([shard, messages]) => {
+    [...groupByShard(dispatches)].map(async ([shard, messages]) => {
       await shardStub(env, shard).abandonDispatches(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
       for (const m of messages) m.ack();
     }),

@@ -142,6 +142,34 @@ function headerProblem(name: string, value: unknown): string | null {
   return null;
 }
 
+/** What a job's notifications are about (README, Operations: Notifications). */
+export const NOTIFY_EVENTS = ["failed", "dead", "paused", "recovered"] as const;
+export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
+
+export const NotifySchema = z
+  .strictObject({
+    url: z
+      .url({ protocol: /^https?$/, error: "must be an absolute http or https URL" })
+      .max(2048)
+      .openapi({ example: "https://example.com/hooks/edgecron" }),
+    on: z
+      .array(z.enum(NOTIFY_EVENTS))
+      .min(1)
+      .max(NOTIFY_EVENTS.length)
+      .refine((events) => new Set(events).size === events.length, "each event at most once")
+      .default(["failed", "dead", "paused", "recovered"])
+      .openapi({
+        description:
+          "failed: a run ended failed (the target refused it); dead: a run used up its attempts; paused: edgecron paused the job (pauseAfterFailures); recovered: a run succeeded after runs that ended failed or dead.",
+      }),
+  })
+  .openapi("Notify", {
+    description:
+      "A signed JSON POST (the Edgecron-Signature scheme of job requests, with the tenant's secret) to `url` on each event in `on`, delivered at least once with its own retries; it never holds up the job's runs.",
+  });
+
+export type Notify = z.infer<typeof NotifySchema>;
+
 export const TargetSchema = z
   .strictObject({
     url: z
@@ -297,6 +325,7 @@ const JobFields = {
   retention: RetentionSchema.optional().openapi({
     description: "Overrides how long finished runs are kept in the shard; older ones are archived and read back through /history.",
   }),
+  notify: NotifySchema.optional(),
   pauseAfterFailures: z.int().min(1).max(1_000).optional().openapi({
     description:
       "Pause the job after this many runs in a row ended dead or failed (cancelled and skipped runs do not count, a success starts the count again); `pausedReason` says why, and resume clears it.",
@@ -325,6 +354,7 @@ export const PatchJobSchema = z
     ratePerSecond: JobFields.ratePerSecond.unwrap().nullable().optional(),
     retention: RetentionSchema.nullable().optional(),
     pauseAfterFailures: JobFields.pauseAfterFailures.unwrap().nullable().optional(),
+    notify: NotifySchema.nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
@@ -353,6 +383,7 @@ export const JobSchema = z
     ratePerSecond: z.number().optional(),
     retention: RetentionSchema.optional(),
     pauseAfterFailures: z.int().optional(),
+    notify: z.object({ url: z.string(), on: z.array(z.enum(NOTIFY_EVENTS)) }).optional(),
     paused: z.boolean(),
     pausedReason: z.string().nullable().openapi({
       description: "Why edgecron paused the job itself (pauseAfterFailures); null when a person paused it, or it is not paused.",

@@ -1,6 +1,7 @@
 import { autoPauseJob, toDefinition } from "../catalog/jobs";
 import type { JobDefinition, RunRow } from "./contract";
 import { stoppedReason } from "./ledger";
+import type { ShardJob } from "./rows";
 import type { ShardStore } from "./store";
 
 /** What made a job's streak reach its limit, for the reason the job shows. */
@@ -24,22 +25,26 @@ export class AutoPause {
   constructor(
     private readonly store: ShardStore,
     private readonly catalog: () => D1Database,
-    /** Applies a catalog version of a job to the shard, as one change. */
-    private readonly apply: (definition: JobDefinition) => void,
+    /** Applies a catalog version of a job to the shard, as one change, and tells of the pause. */
+    private readonly apply: (definition: JobDefinition, reason: string) => void,
   ) {}
 
-  /** A run reached a final state, within that step's transaction. Jobs without the setting cost nothing. */
-  noteFinished(run: RunRow): void {
-    if (run.state !== "succeeded" && run.state !== "dead" && run.state !== "failed") return; // cancelled, skipped: no verdict
-    const job = this.store.getJob(run.jobId);
-    const limit = job?.spec.pauseAfterFailures;
-    if (!job || limit === undefined) return;
+  /**
+   * A run of a job that watches its outcomes reached a final state, within that step's
+   * transaction: the job's streak of failures moves. Returns the streak a success ended (0 if
+   * none), which is what makes a recovery.
+   */
+  noteFinished(run: RunRow, job: ShardJob): number {
     if (run.state === "succeeded") {
-      this.store.endFailureStreak(job.id);
-      return;
+      if (job.failureStreak > 0) this.store.endFailureStreak(job.id);
+      return job.failureStreak;
     }
+    if (run.state !== "dead" && run.state !== "failed") return 0; // cancelled, skipped: no verdict
     const streak = this.store.extendFailureStreak(job.id);
-    if (streak >= limit && !stoppedReason(job)) this.#due.set(job.id, { runId: run.id, state: run.state, error: run.error });
+    const limit = job.spec.pauseAfterFailures;
+    if (limit !== undefined && streak >= limit && !stoppedReason(job))
+      this.#due.set(job.id, { runId: run.id, state: run.state, error: run.error });
+    return 0;
   }
 
   /** Pauses the jobs whose streak reached their limit. Never throws: a failure is retried by the next failed run. */
@@ -52,9 +57,10 @@ export class AutoPause {
       const limit = job?.spec.pauseAfterFailures;
       if (!job || limit === undefined || job.failureStreak < limit || stoppedReason(job)) continue;
       try {
-        const paused = await autoPauseJob(this.catalog(), jobId, pausedReason(job.failureStreak, trigger), Date.now());
+        const reason = pausedReason(job.failureStreak, trigger);
+        const paused = await autoPauseJob(this.catalog(), jobId, reason, Date.now());
         // Null: a person paused or deleted it meanwhile, and that change reaches the shard as usual.
-        if (paused) this.apply(toDefinition(paused));
+        if (paused) this.apply(toDefinition(paused), reason);
       } catch (err) {
         console.error(`job ${jobId}: auto-pause could not be saved; its next failed run tries again`, err);
       }

@@ -1,4 +1,4 @@
-import type { JobSpec, StoredTarget } from "../model/job";
+import type { JobSpec, NotifyEvent, StoredTarget } from "../model/job";
 import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
 
@@ -175,6 +175,23 @@ export interface DispatchMessage extends Dispatch {
   shard: string;
 }
 
+/** A job's notification on its way to its receiver (notifier.ts): everything the consumer needs to send it. */
+export interface NotifyMessage {
+  kind: "notify";
+  shard: string;
+  id: string;
+  event: NotifyEvent;
+  url: string;
+  tenantId: string;
+  signingGeneration: number;
+  body: string;
+}
+
+/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), and notifications. */
+export type QueueMessage = DispatchMessage | NotifyMessage;
+
+export const isNotifyMessage = (m: QueueMessage): m is NotifyMessage => "kind" in m && m.kind === "notify";
+
 /** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;
 
@@ -243,6 +260,8 @@ export interface ShardApi {
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
   retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
   abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">>;
+  /** The consumer delivered these notifications: the shard stops sending them. */
+  notificationsDelivered(ids: string[]): Promise<void>;
   getRun(runId: string): Promise<RunView | null>;
   listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]>;
   deadLetters(

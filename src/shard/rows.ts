@@ -15,6 +15,22 @@ export interface ShardJob extends JobDefinition {
   failureStreak: number;
 }
 
+/** A job asks how its runs end when it pauses itself after failures or sends notifications. */
+export function watchesOutcomes(spec: Pick<JobSpec, "pauseAfterFailures" | "notify">): boolean {
+  return spec.pauseAfterFailures !== undefined || spec.notify !== undefined;
+}
+
+/** A notification in the shard's outbox (notifier.ts). */
+export interface NotificationRow {
+  id: string;
+  jobId: string;
+  tenantId: string;
+  url: string;
+  body: string;
+  dueAt: number;
+  sends: number;
+}
+
 /** A run about to be created. */
 export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
 

@@ -21,6 +21,7 @@ import {
   type JobDefinition,
   type JobRuntime,
   type Outcome,
+  type RunRow,
   type RunView,
   type ShardApi,
   type ShardMetrics,
@@ -33,6 +34,7 @@ import { HistoryStore } from "./history-store";
 import { RunLedger, TICK_BATCH } from "./ledger";
 import { ALARM, SETTLE, ShardMeter } from "./meter";
 import { migrateShard } from "./migrations";
+import { Notifier } from "./notifier";
 import { Retention } from "./retention";
 import { ShardStore } from "./store";
 import { ViewStore } from "./view-store";
@@ -79,6 +81,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly meter: ShardMeter;
   private readonly retention: Retention;
   private readonly autoPause: AutoPause;
+  private readonly notifier: Notifier;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -91,7 +94,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, (run) => {
       this.meter.count("runsFinished");
-      this.autoPause.noteFinished(run);
+      this.noteOutcome(run);
     });
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
@@ -105,8 +108,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.autoPause = new AutoPause(
       this.store,
       () => this.env.DB,
-      (definition) => this.change((now) => this.firing.applyJobs([definition], [], now)),
+      (definition, reason) =>
+        this.change((now) => {
+          this.firing.applyJobs([definition], [], now);
+          const job = this.store.getJob(definition.id);
+          if (job) this.notifier.note("paused", job, null, now, reason);
+        }),
     );
+    this.notifier = new Notifier(this.store, queue, name);
     this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
     this.completions = new Completions(this.store, this.ledger, name);
     this.views = new Views(this.store, new ViewStore(this.meter.sql));
@@ -158,7 +167,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         await nextTurn();
         failpoint("shard.betweenChunks", this.name);
       }
-      this.alarmChange((now) => this.ledger.advanceDue(now));
+      this.alarmChange((now) => {
+        this.ledger.advanceDue(now);
+        this.notifier.resendDue(now);
+      });
       sending.push(this.sendCommitted());
     } catch (err) {
       // The sends already started end before the alarm fails. A chunk that threw took its
@@ -274,6 +286,12 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
   }
 
+  async notificationsDelivered(ids: string[]): Promise<void> {
+    return this.metered("notificationsDelivered", async () => {
+      this.change(() => this.notifier.delivered(ids));
+    });
+  }
+
   async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">> {
     return this.metered("abandonDispatches", async () => {
       const results = this.change((now) => this.completions.abandon(dispatches, now));
@@ -372,12 +390,30 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    */
   private change<T>(apply: (now: number) => T): T {
     const mark = this.dispatcher.mark();
+    const notifications = this.notifier.mark();
     try {
       return this.ctx.storage.transactionSync(() => apply(Date.now()));
     } catch (err) {
       this.dispatcher.rollBack(mark);
+      this.notifier.rollBack(notifications);
       throw err;
     }
+  }
+
+  /**
+   * A run reached a final state (within its step's transaction). Only jobs that watch their
+   * outcomes (pauseAfterFailures, notify) are read, from a list kept in memory: other runs
+   * finish with no extra read or write.
+   */
+  private noteOutcome(run: RunRow): void {
+    if (!this.store.watchesOutcomes(run.jobId)) return;
+    const job = this.store.getJob(run.jobId);
+    if (!job) return;
+    const endedStreak = this.autoPause.noteFinished(run, job);
+    const now = Date.now();
+    if (run.state === "failed" || run.state === "dead") this.notifier.note(run.state, job, run, now);
+    else if (run.state === "succeeded" && endedStreak > 0)
+      this.notifier.note("recovered", job, run, now, `after ${endedStreak} runs in a row that ended failed or dead`);
   }
 
   /**
@@ -393,15 +429,19 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.change((now) => this.firing.startBuffered(now));
     await this.admitter.admit();
     await this.autoPause.flush();
-    await this.dispatcher.flush();
+    await Promise.all([this.dispatcher.flush(), this.notifier.flush()]);
     await this.armAlarm();
   }
 
   /** The earliest thing any capability has to do (admission's and completion's waits are runs' due times). */
   private nextDue(now: number): number | null {
-    const times = [this.firing.nextDue(), this.ledger.nextDue(), this.dispatcher.nextDue(now), this.retention.nextDue()].filter(
-      (t) => t !== null,
-    );
+    const times = [
+      this.firing.nextDue(),
+      this.ledger.nextDue(),
+      this.dispatcher.nextDue(now),
+      this.notifier.nextDue(now),
+      this.retention.nextDue(),
+    ].filter((t) => t !== null);
     return times.length === 0 ? null : Math.min(...times);
   }
 

@@ -1,6 +1,6 @@
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
-import { type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun } from "./rows";
+import { type NotificationRow, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
@@ -43,6 +43,8 @@ export type AttemptChange =
  */
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
+  /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
+  private watching: Set<string> | undefined;
 
   /**
    * Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's,
@@ -76,10 +78,14 @@ export class ShardStore {
 
   /** Inserts or replaces a job's definition; its fire count carries over. */
   putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null): void {
+    const watches = watchesOutcomes(job.spec);
+    this.watching?.[watches ? "add" : "delete"](job.id);
     this.sql.exec(
-      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, watches_outcomes)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
-         deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at`,
+         deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at,
+         watches_outcomes = excluded.watches_outcomes`,
       job.id,
       job.tenantId,
       job.version,
@@ -89,7 +95,22 @@ export class ShardStore {
       job.createdAt,
       nextFireAt,
       nextDueAt,
+      watches ? 1 : 0,
     );
+  }
+
+  /**
+   * Whether the job asks how its runs end (pauseAfterFailures, notify). Known from memory once
+   * the shard read the short list of such jobs, so a run of any other job finishes without a read.
+   */
+  watchesOutcomes(jobId: string): boolean {
+    this.watching ??= new Set(
+      this.sql
+        .exec("SELECT id FROM jobs WHERE watches_outcomes = 1")
+        .toArray()
+        .map((r) => r.id as string),
+    );
+    return this.watching.has(jobId);
   }
 
   /** Jobs whose next fire is due, earliest first. Paused and deleted jobs never fire. */
@@ -388,6 +409,55 @@ export class ShardStore {
   getAttempt(runId: string, fence: number): AttemptRow | null {
     const row = this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
     return row ? toAttempt(row) : null;
+  }
+
+  // ---- notifications (notifier.ts) ----
+
+  /** A notification, once: a repeated step (the same id) adds nothing. True if it is new. */
+  addNotification(n: Omit<NotificationRow, "sends">): boolean {
+    return (
+      this.sql
+        .exec(
+          `INSERT INTO notifications (id, job_id, tenant_id, url, body, due_at) VALUES (?, ?, ?, ?, ?, ?)
+           ON CONFLICT (id) DO NOTHING RETURNING id`,
+          n.id,
+          n.jobId,
+          n.tenantId,
+          n.url,
+          n.body,
+          n.dueAt,
+        )
+        .toArray().length > 0
+    );
+  }
+
+  dueNotifications(now: number, limit: number): NotificationRow[] {
+    return this.sql
+      .exec("SELECT * FROM notifications WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit)
+      .toArray()
+      .map((r) => ({
+        id: r.id as string,
+        jobId: r.job_id as string,
+        tenantId: r.tenant_id as string,
+        url: r.url as string,
+        body: r.body as string,
+        dueAt: r.due_at as number,
+        sends: r.sends as number,
+      }));
+  }
+
+  /** It is sent again: at `dueAt` it is looked at once more unless delivered. */
+  notificationSent(id: string, dueAt: number): void {
+    this.sql.exec("UPDATE notifications SET due_at = ?, sends = sends + 1 WHERE id = ?", dueAt, id);
+  }
+
+  removeNotifications(ids: string[]): void {
+    for (const chunk of chunksForStatement(ids))
+      this.sql.exec(`DELETE FROM notifications WHERE id IN (${placeholders(chunk.length)})`, ...chunk);
+  }
+
+  earliestNotification(): number | null {
+    return this.sql.exec("SELECT MIN(due_at) AS t FROM notifications").one().t as number | null;
   }
 
   // ---- what the alarm waits for ----

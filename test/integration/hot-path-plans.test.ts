@@ -22,6 +22,11 @@ const OTHER_JOBS = 20_000;
  * to the work in hand, never to history. (runs_dead_letters, also partial, holds history.)
  */
 const OPEN_RUN_INDEXES = ["runs_open", "runs_due", "runs_waiting", "runs_buffered"];
+/**
+ * The jobs that watch their runs' outcomes (pauseAfterFailures, notify), read whole once when a
+ * shard starts: proportional to those jobs, never to history, and not read again per call.
+ */
+const ONCE_PER_START_INDEXES = ["jobs_watching_outcomes"];
 
 /**
  * A plan step that reads history: a walk of all of runs, attempts or jobs (the table, or an
@@ -32,7 +37,7 @@ const OPEN_RUN_INDEXES = ["runs_open", "runs_due", "runs_waiting", "runs_buffere
  */
 function readsHistory(query: string, step: string): boolean {
   const scan = /^SCAN (runs|attempts|jobs)\b(?: USING (?:COVERING )?INDEX (\w+))?/.exec(step);
-  if (scan) return !(scan[2] !== undefined && OPEN_RUN_INDEXES.includes(scan[2]));
+  if (scan) return !(scan[2] !== undefined && [...OPEN_RUN_INDEXES, ...ONCE_PER_START_INDEXES].includes(scan[2]));
   const page = /ORDER BY scheduled_at DESC, id DESC LIMIT \?$/.test(query.trim());
   return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page;
 }

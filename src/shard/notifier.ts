@@ -1,0 +1,117 @@
+import { failpoint } from "../faults";
+import type { NotifyEvent } from "../model/job";
+import type { NotifyMessage, RunRow } from "./contract";
+import type { ShardJob } from "./rows";
+import type { ShardStore } from "./store";
+
+/** A notification whose delivery is not confirmed by then is sent again; the wait doubles each time. */
+export const NOTIFY_RESEND_MS = 5 * 60_000;
+/** After this many sends a notification is given up (and logged): its receiver has been away for hours. */
+export const NOTIFY_MAX_SENDS = 6;
+const RESEND_BATCH = 100;
+const QUEUE_BATCH = 100;
+
+/**
+ * A job's notifications (`notify`): the shard's outbox for them. A notification is written in
+ * the same transaction as the step it tells of (a run ending failed or dead, one succeeding
+ * after such runs, edgecron pausing the job), and sent through the dispatch queue once that
+ * commits. The consumer delivers it and confirms (`delivered`), which removes the row; one not
+ * confirmed in time is sent again by the alarm, so delivery is at least once, with its own
+ * retries, and never holds up the job's runs (README, Operations).
+ */
+export class Notifier {
+  /** Committed (or about to be) and not yet handed to the Queue. */
+  #unsent: NotifyMessage[] = [];
+
+  constructor(
+    private readonly store: ShardStore,
+    private readonly queueOf: (shard: string) => Queue<NotifyMessage>,
+    private readonly shardName: () => string,
+  ) {}
+
+  /** Within the step's transaction: the notification of `event`, if the job asks for it. */
+  note(event: NotifyEvent, job: ShardJob, run: RunRow | null, now: number, detail?: string): void {
+    const notify = job.spec.notify;
+    if (!notify?.on.includes(event)) return;
+    // One per event of a run, or of a job version (a pause makes a new version): a repeat adds none.
+    const id = `${run?.id ?? `${job.id}@${job.version}`}:${event}`;
+    const body = JSON.stringify({
+      event,
+      at: new Date(now).toISOString(),
+      jobId: job.id,
+      tenantId: job.tenantId,
+      run: run && {
+        id: run.id,
+        state: run.state,
+        scheduledAt: new Date(run.scheduledAt).toISOString(),
+        attempt: run.attempt,
+        status: run.status,
+        error: run.error,
+      },
+      ...(detail !== undefined && { detail }),
+    });
+    const row = { id, jobId: job.id, tenantId: job.tenantId, url: notify.url, body, dueAt: now + NOTIFY_RESEND_MS };
+    if (this.store.addNotification(row)) this.#unsent.push(this.message(row, event));
+  }
+
+  /** Within the alarm's transaction: notifications not confirmed in time go out again, or are given up. */
+  resendDue(now: number): void {
+    const given: string[] = [];
+    for (const n of this.store.dueNotifications(now, RESEND_BATCH)) {
+      if (n.sends + 1 >= NOTIFY_MAX_SENDS) {
+        console.error(`notification ${n.id} to ${n.url}: not confirmed after ${n.sends + 1} sends, given up`);
+        given.push(n.id);
+        continue;
+      }
+      this.store.notificationSent(n.id, now + NOTIFY_RESEND_MS * 2 ** (n.sends + 1));
+      this.#unsent.push(this.message(n, n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent));
+    }
+    this.store.removeNotifications(given);
+  }
+
+  /** The consumer delivered these: their rows go. */
+  delivered(ids: string[]): void {
+    this.store.removeNotifications(ids);
+  }
+
+  /** Hands what is committed to the Queue. A refused send is left to the row's resend. */
+  async flush(): Promise<void> {
+    const pending = this.#unsent.splice(0);
+    for (let i = 0; i < pending.length; i += QUEUE_BATCH) {
+      const chunk = pending.slice(i, i + QUEUE_BATCH);
+      try {
+        failpoint("shard.notifySend", this.shardName());
+        await this.queueOf(this.shardName()).sendBatch(chunk.map((body) => ({ body, contentType: "json" as const })));
+      } catch (err) {
+        console.error(`shard ${this.shardName()}: ${chunk.length} notifications not sent now; they go again at their resend time`, err);
+      }
+    }
+  }
+
+  /** When the notifier next has work: now for what is unsent, else the earliest resend. */
+  nextDue(now: number): number | null {
+    return this.#unsent.length > 0 ? now : this.store.earliestNotification();
+  }
+
+  /** Where the unsent list ends before a change; `rollBack(mark)` forgets what a failed change added. */
+  mark(): number {
+    return this.#unsent.length;
+  }
+
+  rollBack(mark: number): void {
+    this.#unsent.length = Math.min(mark, this.#unsent.length);
+  }
+
+  private message(n: { id: string; tenantId: string; url: string; body: string }, event: NotifyEvent): NotifyMessage {
+    return {
+      kind: "notify",
+      shard: this.shardName(),
+      id: n.id,
+      event,
+      url: n.url,
+      tenantId: n.tenantId,
+      signingGeneration: this.store.getTenant(n.tenantId)?.signingGeneration ?? 1,
+      body: n.body,
+    };
+  }
+}
