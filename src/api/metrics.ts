@@ -38,12 +38,10 @@ const MetricsSchema = z
       })
       .openapi({ description: "Scheduled instant to first claim, on the shard's clock, for runs started in the window." }),
     outbox: z.int().openapi({ description: "Dispatches committed but not yet sent to the queue." }),
-    awaitingClaim: z
-      .int()
-      .openapi({
-        description:
-          "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it.",
-      }),
+    awaitingClaim: z.int().openapi({
+      description:
+        "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it.",
+    }),
     oldestAwaitingClaimMs: z.int().nullable(),
     cost: CostSchema.nullable().openapi({ description: "What the window cost (admin token only; null for a tenant key)." }),
   })
