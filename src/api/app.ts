@@ -32,8 +32,8 @@ app.route("/v1", signing);
 app.use("/metrics", authenticate);
 app.route("/", prometheus);
 
-app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
-app.doc31("/openapi.json", {
+/** The document's head; exported so that the typed client is generated from exactly what /openapi.json serves. */
+export const OPENAPI_HEAD = {
   openapi: "3.1.0",
   info: {
     title: "edgecron",
@@ -41,4 +41,7 @@ app.doc31("/openapi.json", {
     description:
       "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.",
   },
-});
+};
+
+app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
+app.doc31("/openapi.json", OPENAPI_HEAD);

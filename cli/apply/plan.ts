@@ -1,0 +1,194 @@
+import type { CreateJob, Job, PatchJob, Schedule } from "edgecron/client";
+import { parseDuration } from "../../src/schedule/duration.ts";
+import { SERVER_DEFAULTS } from "./defaults.ts";
+import type { DeclaredJob } from "./file.ts";
+
+/**
+ * What `edgecron apply` does to make a tenant's jobs match a file, worked out without a call:
+ * jobs are matched by name; a declared job with no match is created, one that differs is
+ * patched (the fields that differ, each replaced whole), and, with `prune`, a job the file does
+ * not name is deleted. Fields are compared by meaning, as the API stores them: a field left out
+ * is its default, durations and instants are compared as times ("60m" is "1h"), header names
+ * without case. Header values are write-only (the API shows names only), so a changed value
+ * under the same names is not seen: change a name, or patch the job by hand.
+ */
+
+export interface FieldChange {
+  field: string;
+  from: unknown;
+  to: unknown;
+}
+
+export type Change =
+  | { action: "create"; name: string; job: CreateJob; pause: boolean }
+  | { action: "update"; name: string; id: string; patch: PatchJob | null; pause: boolean | null; fields: FieldChange[] }
+  | { action: "delete"; name: string | null; id: string };
+
+export interface Plan {
+  /** Deletes first (they free room under a tenant's job quota), then updates, then creates. */
+  changes: Change[];
+  unchanged: Array<{ name: string; id: string }>;
+}
+
+/** Two of the tenant's jobs carry a name the file declares: apply cannot tell which one it means. */
+export class AmbiguousName extends Error {}
+
+const FIELDS = [
+  "schedule",
+  "target",
+  "retry",
+  "timeoutMs",
+  "overlap",
+  "misfire",
+  "catchupWindow",
+  "jitter",
+  "maxConcurrency",
+  "ratePerSecond",
+  "retention",
+  "pauseAfterFailures",
+  "notify",
+] as const;
+type Field = (typeof FIELDS)[number];
+/** Fields PATCH clears with null; the others go back to their default by being sent it. */
+const CLEARABLE = new Set<Field>(["jitter", "maxConcurrency", "ratePerSecond", "retention", "pauseAfterFailures", "notify"]);
+
+export function planApply(declared: DeclaredJob[], current: Job[], options: { prune: boolean }): Plan {
+  const byName = new Map<string, Job[]>();
+  for (const job of current) if (job.name !== null) byName.set(job.name, [...(byName.get(job.name) ?? []), job]);
+  const declaredNames = new Set(declared.map((d) => d.name));
+
+  const deletes: Change[] = options.prune
+    ? current
+        .filter((job) => job.name === null || !declaredNames.has(job.name))
+        .map((job) => ({ action: "delete", name: job.name, id: job.id }))
+    : [];
+  const updates: Change[] = [];
+  const creates: Change[] = [];
+  const unchanged: Plan["unchanged"] = [];
+
+  for (const want of declared) {
+    const matches = byName.get(want.name) ?? [];
+    if (matches.length > 1) {
+      throw new AmbiguousName(
+        `${matches.length} jobs are named "${want.name}" (${matches.map((j) => j.id).join(", ")}): delete or rename all but one`,
+      );
+    }
+    const { paused, ...job } = want;
+    const have = matches[0];
+    if (!have) {
+      creates.push({ action: "create", name: want.name, job, pause: paused === true });
+      continue;
+    }
+    const fields: FieldChange[] = [];
+    const patch: Record<string, unknown> = {};
+    const wanted = comparable(job);
+    const existing = comparable(have);
+    for (const field of FIELDS) {
+      if (same(wanted[field], existing[field])) continue;
+      fields.push({ field, from: shown(have, field), to: shown(job, field) });
+      patch[field] = job[field] ?? (CLEARABLE.has(field) ? null : SERVER_DEFAULTS[field as keyof typeof SERVER_DEFAULTS]);
+    }
+    const pause = paused === undefined || paused === have.paused ? null : paused;
+    if (pause !== null) fields.push({ field: "paused", from: have.paused, to: pause });
+    if (fields.length === 0) unchanged.push({ name: want.name, id: have.id });
+    else
+      updates.push({
+        action: "update",
+        name: want.name,
+        id: have.id,
+        patch: Object.keys(patch).length > 0 ? (patch as PatchJob) : null,
+        pause,
+        fields,
+      });
+  }
+  return { changes: [...deletes, ...updates, ...creates], unchanged };
+}
+
+/** A job's fields in one form for both sides: the file's job and the API's. */
+type Comparable = Record<Field, unknown>;
+
+type Sides = Pick<CreateJob, Exclude<Field, "target">> & {
+  target: { url: string; method?: string; headers?: Record<string, string>; headerNames?: string[]; body?: unknown };
+};
+
+function comparable(job: Sides): Comparable {
+  const { target } = job;
+  const names = target.headerNames ?? Object.keys(target.headers ?? {});
+  const retry: NonNullable<CreateJob["retry"]> = job.retry ?? SERVER_DEFAULTS.retry;
+  const backoff = retry.backoff ?? SERVER_DEFAULTS.retry.backoff;
+  return {
+    schedule: scheduleOf(job.schedule),
+    target: {
+      url: target.url,
+      method: target.method ?? SERVER_DEFAULTS.method,
+      headerNames: names.map((n) => n.toLowerCase()).sort(),
+      body: target.body ?? null,
+    },
+    retry: {
+      maxAttempts: retry.maxAttempts ?? SERVER_DEFAULTS.retry.maxAttempts,
+      backoff: {
+        initialMs: backoff.initialMs ?? SERVER_DEFAULTS.retry.backoff.initialMs,
+        maxMs: backoff.maxMs ?? SERVER_DEFAULTS.retry.backoff.maxMs,
+        factor: backoff.factor ?? SERVER_DEFAULTS.retry.backoff.factor,
+      },
+      jitter: retry.jitter ?? SERVER_DEFAULTS.retry.jitter,
+      retryOn: retry.retryOn ?? null,
+    },
+    timeoutMs: job.timeoutMs ?? SERVER_DEFAULTS.timeoutMs,
+    overlap: job.overlap ?? SERVER_DEFAULTS.overlap,
+    misfire: job.misfire ?? SERVER_DEFAULTS.misfire,
+    catchupWindow: duration(job.catchupWindow ?? SERVER_DEFAULTS.catchupWindow),
+    jitter: job.jitter === undefined ? null : duration(job.jitter),
+    maxConcurrency: job.maxConcurrency ?? null,
+    ratePerSecond: job.ratePerSecond ?? null,
+    retention: job.retention ?? null,
+    pauseAfterFailures: job.pauseAfterFailures ?? null,
+    // The API fills in the default events; the file may leave them out.
+    notify: job.notify ? { url: job.notify.url, on: [...(job.notify.on ?? NOTIFY_DEFAULT_EVENTS)].sort() } : null,
+  };
+}
+
+const NOTIFY_DEFAULT_EVENTS = ["failed", "dead", "paused", "recovered"];
+
+/** A schedule as the API stores it: instants in UTC, a cron's zone UTC unless named. */
+function scheduleOf(s: Schedule): Schedule {
+  const out: Record<string, unknown> = {
+    cron: s.cron?.trim().split(/\s+/).join(" "),
+    timezone: s.cron === undefined ? s.timezone : (s.timezone ?? "UTC"),
+    every: s.every === undefined ? undefined : duration(s.every),
+    at: instant(s.at),
+    delay: s.delay,
+    startAt: instant(s.startAt),
+    endAt: instant(s.endAt),
+    maxRuns: s.maxRuns,
+  };
+  return Object.fromEntries(Object.entries(out).filter(([, v]) => v !== undefined)) as Schedule;
+}
+
+/** Milliseconds, or the text itself when it is no duration (the API will say so). */
+const duration = (text: string) => parseDuration(text) ?? text;
+const instant = (text: string | undefined) =>
+  text === undefined || Number.isNaN(Date.parse(text)) ? text : new Date(Date.parse(text)).toISOString();
+
+/** A field as the diff prints it: never a header's value, which may be a secret. */
+function shown(job: Sides, field: Field): unknown {
+  if (field !== "target") return job[field] ?? null;
+  const { headers, headerNames, ...rest } = job.target;
+  return { ...rest, headerNames: headerNames ?? Object.keys(headers ?? {}) };
+}
+
+/** Equal as JSON with keys in any order. */
+function same(a: unknown, b: unknown): boolean {
+  return canonical(a) === canonical(b);
+}
+
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}

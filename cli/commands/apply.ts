@@ -1,0 +1,93 @@
+import { SingleBar } from "cli-progress";
+import type { Command } from "commander";
+import type { EdgecronClient } from "edgecron/client";
+import { readApplyFile } from "../apply/file.ts";
+import { type Change, type Plan, planApply } from "../apply/plan.ts";
+import { managedJobs } from "../apply/scope.ts";
+import { contextOf } from "../context.ts";
+import { cell } from "../output.ts";
+
+const SIGN = { create: "+", update: "~", delete: "-" } as const;
+
+/** The plan as people read it: one line a job, and the fields that change under an update. */
+export function planText(plan: Plan, file: string): string {
+  const lines = plan.changes.map((c) => {
+    const head = `${SIGN[c.action]} ${c.action} ${c.name ?? "(unnamed)"}${c.action === "create" ? "" : ` ${c.id}`}`;
+    if (c.action !== "update") return head;
+    return [head, ...c.fields.map((f) => `    ${f.field}: ${cell(f.from) || "(unset)"} → ${cell(f.to) || "(unset)"}`)].join("\n");
+  });
+  const count = (action: Change["action"]) => plan.changes.filter((c) => c.action === action).length;
+  const summary =
+    plan.changes.length === 0
+      ? `nothing to change: ${plan.unchanged.length === 1 ? "1 job matches" : `${plan.unchanged.length} jobs match`} ${file}`
+      : `${count("create")} to create, ${count("update")} to update, ${count("delete")} to delete, ${plan.unchanged.length} unchanged`;
+  return [...lines, summary].join("\n");
+}
+
+/** The plan as --json shows it: no job bodies, whose header values may be secrets. */
+const planJson = (plan: Plan) => ({
+  changes: plan.changes.map((c) =>
+    c.action === "update"
+      ? { action: c.action, name: c.name, id: c.id, fields: c.fields }
+      : { action: c.action, name: c.name, ...(c.action === "delete" && { id: c.id }) },
+  ),
+  unchanged: plan.unchanged,
+});
+
+/** Carries out one change: a create or an update may take two calls (the definition, then pause or resume). */
+async function carryOut(client: EdgecronClient, change: Change): Promise<string> {
+  switch (change.action) {
+    case "delete":
+      await client.jobs.delete(change.id);
+      return change.id;
+    case "create": {
+      const job = await client.jobs.create(change.job);
+      if (change.pause) await client.jobs.pause(job.id);
+      return job.id;
+    }
+    case "update":
+      if (change.patch) await client.jobs.patch(change.id, change.patch);
+      if (change.pause !== null) await client.jobs[change.pause ? "pause" : "resume"](change.id);
+      return change.id;
+  }
+}
+
+export function registerApply(program: Command): void {
+  program
+    .command("apply")
+    .description("make the tenant's jobs match a file: create missing ones, patch changed ones (matched by name)")
+    .requiredOption("-f, --file <path>", "the jobs, as YAML or JSON: { jobs: [ { name, schedule, target, … } ] }")
+    .option("--prune", "also delete the tenant's jobs the file does not name (unnamed ones too)")
+    .option("--dry-run", "print what would change, and change nothing")
+    .action(async (options: { file: string; prune?: boolean; dryRun?: boolean }, command: Command) => {
+      const declared = readApplyFile(options.file);
+      const { client, out } = contextOf(command);
+      const plan = planApply(declared, await managedJobs(client), { prune: options.prune === true });
+      if (options.dryRun || plan.changes.length === 0) {
+        out.result({ dryRun: options.dryRun === true, applied: false, ...planJson(plan) }, () =>
+          plan.changes.length === 0 ? planText(plan, options.file) : `${planText(plan, options.file)}\n(dry run: nothing was changed)`,
+        );
+        return;
+      }
+      const bar = out.interactive ? new SingleBar({ format: "apply [{bar}] {value}/{total} {name}", hideCursor: true }) : null;
+      bar?.start(plan.changes.length, 0, { name: "" });
+      let done = 0;
+      try {
+        for (const change of plan.changes) {
+          bar?.update(done, { name: change.name ?? "" });
+          await carryOut(client, change);
+          done++;
+        }
+        bar?.update(done, { name: "" });
+      } catch (err) {
+        bar?.stop();
+        out.note(`stopped after ${done} of ${plan.changes.length} changes; apply is idempotent: fix the cause and run it again`);
+        throw err;
+      }
+      bar?.stop();
+      out.result(
+        { dryRun: false, applied: true, ...planJson(plan) },
+        () => `${planText(plan, options.file)}\napplied: the jobs now match ${options.file}`,
+      );
+    });
+}
