@@ -21,6 +21,7 @@ const FIELDS = new Set([
   "retention",
   "pauseAfterFailures",
   "notify",
+  "breaker",
   "paused",
 ]);
 

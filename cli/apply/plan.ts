@@ -47,6 +47,7 @@ const FIELDS = [
   "retention",
   "pauseAfterFailures",
   "notify",
+  "breaker",
 ] as const;
 type Field = (typeof FIELDS)[number];
 /** Fields PATCH clears with null; the others go back to their default by being sent it. */
@@ -86,7 +87,10 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
     for (const field of FIELDS) {
       if (same(wanted[field], existing[field])) continue;
       fields.push({ field, from: shown(have, field), to: shown(job, field) });
-      patch[field] = job[field] ?? (CLEARABLE.has(field) ? null : SERVER_DEFAULTS[field as keyof typeof SERVER_DEFAULTS]);
+      patch[field] =
+        field === "breaker"
+          ? job.breaker !== false // the API has no null for it: on is sent as true
+          : (job[field] ?? (CLEARABLE.has(field) ? null : SERVER_DEFAULTS[field as keyof typeof SERVER_DEFAULTS]));
     }
     const pause = paused === undefined || paused === have.paused ? null : paused;
     if (pause !== null) fields.push({ field: "paused", from: have.paused, to: pause });
@@ -145,6 +149,8 @@ function comparable(job: Sides): Comparable {
     pauseAfterFailures: job.pauseAfterFailures ?? null,
     // The API fills in the default events; the file may leave them out.
     notify: job.notify ? { url: job.notify.url, on: [...(job.notify.on ?? NOTIFY_DEFAULT_EVENTS)].sort() } : null,
+    // On unless a job says false: absent and true mean the same.
+    breaker: job.breaker !== false,
   };
 }
 

@@ -1,5 +1,6 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import { authenticate, limitBody, requireJsonBody } from "./auth";
+import { breakers } from "./breakers";
 import type { AppEnv } from "./context";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
@@ -28,6 +29,7 @@ app.route("/v1", schedules);
 app.route("/v1", tenants);
 app.route("/v1", keys);
 app.route("/v1", signing);
+app.route("/v1", breakers);
 // Outside /v1, where scrapers look for it, behind the same credentials (no body to check on a GET).
 app.use("/metrics", authenticate);
 app.route("/", prometheus);

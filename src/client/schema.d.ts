@@ -1566,6 +1566,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/breakers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's circuit breakers that are open, half-open or counting failures
+         * @description One per target origin: after 5 failures in a row (5xx, 429, 408, timeouts, connection errors) within 10 minutes it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes; its success closes the breaker. A job opts out with `breaker: false`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Admin only: whose breakers (default: the admin's own tenant, `default`). */
+                    tenantId?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the breakers */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Breakers"];
+                    };
+                };
+                /** @description error */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -1657,6 +1708,7 @@ export interface components {
                 url: string;
                 on: ("failed" | "dead" | "paused" | "recovered")[];
             };
+            breaker?: boolean;
             paused: boolean;
             /** @description Why edgecron paused the job itself (pauseAfterFailures); null when a person paused it, or it is not paused. */
             pausedReason: string | null;
@@ -1816,6 +1868,8 @@ export interface components {
             ratePerSecond?: number;
             retention?: components["schemas"]["Retention"] & unknown;
             notify?: components["schemas"]["Notify"];
+            /** @description false: this job's runs ignore the circuit breaker of their target's origin (they are neither held by it nor counted in it). Default: on. */
+            breaker?: boolean;
             /** @description Pause the job after this many runs in a row ended dead or failed (cancelled and skipped runs do not count, a success starts the count again); `pausedReason` says why, and resume clears it. */
             pauseAfterFailures?: number;
         };
@@ -1874,6 +1928,7 @@ export interface components {
             retention?: components["schemas"]["Retention"] & (Record<string, unknown> | null);
             pauseAfterFailures?: number | null;
             notify?: components["schemas"]["Notify"] & (Record<string, unknown> | null);
+            breaker?: boolean;
         };
         Backfill: {
             /**
@@ -2149,6 +2204,27 @@ export interface components {
             current: string;
             /** @description …and with this one, which becomes current at the next rotation. */
             next: string;
+        };
+        Breakers: {
+            tenantId: string;
+            items: components["schemas"]["Breaker"][];
+        };
+        Breaker: {
+            /** @example https://api.example.com */
+            origin: string;
+            /**
+             * @description closed: calls go through (listed while it counts failures); open: runs for the origin wait; half_open: one probe run is out.
+             * @enum {string}
+             */
+            state: "closed" | "open" | "half_open";
+            consecutiveFailures: number;
+            openedAt: string | null;
+            /** @description Open: when a probe may go. Half-open: when the probe out counts as lost. */
+            retryAt: string | null;
+            /** @description How long it stays open; doubles each time a probe fails, at most 30 minutes. */
+            cooldownMs: number;
+            /** @description Runs held (waiting, their attempts unspent) since it last opened. */
+            heldRuns: number;
         };
     };
     responses: never;

@@ -1,6 +1,7 @@
 import { failpoint } from "../faults";
 import { type ClaimResult, type DispatchMessage, isNotifyMessage, type NotifyMessage, type QueueMessage } from "../shard/contract";
 import { shardStub } from "../stubs";
+import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { ConnectionSlots } from "./connections";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 import { deliverNotifications } from "./notify";
@@ -24,10 +25,15 @@ export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: 
   // One set of slots for the whole batch: the platform's limit is per invocation, not per shard.
   const connections = new ConnectionSlots();
   const { dispatches, notifications } = split(batch.messages);
+  // Runs whose origin's breaker is open are held before they are claimed: no attempt is spent.
+  const { go, held } = await screenDispatches(env, dispatches);
+  const breakers = new BreakerLog();
   await settleAll([
-    ...[...groupByShard(dispatches)].map(([shard, messages]) => runShardGroup(env, context, connections, shard, messages)),
+    ...[...groupByShard(go)].map(([shard, messages]) => runShardGroup(env, context, connections, breakers, shard, messages)),
+    holdDispatches(env, held, redeliverLater),
     deliverNotifications(env, context, connections, notifications),
   ]);
+  await breakers.flush(env);
 }
 
 /** A batch's run dispatches, and its jobs' notifications (src/shard/notifier.ts). */
@@ -49,6 +55,7 @@ async function runShardGroup(
   env: Env,
   context: ExecuteContext,
   connections: ConnectionSlots,
+  breakers: BreakerLog,
   shard: string,
   messages: Message<DispatchMessage>[],
 ): Promise<void> {
@@ -70,6 +77,7 @@ async function runShardGroup(
       const message = messages[i]!;
       if (claim.result !== "claimed") return message.ack();
       const outcome = await executeTarget(claim, context, connections);
+      breakers.note(message.body, outcome);
       if (await reporter.report(outcome)) message.ack();
       else redeliverLater(message);
     }),

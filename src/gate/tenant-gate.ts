@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
+import { type Breaker, check, closedBreaker, record } from "./breaker";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,
@@ -8,7 +9,8 @@ import { shardStub } from "../stubs";
  * has a `maxRunsInFlight`; a permit is held until the shard releases it (the attempt ended) or
  * its lease runs out (a shard that crashed before releasing cannot leak capacity for ever).
  * A shard that got fewer permits than it asked for is remembered and woken when capacity
- * frees, so waiting runs start as others finish, with no polling.
+ * frees, so waiting runs start as others finish, with no polling. It also keeps the tenant's
+ * circuit breakers, one per target origin (breaker.ts): every consumer asks it before calling.
  */
 export class TenantGate extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -21,6 +23,7 @@ export class TenantGate extends DurableObject<Env> {
     this.sql.exec(`
       CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
     `);
   }
 
@@ -77,6 +80,65 @@ export class TenantGate extends DurableObject<Env> {
     });
     await this.armAlarm();
     return granted;
+  }
+
+  // ---- circuit breakers: a row per origin that ever failed, the whole breaker as JSON ----
+
+  /**
+   * Runs that want to call these origins now (`runs` each): how many of each may, and until
+   * when the rest wait. A breaker's row is written only when the check changes it.
+   */
+  async checkBreakers(asks: Array<{ origin: string; runs: number }>): Promise<Record<string, { pass: number; waitUntil: number | null }>> {
+    const now = Date.now();
+    const answers: Record<string, { pass: number; waitUntil: number | null }> = {};
+    this.ctx.storage.transactionSync(() => {
+      for (const { origin, runs } of asks) {
+        const before = this.breaker(origin);
+        const { breaker, pass, waitUntil } = check(before, runs, now);
+        if (breaker !== before) this.saveBreaker(breaker);
+        answers[origin] = { pass, waitUntil };
+      }
+    });
+    return answers;
+  }
+
+  /** Attempts' outcomes against their origins (ok: answered; false: failed; null: says nothing of its health), in order. */
+  async recordOutcomes(outcomes: Array<{ origin: string; ok: boolean | null }>): Promise<void> {
+    const now = Date.now();
+    // Each origin read once and written once per call, however many outcomes a batch brings.
+    const read = new Map<string, Breaker>();
+    const changed = new Map<string, Breaker>();
+    for (const { origin, ok } of outcomes) {
+      const before = changed.get(origin) ?? read.get(origin) ?? this.breaker(origin);
+      read.set(origin, before);
+      const after = record(before, ok, now);
+      if (after !== before) changed.set(origin, after);
+    }
+    if (changed.size > 0) this.ctx.storage.transactionSync(() => changed.forEach((b) => this.saveBreaker(b)));
+  }
+
+  /** The tenant's breakers that are not plainly closed (open, half-open, or counting failures). */
+  async breakers(): Promise<Breaker[]> {
+    return this.sql
+      .exec("SELECT state FROM breakers ORDER BY origin")
+      .toArray()
+      .map((r) => JSON.parse(r.state as string) as Breaker);
+  }
+
+  private breaker(origin: string): Breaker {
+    const row = this.sql.exec("SELECT state FROM breakers WHERE origin = ?", origin).toArray()[0];
+    return row ? (JSON.parse(row.state as string) as Breaker) : closedBreaker(origin);
+  }
+
+  /** A breaker back to closed with no failures is the default: its row goes. */
+  private saveBreaker(b: Breaker): void {
+    if (b.state === "closed" && b.failures === 0) this.sql.exec("DELETE FROM breakers WHERE origin = ?", b.origin);
+    else
+      this.sql.exec(
+        "INSERT INTO breakers (origin, state) VALUES (?, ?) ON CONFLICT (origin) DO UPDATE SET state = excluded.state",
+        b.origin,
+        JSON.stringify(b),
+      );
   }
 
   /** Extends permits still held (a long-running attempt heartbeats; a dispatch is sent again). */

@@ -326,6 +326,10 @@ const JobFields = {
     description: "Overrides how long finished runs are kept in the shard; older ones are archived and read back through /history.",
   }),
   notify: NotifySchema.optional(),
+  breaker: z.boolean().optional().openapi({
+    description:
+      "false: this job's runs ignore the circuit breaker of their target's origin (they are neither held by it nor counted in it). Default: on.",
+  }),
   pauseAfterFailures: z.int().min(1).max(1_000).optional().openapi({
     description:
       "Pause the job after this many runs in a row ended dead or failed (cancelled and skipped runs do not count, a success starts the count again); `pausedReason` says why, and resume clears it.",
@@ -355,6 +359,7 @@ export const PatchJobSchema = z
     retention: RetentionSchema.nullable().optional(),
     pauseAfterFailures: JobFields.pauseAfterFailures.unwrap().nullable().optional(),
     notify: NotifySchema.nullable().optional(),
+    breaker: z.boolean().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
@@ -384,6 +389,7 @@ export const JobSchema = z
     retention: RetentionSchema.optional(),
     pauseAfterFailures: z.int().optional(),
     notify: z.object({ url: z.string(), on: z.array(z.enum(NOTIFY_EVENTS)) }).optional(),
+    breaker: z.boolean().optional(),
     paused: z.boolean(),
     pausedReason: z.string().nullable().openapi({
       description: "Why edgecron paused the job itself (pauseAfterFailures); null when a person paused it, or it is not paused.",

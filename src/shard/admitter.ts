@@ -109,7 +109,7 @@ export class Admitter {
           if (stillWaiting && asked.has(permit!)) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
           continue;
         }
-        this.ledger.admit(run, permit, now);
+        this.ledger.admit(run, job, permit, now);
         if (job.spec.ratePerSecond !== undefined) this.store.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
       }
       for (const { run, dueAt } of plan.deferred) {

@@ -170,8 +170,17 @@ export interface Dispatch {
   fence: number;
 }
 
+/**
+ * What a dispatch tells the consumer for the target's circuit breaker (src/gate/breaker.ts): the
+ * tenant, whose gate keeps it, and the target's origin. Absent for a job that opted out.
+ */
+export interface BreakerKey {
+  tenantId: string;
+  origin: string;
+}
+
 /** A dispatch on the Queue: its shard's name, so that the consumer knows whom to ask. */
-export interface DispatchMessage extends Dispatch {
+export interface DispatchMessage extends Dispatch, Partial<BreakerKey> {
   shard: string;
 }
 
@@ -260,6 +269,8 @@ export interface ShardApi {
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
   retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
   abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">>;
+  /** A breaker is open for these dispatches' origin: their runs wait until `until`, attempts unspent. */
+  holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">>;
   /** The consumer delivered these notifications: the shard stops sending them. */
   notificationsDelivered(ids: string[]): Promise<void>;
   getRun(runId: string): Promise<RunView | null>;

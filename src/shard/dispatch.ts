@@ -1,5 +1,5 @@
 import { failpoint } from "../faults";
-import type { Dispatch, DispatchMessage, RunRow } from "./contract";
+import type { BreakerKey, Dispatch, DispatchMessage, RunRow } from "./contract";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
 
@@ -25,7 +25,7 @@ export interface PermitKeeper {
  */
 export class Dispatcher {
   /** Dispatches committed (or about to be, see `mark`) and not yet taken by the Queue. */
-  private unsent: Dispatch[] = [];
+  private unsent: Array<Dispatch & Partial<BreakerKey>> = [];
   /** The flush under way: one at a time, since the alarm and a call may both ask. */
   private flushing: Promise<void> | null = null;
   /** A change committed while a flush was under way: its permit releases may have been read past. */
@@ -76,7 +76,7 @@ export class Dispatcher {
   }
 
   /** A run's dispatch, to send once the change that made it commits. */
-  send(dispatch: Dispatch): void {
+  send(dispatch: Dispatch & Partial<BreakerKey>): void {
     this.unsent.push(dispatch);
   }
 
@@ -113,14 +113,14 @@ export class Dispatcher {
       // Taken off the list while they are sent; a refused chunk goes back.
       const pending = this.unsent.splice(0, TICK_BATCH);
       if (pending.length === 0) return true;
-      const chunks: Dispatch[][] = [];
+      const chunks: Array<Array<Dispatch & Partial<BreakerKey>>> = [];
       for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
       const sent = await Promise.allSettled(
         chunks.map(async (chunk) => {
           failpoint("shard.queueSend", shard);
           await this.queueOf(shard).sendBatch(
             chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
-              body: { shard, runId: d.runId, fence: d.fence },
+              body: { shard, ...d },
               contentType: "json",
             })),
           );

@@ -1,7 +1,17 @@
 import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { underFlowControl } from "./admission";
-import { type Answer, type AttemptRow, type Dispatch, done, LEASE_GRACE_MS, type Outcome, type RunRow, refuse } from "./contract";
+import {
+  type Answer,
+  type AttemptRow,
+  type BreakerKey,
+  type Dispatch,
+  done,
+  LEASE_GRACE_MS,
+  type Outcome,
+  type RunRow,
+  refuse,
+} from "./contract";
 import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
@@ -34,8 +44,13 @@ export class RunLedger {
     /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
     private readonly renewPermit: (run: RunRow, leaseMs: number) => void,
     /** Sends a run's dispatch once the change commits (dispatch's, kept in memory: invariant 3). */
-    private readonly send: (dispatch: Dispatch) => void,
+    private readonly send: (dispatch: Dispatch & Partial<BreakerKey>) => void,
   ) {}
+
+  /** A run's dispatch, naming its target's breaker unless the job opted out. */
+  private dispatch(runId: string, fence: number, job: Pick<ShardJob, "tenantId" | "spec"> | null): void {
+    this.send({ runId, fence, ...breakerKey(job) });
+  }
 
   /**
    * A new run, as `as` says; false (nothing written) when it exists: run ids are derived, so
@@ -44,17 +59,17 @@ export class RunLedger {
   create(
     run: RunToWrite,
     now: number,
-    as: { state: "queued" } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+    as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
     if (as.state !== "queued") return this.store.createRun(run, now, as);
     const created = this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
-    if (created) this.send({ runId: run.id, fence: 1 });
+    if (created) this.dispatch(run.id, 1, as.job);
     return created;
   }
 
   /** A new run for a job, held for admission when the job is under flow control. */
   createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number): boolean {
-    return this.create(run, now, { state: this.mustWait(job) ? "waiting" : "queued" });
+    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job });
   }
 
   /**
@@ -68,13 +83,21 @@ export class RunLedger {
       return;
     }
     const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs(), redispatches: 0 });
-    this.send({ runId: next.id, fence: next.fence });
+    this.dispatch(next.id, next.fence, job);
   }
 
-  /** A waiting run that flow control let through, holding `permit` if its tenant has a limit. */
-  admit(run: RunRow, permit: string | null, now: number): void {
-    const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit, redispatches: 0 });
-    this.send({ runId: next.id, fence: next.fence });
+  /**
+   * A waiting run that flow control (or its origin's breaker) let through, holding `permit` if
+   * its tenant has a limit. Why it waited (`error`, for a breaker) is no longer so.
+   */
+  admit(run: RunRow, job: ShardJob, permit: string | null, now: number): void {
+    const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit, redispatches: 0, error: null });
+    this.dispatch(next.id, next.fence, job);
+  }
+
+  /** A circuit breaker is open for the run's origin: it waits until `until`, its attempt unspent (its dispatch is stale now). */
+  holdForBreaker(run: RunRow, until: number, reason: string): void {
+    this.store.moveRun(run, "hold", { dueAt: until, error: reason });
   }
 
   /**
@@ -181,7 +204,8 @@ export class RunLedger {
   /** Runs whose due time passed: unclaimed dispatches go out again, retries start, expired leases fail. */
   advanceDue(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) {
-      const stopped = stoppedReason(this.store.getJob(run.jobId));
+      const job = this.store.getJob(run.jobId);
+      const stopped = stoppedReason(job);
       if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
         // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
         this.cancel(run, stopped, now);
@@ -194,7 +218,7 @@ export class RunLedger {
         const redispatches = run.redispatches + 1;
         const wait = claimWait(this.claimTimeoutMs(), redispatches);
         const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
-        this.send({ runId: next.id, fence: next.fence });
+        this.dispatch(next.id, next.fence, job);
         this.renewPermit(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
       } else if (run.state === "retry_wait") {
         this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
@@ -286,4 +310,14 @@ function finished(outcome: AttemptRow["outcome"], now: number, status: number | 
 export function describeOutcome(o: Outcome): string {
   if (o.accepted) return `HTTP ${o.status ?? 202}: accepted`;
   return o.ok ? `HTTP ${o.status}` : (o.error ?? `HTTP ${o.status}`);
+}
+
+/** The breaker a job's dispatches name: its tenant's, for its target's origin; none if it opted out. */
+export function breakerKey(job: Pick<ShardJob, "tenantId" | "spec"> | null): BreakerKey | Record<string, never> {
+  if (!job || job.spec.breaker === false) return {};
+  try {
+    return { tenantId: job.tenantId, origin: new URL(job.spec.target.url).origin };
+  } catch {
+    return {}; // an URL the API accepted always parses; nothing to key a breaker on otherwise
+  }
 }

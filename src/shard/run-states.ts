@@ -16,6 +16,8 @@
  *                                 the tenant's maxRunsInFlight, left room for it)
  *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
  *                                 revive, for a job under flow control)
+ *   queued ──hold──▶ waiting      (a circuit breaker is open for the target's origin: the run
+ *                                 waits, its attempt unspent, until a probe may go)
  *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
  * A lease that expires counts as a retryable failure of the running attempt.
  * docs/architecture.md draws this table; `npm run docs:diagrams` redraws it after a change.
@@ -52,7 +54,7 @@ export type RunEvent =
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
   waiting: { admit: "queued", cancel: "cancelled" },
-  queued: { claim: "running", redispatch: "queued", abandon: "queued", cancel: "cancelled" },
+  queued: { claim: "running", redispatch: "queued", abandon: "queued", hold: "waiting", cancel: "cancelled" },
   running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
   retry_wait: { requeue: "queued", hold: "waiting", cancel: "cancelled" },
   buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },

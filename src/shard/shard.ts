@@ -286,6 +286,21 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
   }
 
+  async holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">> {
+    return this.metered("holdDispatches", async () => {
+      const results = this.change(() =>
+        holds.map((h) => {
+          const run = this.ledger.currentQueued(h);
+          if (!run) return "stale" as const;
+          this.ledger.holdForBreaker(run, h.until, h.reason);
+          return "held" as const;
+        }),
+      );
+      await this.settle();
+      return results;
+    });
+  }
+
   async notificationsDelivered(ids: string[]): Promise<void> {
     return this.metered("notificationsDelivered", async () => {
       this.change(() => this.notifier.delivered(ids));

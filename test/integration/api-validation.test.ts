@@ -184,6 +184,7 @@ describe("auth", () => {
         "/v1/jobs/{id}/trigger",
         "/v1/jobs/{id}/runs",
         "/v1/jobs/{id}/explain",
+        "/v1/breakers",
         "/v1/runs/{id}",
         "/v1/runs/{id}/retry",
         "/v1/runs/{id}/complete",
@@ -219,6 +220,8 @@ describe("auth", () => {
         "PreviewRequest",
         "Preview",
         "Explanation",
+        "Breaker",
+        "Notify",
       ]),
     );
   });

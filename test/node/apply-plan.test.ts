@@ -64,6 +64,12 @@ describe("planApply", () => {
     expect(removed.changes[0]).toMatchObject({ action: "update", patch: { notify: null, pauseAfterFailures: null } });
   });
 
+  it("breaker: absent and true are the same; taking out a false turns it back on", () => {
+    expect(planApply([declared("b", { breaker: true })], [apiJob("job_1", "b")], { prune: false }).changes).toEqual([]);
+    const off = apiJob("job_1", "b", { breaker: false });
+    expect(planApply([declared("b")], [off], { prune: false }).changes[0]).toMatchObject({ patch: { breaker: true } });
+  });
+
   it("compares instants as instants and a cron's zone as UTC when none is named", () => {
     const job = apiJob("job_1", "w", { schedule: { cron: "0 2 * * *", startAt: "2026-12-01T08:00:00.000Z" } });
     const plan = planApply(
