@@ -114,7 +114,10 @@ export class TenantGate extends DurableObject<Env> {
       const after = record(before, ok, now);
       if (after !== before) changed.set(origin, after);
     }
-    if (changed.size > 0) this.ctx.storage.transactionSync(() => changed.forEach((b) => this.saveBreaker(b)));
+    if (changed.size === 0) return;
+    this.ctx.storage.transactionSync(() => {
+      for (const b of changed.values()) this.saveBreaker(b);
+    });
   }
 
   /** The tenant's breakers that are not plainly closed (open, half-open, or counting failures). */
