@@ -51,6 +51,11 @@ function workerdProject(name: string, include: string[], allowPrivateTargets: bo
  */
 export default defineConfig({
   test: {
+    // Vitest 4 can end a run whose tests all passed with "EnvironmentTeardownError: Closing rpc
+    // while … was pending": a worker's RPC closed while a call was still in flight at teardown
+    // (vitest-dev/vitest#11153, open). That error alone says nothing about the code under test,
+    // so it alone is ignored; any other unhandled error still fails the run.
+    onUnhandledError: (error) => !(error.name === "EnvironmentTeardownError" && /Closing rpc while/.test(error.message)),
     projects: [
       workerdProject("workers", ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"], true),
       workerdProject("strict", ["test/strict/**/*.test.ts"], false),
