@@ -43,6 +43,29 @@ describe("renderExposition", () => {
     });
   });
 
+  it("a histogram bucketed where it was measured renders as the same observations would", () => {
+    const bounds = [0.1, 1, 10];
+    const observations = [0.05, 0.1, 0.5, 3, 20, 30];
+    const fromObservations = renderExposition([{ name: "lag_seconds", help: "h", type: "histogram", buckets: bounds, observations }]);
+    // Per bucket, not cumulative: 2 at most 0.1, 1 in (0.1, 1], 1 in (1, 10], 2 above 10.
+    const sum = observations.reduce((s, x) => s + x, 0);
+    const fromCounts = renderExposition([
+      { name: "lag_seconds", help: "h", type: "histogram", buckets: bounds, counts: [2, 1, 1, 2], sum },
+    ]);
+    expect(fromCounts).toBe(fromObservations);
+    expect(parse(fromCounts)[0]!.metrics[0]).toEqual({
+      buckets: { "0.1": "2", "1": "3", "10": "4", "+Inf": "6" },
+      sum: String(sum),
+      count: "6",
+    });
+  });
+
+  it("refuses counts that do not match the bounds and +Inf", () => {
+    expect(() => renderExposition([{ name: "l", help: "h", type: "histogram", buckets: [1, 2], counts: [1, 2], sum: 3 }])).toThrow(
+      /2 counts for 2 bounds/,
+    );
+  });
+
   it("refuses a repeated name, an invalid name or label: a scraper would reject the whole page", () => {
     const g = (name: string, labels?: Record<string, string>) => ({
       name,
