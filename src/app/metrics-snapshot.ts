@@ -17,6 +17,8 @@ export interface MetricsSnapshot {
   oldestAwaitingClaimMs: number | null;
   /** Of whole shards, whatever the scope: their meters are not kept per tenant. */
   shardCosts: ShardCost[];
+  /** Shard objects constructed in the window; of whole shards, like `shardCosts`. */
+  shardStarts: number;
 }
 
 /** Asks every shard in use (a tenant key: its own shards, for its own runs) for the window's figures. */
@@ -40,5 +42,6 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
     awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
     oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,
     shardCosts: all.map((m) => m.cost),
+    shardStarts: all.reduce((n, m) => n + m.durableObject.starts, 0),
   };
 }

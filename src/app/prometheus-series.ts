@@ -66,6 +66,11 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       "Dispatches committed but not yet handed to the Queue (their runs are in edgecron_queue_depth too); counted per shard, so shown to the admin token only.",
       m.outbox,
     ),
+    gauge(
+      "edgecron_shard_starts",
+      `Shard objects started ${last}: constructed, when created or again after an eviction, a restart or a deploy (each start makes a new single writer of its shard), as their cost meters counted them.`,
+      m.shardStarts,
+    ),
     {
       name: "edgecron_shard_calls",
       help: `Calls into shards ${last} by operation (an RPC method, or alarm), as their cost meters counted them (a shard evicted between meter writes loses up to 10 s of counts).`,

@@ -151,6 +151,12 @@ export interface ShardCost {
   meter: { rowsRead: number; rowsWritten: number };
 }
 
+/** The shard as a Durable Object over a window, from its meter (meter.ts): what the runtime did to it. */
+export interface DurableObjectFigures {
+  /** Times the object was constructed: created, or again after an eviction, a restart or a deploy. */
+  starts: number;
+}
+
 export interface ShardMetrics {
   runsByState: Record<string, number>;
   attemptsByOutcome: Record<string, number>;
@@ -160,6 +166,8 @@ export interface ShardMetrics {
   oldestAwaitingClaimMs: number | null;
   /** Of the whole shard, whatever the tenant asked for: its counters are not kept per tenant. */
   cost: ShardCost;
+  /** Of the whole shard, like `cost`. */
+  durableObject: DurableObjectFigures;
 }
 
 // ---- the consumer's side ----

@@ -88,6 +88,9 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const name = () => this.name;
     const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
     this.meter = new ShardMeter(sql);
+    // This design's leader election: a new instance becomes the shard's single writer (created,
+    // or again after an eviction, a restart or a deploy).
+    this.meter.countStart();
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, (run) => {
       this.meter.count("runsFinished");
@@ -320,7 +323,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         ...this.views.metrics(windowMs, tenantId, now),
         // A tenant sees its own backlog only: a shard's outbox holds every tenant's dispatches.
         outbox: this.dispatcher.unsentCount((runId) => tenantId === null || this.tenantOfRun(runId) === tenantId),
-        cost: this.meter.window(now - windowMs, now),
+        ...this.meter.window(now - windowMs, now),
       };
     });
   }

@@ -1,9 +1,9 @@
-import { SELF } from "cloudflare:test";
+import { evictDurableObject, SELF } from "cloudflare:test";
 import parse, { type ParsedFamily } from "parse-prometheus-text-format";
 import { beforeAll, describe, expect, it } from "vitest";
 import { FINAL_ATTEMPT_OUTCOMES } from "../../src/shard/attempt-states";
 import { RUN_STATES } from "../../src/shard/run-states";
-import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
 type Call = typeof api;
 
@@ -29,6 +29,7 @@ const value = (families: ParsedFamily[], name: string, labels: Record<string, st
 
 const ADMIN_ONLY = [
   "edgecron_dispatch_outbox",
+  "edgecron_shard_starts",
   "edgecron_shard_calls",
   "edgecron_worker_invocations",
   "edgecron_cost_usd",
@@ -105,6 +106,19 @@ describe("GET /metrics (Prometheus)", () => {
     const theirs = await scrape(bad.api);
     expect(value(theirs, "edgecron_runs", { state: "failed" })).toBe(1);
     expect(value(theirs, "edgecron_runs", { state: "succeeded" })).toBe(0);
+  });
+
+  it("shard starts: one when a shard is created, one more each time it is evicted and woken", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("prom-starts") } });
+    const stub = shardOf(job);
+    const startsOf = async () => (await stub.metrics(3_600_000)).durableObject.starts;
+    // SHARD_COUNT is large: the job's shard is new to this file, created by POST /v1/jobs.
+    expect(await startsOf()).toBe(1);
+    expect(await startsOf()).toBe(1);
+    const before = value(await scrape(api), "edgecron_shard_starts");
+    await evictDurableObject(stub);
+    expect(await startsOf()).toBe(2);
+    expect(value(await scrape(api), "edgecron_shard_starts")).toBeGreaterThanOrEqual(before + 1);
   });
 
   it.each([

@@ -91,6 +91,7 @@ describe("schedulerSeries", () => {
     awaitingClaim: 1,
     oldestAwaitingClaimMs: 1_500,
     shardCosts: [],
+    shardStarts: 3,
   };
   const sweep: SweepState = {
     changes: { at: 0, id: "" },
@@ -131,6 +132,7 @@ describe("schedulerSeries", () => {
   it("the scheduler-wide figures only for the admin", () => {
     const adminOnly = [
       "edgecron_dispatch_outbox",
+      "edgecron_shard_starts",
       "edgecron_shard_calls",
       "edgecron_worker_invocations",
       "edgecron_cost_usd",
@@ -142,6 +144,7 @@ describe("schedulerSeries", () => {
     const fs = families(true);
     expect(fs.map((f) => f.name)).toEqual(expect.arrayContaining(adminOnly));
     expect(sampleOf(fs, "edgecron_shard_calls", { operation: "alarm" })).toBe("7");
+    expect(sampleOf(fs, "edgecron_shard_starts")).toBe("3");
     expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
     expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");
     expect(sampleOf(fs, "edgecron_sweep_pass_started_timestamp_seconds")).toBe("1700000000");
