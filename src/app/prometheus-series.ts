@@ -1,4 +1,5 @@
 import type { SweepState } from "../catalog/sweep-state";
+import { ALARM_LAG_BOUNDS_MS } from "../shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
 import { RUN_STATES } from "../shard/run-states";
 import type { schedulerCost } from "./cost";
@@ -12,7 +13,8 @@ import type { Family, Sample } from "./prometheus";
  * The shards keep no counters since they started, only rows to count over a window, so most
  * series are gauges of "in the last <window>" (the window is said in each HELP and in
  * edgecron_metrics_window_seconds): graph them as they are, not through rate(). The fire-lag
- * histogram is of the window too: histogram_quantile() over its buckets as scraped, no rate().
+ * and alarm-lag histograms are of the window too: histogram_quantile() over their buckets as
+ * scraped, no rate().
  */
 
 /** Fire lag bucket bounds, in seconds: sub-second on a healthy shard, minutes when a backlog builds. */
@@ -71,6 +73,14 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       `Shard objects started ${last}: constructed, when created or again after an eviction, a restart or a deploy (each start makes a new single writer of its shard), as their cost meters counted them.`,
       m.shardStarts,
     ),
+    {
+      name: "edgecron_alarm_lag_seconds",
+      help: `How late shard alarms started ${last}: from the time each was set for (or the time it was set, if later: work already due) to the start of the alarm handler, on the shard's clock; the runtime's retries of a failed alarm left out. Bucketed by the shards' meters; recomputed at each scrape, not cumulative.`,
+      type: "histogram",
+      buckets: ALARM_LAG_BOUNDS_MS.map((ms) => ms / 1000),
+      counts: m.alarmLag.counts,
+      sum: m.alarmLag.sumMs / 1000,
+    },
     {
       name: "edgecron_shard_calls",
       help: `Calls into shards ${last} by operation (an RPC method, or alarm), as their cost meters counted them (a shard evicted between meter writes loses up to 10 s of counts).`,

@@ -1,4 +1,5 @@
 import type { JobSpec, StoredTarget } from "../model/job";
+import type { LagCounts } from "./alarm-lag";
 import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
 
@@ -155,6 +156,8 @@ export interface ShardCost {
 export interface DurableObjectFigures {
   /** Times the object was constructed: created, or again after an eviction, a restart or a deploy. */
   starts: number;
+  /** How late its alarms started (alarm-lag.ts), retries left out. */
+  alarmLag: LagCounts;
 }
 
 export interface ShardMetrics {

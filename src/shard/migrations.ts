@@ -297,6 +297,28 @@ ALTER TABLE jobs ADD COLUMN failure_streak INTEGER NOT NULL DEFAULT 0;`,
     sql: `
 ALTER TABLE cost_minutes ADD COLUMN starts INTEGER NOT NULL DEFAULT 0;`,
   },
+  {
+    version: 10,
+    name: "alarm lag in the cost meter",
+    // How late alarms started (alarm-lag.ts), as counts per bucket (lags above the bound
+    // before and at most this one, in ms; then above 300,000) and their sum in ms. Like
+    // starts, added to whichever row the meter writes next.
+    sql: `
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_10ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_25ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_50ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_100ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_250ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_500ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_1000ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_2500ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_5000ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_10000ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_60000ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_300000ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_above INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cost_minutes ADD COLUMN alarm_lag_sum_ms INTEGER NOT NULL DEFAULT 0;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

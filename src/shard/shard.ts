@@ -133,7 +133,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * after a crash (dispatch.ts). The alarm is re-armed last, in `settle`: one re-armed before a
    * throw would lose the runtime's retry.
    */
-  override async alarm(): Promise<void> {
+  override async alarm(info?: AlarmInvocationInfo): Promise<void> {
+    this.meter.alarmStarted(Date.now(), info);
     return this.metered(ALARM, () => this.runAlarm());
   }
 
@@ -411,6 +412,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private async armAlarm(): Promise<void> {
     const at = this.nextDue(Date.now());
     const current = await this.ctx.storage.getAlarm();
+    // Before the write: an alarm set for a time already past may start before the write returns.
+    this.meter.alarmSet(at, Date.now());
     if (at === null) {
       if (current !== null) await this.ctx.storage.deleteAlarm();
     } else if (current !== at) {

@@ -1,8 +1,10 @@
-import { evictDurableObject, SELF } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import parse, { type ParsedFamily } from "parse-prometheus-text-format";
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
+import { ALARM_LAG_BOUNDS_MS } from "../../src/shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../../src/shard/attempt-states";
 import { RUN_STATES } from "../../src/shard/run-states";
+import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
 type Call = typeof api;
@@ -30,6 +32,7 @@ const value = (families: ParsedFamily[], name: string, labels: Record<string, st
 const ADMIN_ONLY = [
   "edgecron_dispatch_outbox",
   "edgecron_shard_starts",
+  "edgecron_alarm_lag_seconds",
   "edgecron_shard_calls",
   "edgecron_worker_invocations",
   "edgecron_cost_usd",
@@ -119,6 +122,51 @@ describe("GET /metrics (Prometheus)", () => {
     await evictDurableObject(stub);
     expect(await startsOf()).toBe(2);
     expect(value(await scrape(api), "edgecron_shard_starts")).toBeGreaterThanOrEqual(before + 1);
+  });
+
+  it("alarm lag: an alarm that came late is counted late, by the shard that set it", async () => {
+    const job = await createJob({ schedule: { at: new Date(Date.now() + 300).toISOString() }, target: { url: receiverPath("prom-late") } });
+    const stub = shardOf(job);
+    // The runtime's alarms come on time here, so this one is made late: the alarm the shard set
+    // for the fire is moved an hour away, and 1.2 s after its time the harness runs the handler
+    // itself. The harness gives alarm() no scheduled time: the shard's own is used (alarm-lag.ts).
+    const at = await runInDurableObject(stub, async (_s: Shard, state) => {
+      const set = await state.storage.getAlarm();
+      await state.storage.setAlarm(Date.now() + 3_600_000);
+      return set;
+    });
+    expect(at).not.toBeNull();
+    await new Promise((resolve) => setTimeout(resolve, at! + 1_200 - Date.now()));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    await waitForRun((await listRuns(job.id))[0]!.id, ["succeeded"]);
+    const lag = (await stub.metrics(3_600_000)).durableObject.alarmLag;
+    expect(lag.counts.reduce((n, c) => n + c, 0)).toBe(1);
+    expect(lag.sumMs).toBeGreaterThanOrEqual(1_200);
+    expect(lag.counts.slice(0, ALARM_LAG_BOUNDS_MS.indexOf(1_000) + 1).every((c) => c === 0)).toBe(true);
+    const scraped = family(await scrape(api), "edgecron_alarm_lag_seconds");
+    expect(scraped.type).toBe("HISTOGRAM");
+    expect(Number(scraped.metrics[0]!.count)).toBeGreaterThanOrEqual(1);
+    expect(Number(scraped.metrics[0]!.sum)).toBeGreaterThanOrEqual(1.2);
+  });
+
+  it("alarm lag: the runtime's own alarm, set for a time already past, is not late for the time before it was set", async () => {
+    // Due two minutes ago: the shard sets its alarm for then, and the runtime runs it at once
+    // (workerd hands alarm() the time it was set as the scheduled time; the shard would too).
+    const job = await createJob({
+      schedule: { at: new Date(Date.now() - 120_000).toISOString() },
+      target: { url: receiverPath("prom-overdue") },
+    });
+    const stub = shardOf(job);
+    const lag = await vi.waitFor(
+      async () => {
+        const { alarmLag } = (await stub.metrics(3_600_000)).durableObject;
+        expect(alarmLag.counts.reduce((n, c) => n + c, 0)).toBe(1);
+        return alarmLag;
+      },
+      { timeout: 10_000, interval: 100 },
+    );
+    expect(lag.sumMs).toBeGreaterThanOrEqual(0);
+    expect(lag.sumMs).toBeLessThan(60_000);
   });
 
   it.each([

@@ -4,6 +4,7 @@ import type { MetricsSnapshot } from "../../src/app/metrics-snapshot";
 import { renderExposition } from "../../src/app/prometheus";
 import { type AdminFigures, FIRE_LAG_BUCKETS, schedulerSeries } from "../../src/app/prometheus-series";
 import type { SweepState } from "../../src/catalog/sweep-state";
+import { ALARM_LAG_BOUNDS_MS, countLag, noLags } from "../../src/shard/alarm-lag";
 import { RUN_STATES } from "../../src/shard/run-states";
 
 describe("renderExposition", () => {
@@ -81,6 +82,8 @@ describe("renderExposition", () => {
 });
 
 describe("schedulerSeries", () => {
+  const alarmLag = noLags();
+  for (const ms of [4, 80, 400_000]) countLag(alarmLag, ms);
   const snapshot: MetricsSnapshot = {
     windowMs: 900_000,
     shards: 2,
@@ -92,6 +95,7 @@ describe("schedulerSeries", () => {
     oldestAwaitingClaimMs: 1_500,
     shardCosts: [],
     shardStarts: 3,
+    alarmLag,
   };
   const sweep: SweepState = {
     changes: { at: 0, id: "" },
@@ -133,6 +137,7 @@ describe("schedulerSeries", () => {
     const adminOnly = [
       "edgecron_dispatch_outbox",
       "edgecron_shard_starts",
+      "edgecron_alarm_lag_seconds",
       "edgecron_shard_calls",
       "edgecron_worker_invocations",
       "edgecron_cost_usd",
@@ -145,6 +150,14 @@ describe("schedulerSeries", () => {
     expect(fs.map((f) => f.name)).toEqual(expect.arrayContaining(adminOnly));
     expect(sampleOf(fs, "edgecron_shard_calls", { operation: "alarm" })).toBe("7");
     expect(sampleOf(fs, "edgecron_shard_starts")).toBe("3");
+    const alarm = fs.find((f) => f.name === "edgecron_alarm_lag_seconds")!;
+    expect(alarm.type).toBe("HISTOGRAM");
+    expect(new Set(Object.keys(alarm.metrics[0]!.buckets!))).toEqual(
+      new Set([...ALARM_LAG_BOUNDS_MS.map((ms) => String(ms / 1000)), "+Inf"]),
+    );
+    // Cumulative in the exposition, from counts per bucket: 4 ms, 80 ms, and one past every bound.
+    expect(alarm.metrics[0]).toMatchObject({ count: "3", sum: String((4 + 80 + 400_000) / 1000) });
+    expect(alarm.metrics[0]!.buckets).toMatchObject({ "0.01": "1", "0.05": "1", "0.1": "2", "300": "2", "+Inf": "3" });
     expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
     expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");
     expect(sampleOf(fs, "edgecron_sweep_pass_started_timestamp_seconds")).toBe("1700000000");
