@@ -1,4 +1,4 @@
-import type { SweepState } from "../catalog/sweep-state";
+import { SWEEP_REPAIR_KINDS, type SweepState } from "../catalog/sweep-state";
 import { ALARM_LAG_BOUNDS_MS } from "../shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
 import { RUN_STATES } from "../shard/run-states";
@@ -108,6 +108,28 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       samples: [{ value: admin.sweep.pass.completed }],
     },
   );
+  const lastSweep = admin.sweep.last;
+  // Absent until an invocation that records them has completed, rather than a made-up 0.
+  if (lastSweep !== null) {
+    families.push(
+      gauge(
+        "edgecron_sweep_last_started_timestamp_seconds",
+        "When the last sweep invocation that completed started, in Unix seconds: time() minus it shows a cron trigger that stopped (or invocations that fail).",
+        lastSweep.startedAt / 1000,
+      ),
+      gauge(
+        "edgecron_sweep_duration_seconds",
+        "How long the last sweep invocation that completed took, from its start to the write of its state (the Worker's clock moves at I/O only: D1 queries and shard calls).",
+        lastSweep.durationMs / 1000,
+      ),
+      {
+        name: "edgecron_sweep_repairs",
+        help: "What the last sweep invocation that completed repaired, by kind: feed_job and pass_job, jobs handed back to a shard that lacked their latest version (a shard call lost after its D1 write), found by the change feed or by the consistency pass; due_work, shards whose due work the pass ran itself because their alarm had not (lost or late).",
+        type: "gauge",
+        samples: byLabel("kind", SWEEP_REPAIR_KINDS, lastSweep.repairs),
+      },
+    );
+  }
   // Only while a pass is under way: time() minus it is how long the pass has taken so far.
   if (admin.sweep.pass.startedAt !== null) {
     families.push(

@@ -1,11 +1,12 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import parse, { type ParsedFamily } from "parse-prometheus-text-format";
 import { beforeAll, describe, expect, it, vi } from "vitest";
+import { CHANGES_MARGIN_MS } from "../../src/reconcile/changes";
 import { ALARM_LAG_BOUNDS_MS } from "../../src/shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../../src/shard/attempt-states";
 import { RUN_STATES } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, lostJob, receiverPath, runCron, shardOf, waitForRun } from "./helpers";
 
 type Call = typeof api;
 
@@ -37,6 +38,9 @@ const ADMIN_ONLY = [
   "edgecron_worker_invocations",
   "edgecron_cost_usd",
   "edgecron_sweep_passes_completed_total",
+  "edgecron_sweep_last_started_timestamp_seconds",
+  "edgecron_sweep_duration_seconds",
+  "edgecron_sweep_repairs",
 ];
 
 /** A job of `as` that has run once, to success or failure. */
@@ -167,6 +171,43 @@ describe("GET /metrics (Prometheus)", () => {
     );
     expect(lag.sumMs).toBeGreaterThanOrEqual(0);
     expect(lag.sumMs).toBeLessThan(60_000);
+  });
+
+  it("the sweep's last invocation: when it started, how long it took, what it repaired by kind", async () => {
+    const started = Date.now();
+    // A job whose shard call was lost after its D1 write: the change feed hands it to its shard.
+    await lostJob("shard-prom-sweep", Date.now() - CHANGES_MARGIN_MS / 2);
+    await runCron();
+    let fs = await scrape(api);
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "feed_job" })).toBe(1);
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "pass_job" })).toBe(0);
+    expect(family(fs, "edgecron_sweep_repairs").metrics.map((m) => m.labels!.kind)).toEqual(["feed_job", "pass_job", "due_work"]);
+    const at = value(fs, "edgecron_sweep_last_started_timestamp_seconds");
+    expect(at).toBeGreaterThanOrEqual(started / 1000);
+    expect(at).toBeLessThanOrEqual(Date.now() / 1000);
+    // It read and wrote D1 and called shards: some time passed, and less than the time since it started.
+    const took = value(fs, "edgecron_sweep_duration_seconds");
+    expect(took).toBeGreaterThan(0);
+    expect(took).toBeLessThanOrEqual(Date.now() / 1000 - at);
+
+    // A shard whose alarm was lost while work was due: the pass runs the work itself.
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("prom-sweep-due") } });
+    await runInDurableObject(shardOf(job), async (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
+      await state.storage.deleteAlarm();
+    });
+    for (let n = 0; (await listRuns(job.id)).length === 0; n++) {
+      expect(n, "the pass reached the shard").toBeLessThan(10);
+      await runCron();
+    }
+    fs = await scrape(api);
+    // Of the last invocation only: the feed's repair was an earlier one's.
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "due_work" })).toBeGreaterThanOrEqual(1);
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "feed_job" })).toBe(0);
+    expect(value(fs, "edgecron_sweep_last_started_timestamp_seconds")).toBeGreaterThan(at);
+
+    const names = (await scrape(ok.api)).map((f) => f.name);
+    for (const name of ADMIN_ONLY) expect(names).not.toContain(name);
   });
 
   it.each([

@@ -101,6 +101,7 @@ describe("schedulerSeries", () => {
     changes: { at: 0, id: "" },
     pass: { shard: "shard-1", after: "", startedAt: 1_700_000_000_000, completed: 12 },
     targetsSealed: true,
+    last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 } },
   };
   const cost = {
     usd: 0.25,
@@ -143,6 +144,9 @@ describe("schedulerSeries", () => {
       "edgecron_cost_usd",
       "edgecron_sweep_passes_completed_total",
       "edgecron_sweep_pass_started_timestamp_seconds",
+      "edgecron_sweep_last_started_timestamp_seconds",
+      "edgecron_sweep_duration_seconds",
+      "edgecron_sweep_repairs",
     ];
     const tenantNames = families(false).map((f) => f.name);
     for (const name of adminOnly) expect(tenantNames).not.toContain(name);
@@ -161,6 +165,24 @@ describe("schedulerSeries", () => {
     expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
     expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");
     expect(sampleOf(fs, "edgecron_sweep_pass_started_timestamp_seconds")).toBe("1700000000");
+    expect(sampleOf(fs, "edgecron_sweep_last_started_timestamp_seconds")).toBe("1700000060");
+    expect(sampleOf(fs, "edgecron_sweep_duration_seconds")).toBe("1.25");
+    // Every kind, 0 when the invocation repaired none of it.
+    const repairs = fs.find((f) => f.name === "edgecron_sweep_repairs")!;
+    expect(repairs.type).toBe("GAUGE");
+    expect(repairs.metrics.map((m) => [m.labels!.kind, m.value])).toEqual([
+      ["feed_job", "2"],
+      ["pass_job", "0"],
+      ["due_work", "1"],
+    ]);
+  });
+
+  it("before an invocation recorded them: no last-invocation series rather than made-up zeros", () => {
+    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: { ...sweep, last: null } }))).map((f) => f.name);
+    expect(names).toContain("edgecron_sweep_passes_completed_total");
+    for (const name of ["edgecron_sweep_last_started_timestamp_seconds", "edgecron_sweep_duration_seconds", "edgecron_sweep_repairs"]) {
+      expect(names).not.toContain(name);
+    }
   });
 
   it("no pass under way: no start time rather than a made-up one", () => {
