@@ -32,20 +32,27 @@ const WRITE_EVERY_MS = 10_000;
 
 const MINUTE_MS = 60_000;
 
-/** The upsert of one minute and operation; the counts of the object itself are added like the rest. */
-const UPSERT = `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, queue_messages, gate_requests, runs_finished,
-     meter_rows_read, meter_rows_written, starts, ${ALARM_LAG_COLUMNS.join(", ")})
-   VALUES (${new Array(11 + ALARM_LAG_COLUMNS.length).fill("?").join(", ")})
-   ON CONFLICT (minute, operation) DO UPDATE SET calls = calls + excluded.calls, rows_read = rows_read + excluded.rows_read,
-     rows_written = rows_written + excluded.rows_written, queue_messages = queue_messages + excluded.queue_messages,
-     gate_requests = gate_requests + excluded.gate_requests, runs_finished = runs_finished + excluded.runs_finished,
-     meter_rows_read = meter_rows_read + excluded.meter_rows_read, meter_rows_written = meter_rows_written + excluded.meter_rows_written,
-     starts = starts + excluded.starts, ${ALARM_LAG_COLUMNS.map((c) => `${c} = ${c} + excluded.${c}`).join(", ")}`;
+/** Every column of `cost_minutes`: the key, then counts, each added to on conflict and summed over a window. */
+const COLUMNS = [
+  "minute",
+  "operation",
+  "calls",
+  "rows_read",
+  "rows_written",
+  "queue_messages",
+  "gate_requests",
+  "runs_finished",
+  "meter_rows_read",
+  "meter_rows_written",
+  "starts",
+  ...ALARM_LAG_COLUMNS,
+];
+const COUNTS = COLUMNS.slice(2);
 
-const WINDOW = `SELECT operation, SUM(calls) AS calls, SUM(rows_read) AS rows_read, SUM(rows_written) AS rows_written,
-     SUM(queue_messages) AS queue_messages, SUM(gate_requests) AS gate_requests, SUM(runs_finished) AS runs_finished,
-     SUM(meter_rows_read) AS meter_rows_read, SUM(meter_rows_written) AS meter_rows_written, SUM(starts) AS starts,
-     ${ALARM_LAG_COLUMNS.map((c) => `SUM(${c}) AS ${c}`).join(", ")}
+const UPSERT = `INSERT INTO cost_minutes (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})
+   ON CONFLICT (minute, operation) DO UPDATE SET ${COUNTS.map((c) => `${c} = ${c} + excluded.${c}`).join(", ")}`;
+
+const WINDOW = `SELECT operation, ${COUNTS.map((c) => `SUM(${c}) AS ${c}`).join(", ")}
    FROM cost_minutes WHERE minute >= ? GROUP BY operation`;
 
 const zero = (): OperationCost => ({ calls: 0, rowsRead: 0, rowsWritten: 0, queueMessages: 0, gateRequests: 0, runsFinished: 0 });
@@ -133,8 +140,8 @@ export class ShardMeter {
     if (this.counted.size === 0 || (!force && now - this.lastWrite < WRITE_EVERY_MS)) return;
     this.lastWrite = now;
     const minute = Math.floor(now / MINUTE_MS);
-    // Carried from the last persist; this one's own cost is carried to the next. Starts go
-    // with the first row too.
+    // Carried from the last persist; this one's own cost is carried to the next. Starts and
+    // alarm lags go with the first row too.
     let own = this.own;
     this.own = { rowsRead: 0, rowsWritten: 0 };
     let starts = this.starts;
