@@ -1,4 +1,5 @@
 import { shardsInUse } from "../catalog/jobs";
+import { addLags, type LagCounts, noLags } from "../shard/alarm-lag";
 import type { ShardCost, ShardMetrics } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { type Caller, scopeOf } from "./caller";
@@ -17,6 +18,10 @@ export interface MetricsSnapshot {
   oldestAwaitingClaimMs: number | null;
   /** Of whole shards, whatever the scope: their meters are not kept per tenant. */
   shardCosts: ShardCost[];
+  /** Shard objects constructed in the window; of whole shards, like `shardCosts`. */
+  shardStarts: number;
+  /** How late the shards' alarms started in the window, bucketed by each shard; of whole shards too. */
+  alarmLag: LagCounts;
 }
 
 /** Asks every shard in use (a tenant key: its own shards, for its own runs) for the window's figures. */
@@ -29,6 +34,8 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
     for (const m of all) for (const [k, v] of Object.entries(pick(m))) total[k] = (total[k] ?? 0) + v;
     return total;
   };
+  const alarmLag = noLags();
+  for (const m of all) addLags(alarmLag, m.durableObject.alarmLag);
   const oldest = all.map((m) => m.oldestAwaitingClaimMs).filter((x): x is number => x !== null);
   return {
     windowMs,
@@ -40,5 +47,7 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
     awaitingClaim: all.reduce((n, m) => n + m.awaitingClaim, 0),
     oldestAwaitingClaimMs: oldest.length ? Math.max(...oldest) : null,
     shardCosts: all.map((m) => m.cost),
+    shardStarts: all.reduce((n, m) => n + m.durableObject.starts, 0),
+    alarmLag,
   };
 }

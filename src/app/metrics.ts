@@ -42,7 +42,8 @@ export async function schedulerMetrics(env: Env, caller: Caller, windowMs: numbe
 
 /**
  * The same figures in Prometheus's text format (prometheus-series.ts says which). The admin also
- * gets what only exists scheduler-wide: the outbox, the window's cost and calls, the sweep's progress.
+ * gets what only exists scheduler-wide: the outbox, the window's cost and calls, the shards' starts and
+ * alarm lag, the sweep's progress and last invocation.
  */
 export async function schedulerExposition(env: Env, caller: Caller, windowMs: number): Promise<string> {
   const snapshot = await collectMetrics(env, caller, windowMs);

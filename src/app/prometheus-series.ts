@@ -1,4 +1,5 @@
-import type { SweepState } from "../catalog/sweep-state";
+import { SWEEP_REPAIR_KINDS, type SweepState } from "../catalog/sweep-state";
+import { ALARM_LAG_BOUNDS_MS } from "../shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
 import { RUN_STATES } from "../shard/run-states";
 import type { schedulerCost } from "./cost";
@@ -12,7 +13,8 @@ import type { Family, Sample } from "./prometheus";
  * The shards keep no counters since they started, only rows to count over a window, so most
  * series are gauges of "in the last <window>" (the window is said in each HELP and in
  * edgecron_metrics_window_seconds): graph them as they are, not through rate(). The fire-lag
- * histogram is of the window too: histogram_quantile() over its buckets as scraped, no rate().
+ * and alarm-lag histograms are of the window too: histogram_quantile() over their buckets as
+ * scraped, no rate().
  */
 
 /** Fire lag bucket bounds, in seconds: sub-second on a healthy shard, minutes when a backlog builds. */
@@ -66,6 +68,19 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       "Dispatches committed but not yet handed to the Queue (their runs are in edgecron_queue_depth too); counted per shard, so shown to the admin token only.",
       m.outbox,
     ),
+    gauge(
+      "edgecron_shard_starts",
+      `Shard objects started ${last}: constructed, when created or again after an eviction, a restart or a deploy (each start makes a new single writer of its shard), as their cost meters counted them.`,
+      m.shardStarts,
+    ),
+    {
+      name: "edgecron_alarm_lag_seconds",
+      help: `How late shard alarms started ${last}: from the time each was set for (or the time it was set, if later: work already due) to the start of the alarm handler, on the shard's clock; the runtime's retries of a failed alarm left out. Bucketed by the shards' meters; recomputed at each scrape, not cumulative.`,
+      type: "histogram",
+      buckets: ALARM_LAG_BOUNDS_MS.map((ms) => ms / 1000),
+      counts: m.alarmLag.counts,
+      sum: m.alarmLag.sumMs / 1000,
+    },
     {
       name: "edgecron_shard_calls",
       help: `Calls into shards ${last} by operation (an RPC method, or alarm), as their cost meters counted them (a shard evicted between meter writes loses up to 10 s of counts).`,
@@ -93,6 +108,28 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       samples: [{ value: admin.sweep.pass.completed }],
     },
   );
+  const lastSweep = admin.sweep.last;
+  // Absent until an invocation that records them has completed, rather than a made-up 0.
+  if (lastSweep !== null) {
+    families.push(
+      gauge(
+        "edgecron_sweep_last_started_timestamp_seconds",
+        "When the last sweep invocation that completed started, in Unix seconds: time() minus it shows a cron trigger that stopped (or invocations that fail).",
+        lastSweep.startedAt / 1000,
+      ),
+      gauge(
+        "edgecron_sweep_duration_seconds",
+        "How long the last sweep invocation that completed took, from its start to the write of its state (the Worker's clock moves at I/O only: D1 queries and shard calls).",
+        lastSweep.durationMs / 1000,
+      ),
+      {
+        name: "edgecron_sweep_repairs",
+        help: "What the last sweep invocation that completed repaired, by kind: feed_job and pass_job, jobs handed back to a shard that lacked their latest version (a shard call lost after its D1 write), found by the change feed or by the consistency pass; due_work, shards whose due work the pass ran itself because their alarm had not (lost or late).",
+        type: "gauge",
+        samples: byLabel("kind", SWEEP_REPAIR_KINDS, lastSweep.repairs),
+      },
+    );
+  }
   // Only while a pass is under way: time() minus it is how long the pass has taken so far.
   if (admin.sweep.pass.startedAt !== null) {
     families.push(

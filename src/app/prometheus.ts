@@ -19,14 +19,20 @@ export interface Sample {
 
 export type Family =
   | { name: string; help: string; type: "gauge" | "counter"; samples: Sample[] }
-  | {
+  | ({
       name: string;
       help: string;
       type: "histogram";
       /** Upper bounds, ascending, without +Inf (always added). */
       buckets: readonly number[];
-      observations: readonly number[];
-    };
+    } & (
+      | { observations: readonly number[] }
+      /**
+       * Already bucketed where it was measured: `counts[i]` observations above the bound before
+       * `buckets[i]` and at most it, then one more count for those above the last bound.
+       */
+      | { counts: readonly number[]; sum: number }
+    ));
 
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
@@ -41,7 +47,9 @@ export function renderExposition(families: Family[]): string {
     lines.push(`# HELP ${family.name} ${escapeHelp(family.help)}`, `# TYPE ${family.name} ${family.type}`);
     const rows =
       family.type === "histogram"
-        ? histogramRows(family.name, family.buckets, family.observations)
+        ? "counts" in family
+          ? bucketedRows(family.name, family.buckets, family.counts, family.sum)
+          : histogramRows(family.name, family.buckets, family.observations)
         : family.samples.map((sample) => ({ name: family.name, ...sample }));
     for (const { name, labels, value } of rows) lines.push(`${name}${labelText(labels)} ${number(value)}`);
   }
@@ -59,6 +67,24 @@ function histogramRows(name: string, bounds: readonly number[], observations: re
     { name: `${name}_bucket`, labels: { le: "+Inf" }, value: observations.length },
     { name: `${name}_sum`, value: observations.reduce((s, x) => s + x, 0) },
     { name: `${name}_count`, value: observations.length },
+  );
+  return rows;
+}
+
+/** The same rows from counts made per bucket where they were observed, accumulated here. */
+function bucketedRows(name: string, bounds: readonly number[], counts: readonly number[], sum: number) {
+  // A count list of another length is a bug here: its buckets would be misread.
+  if (counts.length !== bounds.length + 1) throw new Error(`${name}: ${counts.length} counts for ${bounds.length} bounds and +Inf`);
+  let seen = 0;
+  const rows: Array<Sample & { name: string }> = bounds.map((le, i) => {
+    seen += counts[i]!;
+    return { name: `${name}_bucket`, labels: { le: number(le) }, value: seen };
+  });
+  seen += counts[bounds.length]!;
+  rows.push(
+    { name: `${name}_bucket`, labels: { le: "+Inf" }, value: seen },
+    { name: `${name}_sum`, value: sum },
+    { name: `${name}_count`, value: seen },
   );
   return rows;
 }

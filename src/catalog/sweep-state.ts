@@ -11,6 +11,24 @@ export interface SweepState {
   pass: { shard: string; after: string; startedAt: number | null; completed: number };
   /** No target stored in clear remains: the sealing pass has nothing left to look for. */
   targetsSealed: boolean;
+  /** The last invocation that completed (null before one did): its start, its duration until this write, its repairs by kind. */
+  last: SweepInvocation | null;
+}
+
+/**
+ * What an invocation repairs, as GET /metrics names them: jobs handed back to a shard that
+ * lacked their latest version, found by the change feed or by the consistency pass (a shard
+ * call lost after its D1 write), and shards whose due work the pass ran itself because their
+ * alarm had not (lost or late).
+ */
+export const SWEEP_REPAIR_KINDS = ["feed_job", "pass_job", "due_work"] as const;
+export type SweepRepairKind = (typeof SWEEP_REPAIR_KINDS)[number];
+
+export interface SweepInvocation {
+  startedAt: number;
+  durationMs: number;
+  /** By kind; a row written by another release may hold kinds this one does not know, or lack some. */
+  repairs: Record<string, number>;
 }
 
 type Row = Record<string, unknown>;
@@ -27,6 +45,14 @@ export async function readSweepState(db: D1Database): Promise<SweepState> {
       completed: r.passes_completed as number,
     },
     targetsSealed: r.targets_sealed === 1,
+    last:
+      (r.last_started_at ?? null) === null
+        ? null
+        : {
+            startedAt: r.last_started_at as number,
+            durationMs: r.last_duration_ms as number,
+            repairs: JSON.parse(r.last_repairs as string) as Record<string, number>,
+          },
   };
 }
 
@@ -35,9 +61,20 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
     db
       .prepare(
         `UPDATE sweep_state SET changes_at = ?, changes_id = ?, pass_shard = ?, pass_after = ?, pass_started_at = ?,
-           passes_completed = ?, targets_sealed = ? WHERE id = 1`,
+           passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ? WHERE id = 1`,
       )
-      .bind(s.changes.at, s.changes.id, s.pass.shard, s.pass.after, s.pass.startedAt, s.pass.completed, s.targetsSealed ? 1 : 0)
+      .bind(
+        s.changes.at,
+        s.changes.id,
+        s.pass.shard,
+        s.pass.after,
+        s.pass.startedAt,
+        s.pass.completed,
+        s.targetsSealed ? 1 : 0,
+        s.last?.startedAt ?? null,
+        s.last?.durationMs ?? null,
+        s.last ? JSON.stringify(s.last.repairs) : null,
+      )
       .run(),
   );
 }

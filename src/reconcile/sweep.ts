@@ -1,4 +1,4 @@
-import { readSweepState, writeSweepState } from "../catalog/sweep-state";
+import { readSweepState, type SweepRepairKind, writeSweepState } from "../catalog/sweep-state";
 import { Meter, SWEEP_BUDGET, type SweepBudget } from "./budget";
 import { deliverChanges } from "./changes";
 import { continuePass } from "./pass";
@@ -23,6 +23,8 @@ export interface SweepReport {
   passShard: string;
   d1Queries: number;
   shardCalls: number;
+  /** From the invocation's start to its state write, on the Worker's clock (which moves at I/O only). */
+  durationMs: number;
 }
 
 /** The state write at the end is always paid for. */
@@ -56,6 +58,13 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     now,
   );
   const pass = await continuePass(env, db, meter, state, STATE_WRITE, now);
+  const repairs: Record<SweepRepairKind, number> = {
+    feed_job: changes.repaired,
+    pass_job: pass.repaired,
+    due_work: pass.shardsThatRanDueWork,
+  };
+  // Kept with the sweep's place, in its one write: the last invocation's figures cost no query.
+  state.last = { startedAt: now, durationMs: Date.now() - now, repairs };
   await writeSweepState(db, state);
   return {
     shards: pass.shards,
@@ -71,5 +80,6 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     passShard: state.pass.shard,
     d1Queries: meter.d1Queries,
     shardCalls: meter.shardCalls,
+    durationMs: state.last.durationMs,
   };
 }

@@ -1,4 +1,5 @@
 import type { JobSpec, NotifyEvent, StoredTarget } from "../model/job";
+import type { LagCounts } from "./alarm-lag";
 import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
 
@@ -151,6 +152,14 @@ export interface ShardCost {
   meter: { rowsRead: number; rowsWritten: number };
 }
 
+/** The shard as a Durable Object over a window, from its meter (meter.ts): what the runtime did to it. */
+export interface DurableObjectFigures {
+  /** Times the object was constructed: created, or again after an eviction, a restart or a deploy. */
+  starts: number;
+  /** How late its alarms started (alarm-lag.ts), retries left out. */
+  alarmLag: LagCounts;
+}
+
 export interface ShardMetrics {
   runsByState: Record<string, number>;
   attemptsByOutcome: Record<string, number>;
@@ -160,6 +169,8 @@ export interface ShardMetrics {
   oldestAwaitingClaimMs: number | null;
   /** Of the whole shard, whatever the tenant asked for: its counters are not kept per tenant. */
   cost: ShardCost;
+  /** Of the whole shard, like `cost`. */
+  durableObject: DurableObjectFigures;
 }
 
 // ---- the consumer's side ----

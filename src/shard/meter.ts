@@ -6,8 +6,14 @@
  * Rows are read off each statement's cursor (`rowsRead`, `rowsWritten`), which are final only
  * once the cursor is consumed, so cursors are kept and summed at `persist`. The statements the
  * meter runs itself are kept out of every operation's figures and reported as `meter`.
+ *
+ * It also counts what the runtime does to the object, not to any operation: its starts and
+ * how late its alarms came. Those ride on the next row written (whichever operation's), so they
+ * cost no row of their own.
  */
-import type { OperationCost, ShardCost } from "./contract";
+import { ALARM_LAG_COLUMNS, addLags, countLag, type LagCounts, lagColumnValues, lagsOfRow, noLags } from "./alarm-lag";
+import { ArmedAlarm } from "./armed-alarm";
+import type { DurableObjectFigures, OperationCost, ShardCost } from "./contract";
 
 /** The label of statements that run after an RPC's own change: admission, sending, re-arming. */
 export const SETTLE = "settle";
@@ -26,6 +32,29 @@ const WRITE_EVERY_MS = 10_000;
 
 const MINUTE_MS = 60_000;
 
+/** Every column of `cost_minutes`: the key, then counts, each added to on conflict and summed over a window. */
+const COLUMNS = [
+  "minute",
+  "operation",
+  "calls",
+  "rows_read",
+  "rows_written",
+  "queue_messages",
+  "gate_requests",
+  "runs_finished",
+  "meter_rows_read",
+  "meter_rows_written",
+  "starts",
+  ...ALARM_LAG_COLUMNS,
+];
+const COUNTS = COLUMNS.slice(2);
+
+const UPSERT = `INSERT INTO cost_minutes (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})
+   ON CONFLICT (minute, operation) DO UPDATE SET ${COUNTS.map((c) => `${c} = ${c} + excluded.${c}`).join(", ")}`;
+
+const WINDOW = `SELECT operation, ${COUNTS.map((c) => `SUM(${c}) AS ${c}`).join(", ")}
+   FROM cost_minutes WHERE minute >= ? GROUP BY operation`;
+
 const zero = (): OperationCost => ({ calls: 0, rowsRead: 0, rowsWritten: 0, queueMessages: 0, gateRequests: 0, runsFinished: 0 });
 
 type Counter = Exclude<keyof OperationCost, "rowsRead" | "rowsWritten">;
@@ -36,6 +65,11 @@ export class ShardMeter {
   private counted = new Map<string, OperationCost>();
   /** What the meter's own statements cost, written with the next persist (its own cost is known only after it ran). */
   private own = { rowsRead: 0, rowsWritten: 0 };
+  /** Starts not yet written: the one of this object, until its first write. */
+  private starts = 0;
+  /** Alarm lags not yet written. */
+  private lags = noLags();
+  private readonly alarm = new ArmedAlarm();
   private prunedMinute = 0;
   private lastWrite = 0;
 
@@ -65,6 +99,26 @@ export class ShardMeter {
     }
   }
 
+  /** The shard object was just constructed: counted with the next write. */
+  countStart(): void {
+    this.starts++;
+  }
+
+  /** The shard's alarm is now set for `at` (null: none). */
+  alarmSet(at: number | null, now: number): void {
+    this.alarm.set(at, now);
+  }
+
+  /**
+   * The alarm handler starts: its lag is counted, unless the runtime retries a failed one (a
+   * retry waits out a backoff on purpose). `info` is the runtime's, absent when a test calls
+   * `alarm()` itself.
+   */
+  alarmStarted(now: number, info: AlarmInvocationInfo | undefined): void {
+    const lag = this.alarm.started(now, info?.scheduledTime);
+    if (lag !== null && !info?.isRetry) countLag(this.lags, lag);
+  }
+
   /** Adds to a counter of the operation running now (or `operation`). */
   count(counter: Counter, n = 1, operation = this.label): void {
     const c = this.of(operation);
@@ -86,17 +140,17 @@ export class ShardMeter {
     if (this.counted.size === 0 || (!force && now - this.lastWrite < WRITE_EVERY_MS)) return;
     this.lastWrite = now;
     const minute = Math.floor(now / MINUTE_MS);
-    // Carried from the last persist; this one's own cost is carried to the next.
+    // Carried from the last persist; this one's own cost is carried to the next. Starts and
+    // alarm lags go with the first row too.
     let own = this.own;
     this.own = { rowsRead: 0, rowsWritten: 0 };
+    let starts = this.starts;
+    let lags: LagCounts = this.lags;
+    this.starts = 0;
+    this.lags = noLags();
     for (const [operation, c] of this.counted) {
       const cursor = this.raw.exec(
-        `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, queue_messages, gate_requests, runs_finished,
-           meter_rows_read, meter_rows_written) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (minute, operation) DO UPDATE SET calls = calls + excluded.calls, rows_read = rows_read + excluded.rows_read,
-           rows_written = rows_written + excluded.rows_written, queue_messages = queue_messages + excluded.queue_messages,
-           gate_requests = gate_requests + excluded.gate_requests, runs_finished = runs_finished + excluded.runs_finished,
-           meter_rows_read = meter_rows_read + excluded.meter_rows_read, meter_rows_written = meter_rows_written + excluded.meter_rows_written`,
+        UPSERT,
         minute,
         operation,
         c.calls,
@@ -107,8 +161,12 @@ export class ShardMeter {
         c.runsFinished,
         own.rowsRead,
         own.rowsWritten,
+        starts,
+        ...lagColumnValues(lags),
       );
       own = { rowsRead: 0, rowsWritten: 0 };
+      starts = 0;
+      lags = noLags();
       this.addOwn(cursor);
     }
     this.counted.clear();
@@ -119,20 +177,18 @@ export class ShardMeter {
     }
   }
 
-  /** The counters of the minutes from `since` on (whole minutes), per operation, what is still in memory included. */
-  window(since: number, now: number): ShardCost {
+  /**
+   * The counters of the minutes from `since` on (whole minutes), per operation, what is still in
+   * memory included; and the object's own figures, summed over every operation's rows.
+   */
+  window(since: number, now: number): { cost: ShardCost; durableObject: DurableObjectFigures } {
     this.persist(now, true);
-    const cursor = this.raw.exec(
-      `SELECT operation, SUM(calls) AS calls, SUM(rows_read) AS rows_read, SUM(rows_written) AS rows_written,
-         SUM(queue_messages) AS queue_messages, SUM(gate_requests) AS gate_requests, SUM(runs_finished) AS runs_finished,
-         SUM(meter_rows_read) AS meter_rows_read, SUM(meter_rows_written) AS meter_rows_written
-       FROM cost_minutes WHERE minute >= ? GROUP BY operation`,
-      Math.floor(since / MINUTE_MS),
-    );
+    const cursor = this.raw.exec(WINDOW, Math.floor(since / MINUTE_MS));
     const rows = cursor.toArray();
     this.addOwn(cursor);
     const byOperation: Record<string, OperationCost> = {};
     const meter = { rowsRead: 0, rowsWritten: 0 };
+    const durableObject: DurableObjectFigures = { starts: 0, alarmLag: noLags() };
     for (const r of rows) {
       byOperation[r.operation as string] = {
         calls: r.calls as number,
@@ -144,8 +200,10 @@ export class ShardMeter {
       };
       meter.rowsRead += r.meter_rows_read as number;
       meter.rowsWritten += r.meter_rows_written as number;
+      durableObject.starts += r.starts as number;
+      addLags(durableObject.alarmLag, lagsOfRow(r));
     }
-    return { byOperation, meter };
+    return { cost: { byOperation, meter }, durableObject };
   }
 
   private of(operation: string): OperationCost {

@@ -91,6 +91,9 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const name = () => this.name;
     const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
     this.meter = new ShardMeter(sql);
+    // This design's leader election: a new instance becomes the shard's single writer (created,
+    // or again after an eviction, a restart or a deploy).
+    this.meter.countStart();
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, (run) => {
       this.meter.count("runsFinished");
@@ -139,7 +142,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * after a crash (dispatch.ts). The alarm is re-armed last, in `settle`: one re-armed before a
    * throw would lose the runtime's retry.
    */
-  override async alarm(): Promise<void> {
+  override async alarm(info?: AlarmInvocationInfo): Promise<void> {
+    this.meter.alarmStarted(Date.now(), info);
     return this.metered(ALARM, () => this.runAlarm());
   }
 
@@ -353,7 +357,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         ...this.views.metrics(windowMs, tenantId, now),
         // A tenant sees its own backlog only: a shard's outbox holds every tenant's dispatches.
         outbox: this.dispatcher.unsentCount((runId) => tenantId === null || this.tenantOfRun(runId) === tenantId),
-        cost: this.meter.window(now - windowMs, now),
+        ...this.meter.window(now - windowMs, now),
       };
     });
   }
@@ -463,6 +467,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private async armAlarm(): Promise<void> {
     const at = this.nextDue(Date.now());
     const current = await this.ctx.storage.getAlarm();
+    // Before the write: an alarm set for a time already past may start before the write returns.
+    this.meter.alarmSet(at, Date.now());
     if (at === null) {
       if (current !== null) await this.ctx.storage.deleteAlarm();
     } else if (current !== at) {

@@ -82,7 +82,12 @@ export class ViewStore {
   }
 
   /** Run counts by state, dispatch backlog, and the shard-measured fire lag of recent runs. */
-  metrics(since: number, now: number, maxLagSamples: number, tenantId: string | null): Omit<ShardMetrics, "cost" | "outbox"> {
+  metrics(
+    since: number,
+    now: number,
+    maxLagSamples: number,
+    tenantId: string | null,
+  ): Omit<ShardMetrics, "cost" | "outbox" | "durableObject"> {
     // ?1 is the tenant (null: all); a run belongs to it through its job.
     const ofTenant = (runIdColumn: string) =>
       `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;

@@ -8,10 +8,13 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { expect, vi } from "vitest";
+import { insertJob } from "../../src/catalog/jobs";
 import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
-import type { Job } from "../../src/model/job";
+import { DEFAULT_TENANT, newJobId } from "../../src/model/ids";
+import { CreateJobSchema, type Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
+import { sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
 import type { Hit } from "../support/hit";
 
@@ -168,4 +171,29 @@ export async function sweepFully(maxInvocations = 50): Promise<number> {
     if ((await read())!.passes_completed >= target) return n;
   }
   throw new Error(`the sweep did not complete a pass in ${maxInvocations} invocations`);
+}
+
+/** A job in the catalog whose shard call was lost, last changed at `updatedAt`. */
+export async function lostJob(shard: string, updatedAt: number) {
+  const id = newJobId(updatedAt);
+  const { target, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("sweep-lost") } });
+  const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) };
+  await insertJob(
+    env.DB,
+    {
+      id,
+      tenantId: DEFAULT_TENANT,
+      name: null,
+      shard,
+      version: 1,
+      spec: sealed,
+      paused: false,
+      pausedReason: null,
+      createdAt: updatedAt,
+      updatedAt,
+      deletedAt: null,
+    },
+    null,
+  );
+  return { id, shard };
 }

@@ -1,9 +1,12 @@
-import { SELF } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import parse, { type ParsedFamily } from "parse-prometheus-text-format";
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
+import { CHANGES_MARGIN_MS } from "../../src/reconcile/changes";
+import { ALARM_LAG_BOUNDS_MS } from "../../src/shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../../src/shard/attempt-states";
 import { RUN_STATES } from "../../src/shard/run-states";
-import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, receiverPath, waitForRun } from "./helpers";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, lostJob, receiverPath, runCron, shardOf, waitForRun } from "./helpers";
 
 type Call = typeof api;
 
@@ -29,10 +32,15 @@ const value = (families: ParsedFamily[], name: string, labels: Record<string, st
 
 const ADMIN_ONLY = [
   "edgecron_dispatch_outbox",
+  "edgecron_shard_starts",
+  "edgecron_alarm_lag_seconds",
   "edgecron_shard_calls",
   "edgecron_worker_invocations",
   "edgecron_cost_usd",
   "edgecron_sweep_passes_completed_total",
+  "edgecron_sweep_last_started_timestamp_seconds",
+  "edgecron_sweep_duration_seconds",
+  "edgecron_sweep_repairs",
 ];
 
 /** A job of `as` that has run once, to success or failure. */
@@ -105,6 +113,101 @@ describe("GET /metrics (Prometheus)", () => {
     const theirs = await scrape(bad.api);
     expect(value(theirs, "edgecron_runs", { state: "failed" })).toBe(1);
     expect(value(theirs, "edgecron_runs", { state: "succeeded" })).toBe(0);
+  });
+
+  it("shard starts: one when a shard is created, one more each time it is evicted and woken", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("prom-starts") } });
+    const stub = shardOf(job);
+    const startsOf = async () => (await stub.metrics(3_600_000)).durableObject.starts;
+    // SHARD_COUNT is large: the job's shard is new to this file, created by POST /v1/jobs.
+    expect(await startsOf()).toBe(1);
+    expect(await startsOf()).toBe(1);
+    const before = value(await scrape(api), "edgecron_shard_starts");
+    await evictDurableObject(stub);
+    expect(await startsOf()).toBe(2);
+    expect(value(await scrape(api), "edgecron_shard_starts")).toBeGreaterThanOrEqual(before + 1);
+  });
+
+  it("alarm lag: an alarm that came late is counted late, by the shard that set it", async () => {
+    const job = await createJob({ schedule: { at: new Date(Date.now() + 300).toISOString() }, target: { url: receiverPath("prom-late") } });
+    const stub = shardOf(job);
+    // The runtime's alarms come on time here, so this one is made late: the alarm the shard set
+    // for the fire is moved an hour away, and 1.2 s after its time the harness runs the handler
+    // itself. The harness gives alarm() no scheduled time: the shard's own is used (alarm-lag.ts).
+    const at = await runInDurableObject(stub, async (_s: Shard, state) => {
+      const set = await state.storage.getAlarm();
+      await state.storage.setAlarm(Date.now() + 3_600_000);
+      return set;
+    });
+    expect(at).not.toBeNull();
+    await new Promise((resolve) => setTimeout(resolve, at! + 1_200 - Date.now()));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    await waitForRun((await listRuns(job.id))[0]!.id, ["succeeded"]);
+    const lag = (await stub.metrics(3_600_000)).durableObject.alarmLag;
+    expect(lag.counts.reduce((n, c) => n + c, 0)).toBe(1);
+    expect(lag.sumMs).toBeGreaterThanOrEqual(1_200);
+    expect(lag.counts.slice(0, ALARM_LAG_BOUNDS_MS.indexOf(1_000) + 1).every((c) => c === 0)).toBe(true);
+    const scraped = family(await scrape(api), "edgecron_alarm_lag_seconds");
+    expect(scraped.type).toBe("HISTOGRAM");
+    expect(Number(scraped.metrics[0]!.count)).toBeGreaterThanOrEqual(1);
+    expect(Number(scraped.metrics[0]!.sum)).toBeGreaterThanOrEqual(1.2);
+  });
+
+  it("alarm lag: the runtime's own alarm, set for a time already past, is not late for the time before it was set", async () => {
+    // Due two minutes ago: the shard sets its alarm for then, and the runtime runs it at once
+    // (workerd hands alarm() the time it was set as the scheduled time; the shard would too).
+    const job = await createJob({
+      schedule: { at: new Date(Date.now() - 120_000).toISOString() },
+      target: { url: receiverPath("prom-overdue") },
+    });
+    const stub = shardOf(job);
+    const lag = await vi.waitFor(
+      async () => {
+        const { alarmLag } = (await stub.metrics(3_600_000)).durableObject;
+        expect(alarmLag.counts.reduce((n, c) => n + c, 0)).toBe(1);
+        return alarmLag;
+      },
+      { timeout: 10_000, interval: 100 },
+    );
+    expect(lag.sumMs).toBeGreaterThanOrEqual(0);
+    expect(lag.sumMs).toBeLessThan(60_000);
+  });
+
+  it("the sweep's last invocation: when it started, how long it took, what it repaired by kind", async () => {
+    const started = Date.now();
+    // A job whose shard call was lost after its D1 write: the change feed hands it to its shard.
+    await lostJob("shard-prom-sweep", Date.now() - CHANGES_MARGIN_MS / 2);
+    await runCron();
+    let fs = await scrape(api);
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "feed_job" })).toBe(1);
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "pass_job" })).toBe(0);
+    expect(family(fs, "edgecron_sweep_repairs").metrics.map((m) => m.labels!.kind)).toEqual(["feed_job", "pass_job", "due_work"]);
+    const at = value(fs, "edgecron_sweep_last_started_timestamp_seconds");
+    expect(at).toBeGreaterThanOrEqual(started / 1000);
+    expect(at).toBeLessThanOrEqual(Date.now() / 1000);
+    // It read and wrote D1 and called shards: some time passed, and less than the time since it started.
+    const took = value(fs, "edgecron_sweep_duration_seconds");
+    expect(took).toBeGreaterThan(0);
+    expect(took).toBeLessThanOrEqual(Date.now() / 1000 - at);
+
+    // A shard whose alarm was lost while work was due: the pass runs the work itself.
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("prom-sweep-due") } });
+    await runInDurableObject(shardOf(job), async (_s: Shard, state) => {
+      state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, job.id);
+      await state.storage.deleteAlarm();
+    });
+    for (let n = 0; (await listRuns(job.id)).length === 0; n++) {
+      expect(n, "the pass reached the shard").toBeLessThan(10);
+      await runCron();
+    }
+    fs = await scrape(api);
+    // Of the last invocation only: the feed's repair was an earlier one's.
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "due_work" })).toBeGreaterThanOrEqual(1);
+    expect(value(fs, "edgecron_sweep_repairs", { kind: "feed_job" })).toBe(0);
+    expect(value(fs, "edgecron_sweep_last_started_timestamp_seconds")).toBeGreaterThan(at);
+
+    const names = (await scrape(ok.api)).map((f) => f.name);
+    for (const name of ADMIN_ONLY) expect(names).not.toContain(name);
   });
 
   it.each([

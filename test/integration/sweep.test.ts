@@ -1,38 +1,10 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { CHANGED_SINCE_SQL, insertJob } from "../../src/catalog/jobs";
-import { DEFAULT_TENANT, newJobId } from "../../src/model/ids";
-import { CreateJobSchema } from "../../src/model/job";
+import { CHANGED_SINCE_SQL } from "../../src/catalog/jobs";
 import { CHANGES_MARGIN_MS } from "../../src/reconcile/changes";
 import { sweep } from "../../src/reconcile/sweep";
-import { sealTarget } from "../../src/security/targets";
-import { FAR_CRON, receiverPath, shardOf } from "./helpers";
+import { lostJob, shardOf } from "./helpers";
 import { meteredEnv } from "./metered-env";
-
-/** A job in the catalog whose shard call was lost, last changed at `updatedAt`. */
-async function lostJob(shard: string, updatedAt: number) {
-  const id = newJobId(updatedAt);
-  const { target, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("sweep-lost") } });
-  const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) };
-  await insertJob(
-    env.DB,
-    {
-      id,
-      tenantId: DEFAULT_TENANT,
-      name: null,
-      shard,
-      version: 1,
-      spec: sealed,
-      paused: false,
-      pausedReason: null,
-      createdAt: updatedAt,
-      updatedAt,
-      deletedAt: null,
-    },
-    null,
-  );
-  return { id, shard };
-}
 
 const held = async (job: { id: string; shard: string }) =>
   (await shardOf(job).compareJobs([{ id: job.id, version: 1, deleted: false }])).stale.length === 0;

@@ -4,6 +4,7 @@ import type { MetricsSnapshot } from "../../src/app/metrics-snapshot";
 import { renderExposition } from "../../src/app/prometheus";
 import { type AdminFigures, FIRE_LAG_BUCKETS, schedulerSeries } from "../../src/app/prometheus-series";
 import type { SweepState } from "../../src/catalog/sweep-state";
+import { ALARM_LAG_BOUNDS_MS, countLag, noLags } from "../../src/shard/alarm-lag";
 import { RUN_STATES } from "../../src/shard/run-states";
 
 describe("renderExposition", () => {
@@ -43,6 +44,29 @@ describe("renderExposition", () => {
     });
   });
 
+  it("a histogram bucketed where it was measured renders as the same observations would", () => {
+    const bounds = [0.1, 1, 10];
+    const observations = [0.05, 0.1, 0.5, 3, 20, 30];
+    const fromObservations = renderExposition([{ name: "lag_seconds", help: "h", type: "histogram", buckets: bounds, observations }]);
+    // Per bucket, not cumulative: 2 at most 0.1, 1 in (0.1, 1], 1 in (1, 10], 2 above 10.
+    const sum = observations.reduce((s, x) => s + x, 0);
+    const fromCounts = renderExposition([
+      { name: "lag_seconds", help: "h", type: "histogram", buckets: bounds, counts: [2, 1, 1, 2], sum },
+    ]);
+    expect(fromCounts).toBe(fromObservations);
+    expect(parse(fromCounts)[0]!.metrics[0]).toEqual({
+      buckets: { "0.1": "2", "1": "3", "10": "4", "+Inf": "6" },
+      sum: String(sum),
+      count: "6",
+    });
+  });
+
+  it("refuses counts that do not match the bounds and +Inf", () => {
+    expect(() => renderExposition([{ name: "l", help: "h", type: "histogram", buckets: [1, 2], counts: [1, 2], sum: 3 }])).toThrow(
+      /2 counts for 2 bounds/,
+    );
+  });
+
   it("refuses a repeated name, an invalid name or label: a scraper would reject the whole page", () => {
     const g = (name: string, labels?: Record<string, string>) => ({
       name,
@@ -58,6 +82,8 @@ describe("renderExposition", () => {
 });
 
 describe("schedulerSeries", () => {
+  const alarmLag = noLags();
+  for (const ms of [4, 80, 400_000]) countLag(alarmLag, ms);
   const snapshot: MetricsSnapshot = {
     windowMs: 900_000,
     shards: 2,
@@ -68,11 +94,14 @@ describe("schedulerSeries", () => {
     awaitingClaim: 1,
     oldestAwaitingClaimMs: 1_500,
     shardCosts: [],
+    shardStarts: 3,
+    alarmLag,
   };
   const sweep: SweepState = {
     changes: { at: 0, id: "" },
     pass: { shard: "shard-1", after: "", startedAt: 1_700_000_000_000, completed: 12 },
     targetsSealed: true,
+    last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 } },
   };
   const cost = {
     usd: 0.25,
@@ -108,20 +137,52 @@ describe("schedulerSeries", () => {
   it("the scheduler-wide figures only for the admin", () => {
     const adminOnly = [
       "edgecron_dispatch_outbox",
+      "edgecron_shard_starts",
+      "edgecron_alarm_lag_seconds",
       "edgecron_shard_calls",
       "edgecron_worker_invocations",
       "edgecron_cost_usd",
       "edgecron_sweep_passes_completed_total",
       "edgecron_sweep_pass_started_timestamp_seconds",
+      "edgecron_sweep_last_started_timestamp_seconds",
+      "edgecron_sweep_duration_seconds",
+      "edgecron_sweep_repairs",
     ];
     const tenantNames = families(false).map((f) => f.name);
     for (const name of adminOnly) expect(tenantNames).not.toContain(name);
     const fs = families(true);
     expect(fs.map((f) => f.name)).toEqual(expect.arrayContaining(adminOnly));
     expect(sampleOf(fs, "edgecron_shard_calls", { operation: "alarm" })).toBe("7");
+    expect(sampleOf(fs, "edgecron_shard_starts")).toBe("3");
+    const alarm = fs.find((f) => f.name === "edgecron_alarm_lag_seconds")!;
+    expect(alarm.type).toBe("HISTOGRAM");
+    expect(new Set(Object.keys(alarm.metrics[0]!.buckets!))).toEqual(
+      new Set([...ALARM_LAG_BOUNDS_MS.map((ms) => String(ms / 1000)), "+Inf"]),
+    );
+    // Cumulative in the exposition, from counts per bucket: 4 ms, 80 ms, and one past every bound.
+    expect(alarm.metrics[0]).toMatchObject({ count: "3", sum: String((4 + 80 + 400_000) / 1000) });
+    expect(alarm.metrics[0]!.buckets).toMatchObject({ "0.01": "1", "0.05": "1", "0.1": "2", "300": "2", "+Inf": "3" });
     expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
     expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");
     expect(sampleOf(fs, "edgecron_sweep_pass_started_timestamp_seconds")).toBe("1700000000");
+    expect(sampleOf(fs, "edgecron_sweep_last_started_timestamp_seconds")).toBe("1700000060");
+    expect(sampleOf(fs, "edgecron_sweep_duration_seconds")).toBe("1.25");
+    // Every kind, 0 when the invocation repaired none of it.
+    const repairs = fs.find((f) => f.name === "edgecron_sweep_repairs")!;
+    expect(repairs.type).toBe("GAUGE");
+    expect(repairs.metrics.map((m) => [m.labels!.kind, m.value])).toEqual([
+      ["feed_job", "2"],
+      ["pass_job", "0"],
+      ["due_work", "1"],
+    ]);
+  });
+
+  it("before an invocation recorded them: no last-invocation series rather than made-up zeros", () => {
+    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: { ...sweep, last: null } }))).map((f) => f.name);
+    expect(names).toContain("edgecron_sweep_passes_completed_total");
+    for (const name of ["edgecron_sweep_last_started_timestamp_seconds", "edgecron_sweep_duration_seconds", "edgecron_sweep_repairs"]) {
+      expect(names).not.toContain(name);
+    }
   });
 
   it("no pass under way: no start time rather than a made-up one", () => {
