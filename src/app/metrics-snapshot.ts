@@ -1,7 +1,9 @@
 import { shardsInUse } from "../catalog/jobs";
+import type { Breaker } from "../gate/breaker";
+import { DEFAULT_TENANT } from "../model/ids";
 import { addLags, type LagCounts, noLags } from "../shard/alarm-lag";
 import type { ShardCost, ShardMetrics } from "../shard/contract";
-import { shardStub } from "../stubs";
+import { gateStub, shardStub } from "../stubs";
 import { type Caller, scopeOf } from "./caller";
 
 /** What the shards in the caller's scope report for a window, added up. */
@@ -22,13 +24,18 @@ export interface MetricsSnapshot {
   shardStarts: number;
   /** How late the shards' alarms started in the window, bucketed by each shard; of whole shards too. */
   alarmLag: LagCounts;
+  /** The circuit breakers of the caller's tenant (the admin's: `default`) that are not plainly closed. */
+  breakers: Breaker[];
 }
 
 /** Asks every shard in use (a tenant key: its own shards, for its own runs) for the window's figures. */
 export async function collectMetrics(env: Env, caller: Caller, windowMs: number): Promise<MetricsSnapshot> {
   const tenantId = scopeOf(caller);
   const shards = await shardsInUse(env.DB, tenantId);
-  const all: ShardMetrics[] = await Promise.all(shards.map((s) => shardStub(env, s).metrics(windowMs, tenantId)));
+  const [all, breakers] = await Promise.all([
+    Promise.all(shards.map((s): Promise<ShardMetrics> => shardStub(env, s).metrics(windowMs, tenantId))),
+    gateStub(env, tenantId ?? DEFAULT_TENANT).breakers(),
+  ]);
   const sum = (pick: (m: ShardMetrics) => Record<string, number>) => {
     const total: Record<string, number> = {};
     for (const m of all) for (const [k, v] of Object.entries(pick(m))) total[k] = (total[k] ?? 0) + v;
@@ -49,5 +56,6 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
     shardCosts: all.map((m) => m.cost),
     shardStarts: all.reduce((n, m) => n + m.durableObject.starts, 0),
     alarmLag,
+    breakers,
   };
 }

@@ -60,6 +60,18 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       "Age of the oldest run queued and not yet claimed; 0 when none is.",
       m.oldestAwaitingClaimMs === null ? 0 : m.oldestAwaitingClaimMs / 1000,
     ),
+    {
+      name: "edgecron_breaker_state",
+      help: "The caller's tenant's circuit breakers (the admin token: the default tenant's) that are open, half-open or counting failures: 1 for the state each origin's breaker is in. A breaker closed with no failure is not listed.",
+      type: "gauge",
+      samples: m.breakers.map((b) => ({ labels: { origin: b.origin, state: b.state }, value: 1 })),
+    },
+    {
+      name: "edgecron_breaker_held_runs",
+      help: "Runs each listed breaker has held (waiting, attempts unspent) since it last opened.",
+      type: "gauge",
+      samples: m.breakers.map((b) => ({ labels: { origin: b.origin }, value: b.held })),
+    },
   ];
   if (!admin) return families;
   families.push(

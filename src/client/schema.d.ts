@@ -1626,7 +1626,7 @@ export interface paths {
         };
         /**
          * Scheduler health in Prometheus's text format (a tenant key sees its own runs only)
-         * @description The figures of GET /v1/metrics as Prometheus series named edgecron_*. Most are gauges of the last `window`; the admin token also gets the outbox, the window's calls and cost, and the sweep's progress.
+         * @description The figures of GET /v1/metrics as Prometheus series named edgecron_*. Most are gauges of the last `window`; the admin token also gets the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation.
          */
         get: {
             parameters: {

@@ -4,6 +4,7 @@ import type { MetricsSnapshot } from "../../src/app/metrics-snapshot";
 import { renderExposition } from "../../src/app/prometheus";
 import { type AdminFigures, FIRE_LAG_BUCKETS, schedulerSeries } from "../../src/app/prometheus-series";
 import type { SweepState } from "../../src/catalog/sweep-state";
+import { closedBreaker } from "../../src/gate/breaker";
 import { ALARM_LAG_BOUNDS_MS, countLag, noLags } from "../../src/shard/alarm-lag";
 import { RUN_STATES } from "../../src/shard/run-states";
 
@@ -96,6 +97,10 @@ describe("schedulerSeries", () => {
     shardCosts: [],
     shardStarts: 3,
     alarmLag,
+    breakers: [
+      { ...closedBreaker("https://down.example"), state: "open", failures: 5, openedAt: 1, retryAt: 2, held: 7 },
+      { ...closedBreaker("https://flaky.example"), failures: 2, firstFailureAt: 1 },
+    ],
   };
   const sweep: SweepState = {
     changes: { at: 0, id: "" },
@@ -111,6 +116,13 @@ describe("schedulerSeries", () => {
   const families = (admin: boolean) => parse(renderExposition(schedulerSeries(snapshot, admin ? { cost, sweep } : null)));
   const sampleOf = (fs: ReturnType<typeof families>, name: string, labels?: Record<string, string>) =>
     fs.find((f) => f.name === name)?.metrics.find((m) => JSON.stringify(m.labels ?? {}) === JSON.stringify(labels ?? {}))?.value;
+
+  it("breakers: each listed origin's state, and the runs it held", () => {
+    const fs = families(false);
+    expect(sampleOf(fs, "edgecron_breaker_state", { origin: "https://down.example", state: "open" })).toBe("1");
+    expect(sampleOf(fs, "edgecron_breaker_state", { origin: "https://flaky.example", state: "closed" })).toBe("1");
+    expect(sampleOf(fs, "edgecron_breaker_held_runs", { origin: "https://down.example" })).toBe("7");
+  });
 
   it("every run state and final outcome is a series, 0 when none", () => {
     const fs = families(false);
