@@ -181,7 +181,7 @@ const ExplainQuery = z.object({
 });
 
 const DecisionSchema = z.object({
-  step: z.enum(["schedule", "bounds", "paused", "misfire", "overlap", "jitter", "flow_control", "run"]),
+  step: z.enum(["schedule", "bounds", "paused", "misfire", "overlap", "jitter", "flow_control", "breaker", "run"]),
   verdict: z
     .enum(["ok", "stops", "may_wait", "may_stop"])
     .openapi({ description: "ok: the fire goes on; stops: it ends here; may_wait / may_stop: it will, if things stay as they are now." }),

@@ -1,9 +1,10 @@
 import { getTenant } from "../catalog/tenants";
+import { breakerKey } from "../gate/breaker";
 import { scheduledRunId } from "../model/ids";
 import { type Explanation, explainFire, fireAtOrAfter } from "../schedule/explain";
 import type { RunView } from "../shard/contract";
 import { FINAL_STATES } from "../shard/run-states";
-import { shardStub } from "../stubs";
+import { gateStub, shardStub } from "../stubs";
 import type { Caller } from "./caller";
 import { loadJob } from "./jobs";
 
@@ -23,12 +24,15 @@ export async function explainJob(
   const job = await loadJob(env, caller, id, { includeDeleted: true });
   const stub = shardStub(env, job.shard);
   const scheduledAt = fireAtOrAfter(job.spec.schedule, job.createdAt, at);
-  const [runtimes, recent, run, tenant] = await Promise.all([
+  const key = breakerKey(job);
+  const [runtimes, recent, run, tenant, breakers] = await Promise.all([
     stub.jobRuntimes([id]),
     stub.listRuns(id, RECENT_RUNS),
     scheduledAt === null ? null : stub.getRun(scheduledRunId(id, scheduledAt)),
     getTenant(env.DB, job.tenantId),
+    "origin" in key ? gateStub(env, job.tenantId).breakers() : [],
   ]);
+  const breaker = "origin" in key ? (breakers.find((b) => b.origin === key.origin) ?? null) : null;
   const runtime = runtimes[0];
   const explanation = explainFire(
     {
@@ -41,6 +45,7 @@ export async function explainJob(
       nextRunAt: runtime?.nextRunAt ?? null,
       completed: runtime?.completed ?? false,
       unfinished: recent.filter((r) => !FINAL_STATES.includes(r.state)).reverse(),
+      breaker,
     },
     at,
     Date.now(),

@@ -2028,7 +2028,7 @@ export interface components {
             /** @description In the order the shard makes them. */
             decisions: {
                 /** @enum {string} */
-                step: "schedule" | "bounds" | "paused" | "misfire" | "overlap" | "jitter" | "flow_control" | "run";
+                step: "schedule" | "bounds" | "paused" | "misfire" | "overlap" | "jitter" | "flow_control" | "breaker" | "run";
                 /**
                  * @description ok: the fire goes on; stops: it ends here; may_wait / may_stop: it will, if things stay as they are now.
                  * @enum {string}

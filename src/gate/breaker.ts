@@ -1,3 +1,6 @@
+import type { JobSpec } from "../model/job";
+import type { BreakerKey } from "../shard/contract";
+
 /**
  * A circuit breaker for the calls one tenant's jobs make to one origin (README, Operations).
  * Closed: calls go through; `FAILURES_TO_OPEN` failures in a row, within `FAILURE_WINDOW_MS`,
@@ -74,4 +77,16 @@ export function record(b: Breaker, ok: boolean | null, now: number): Breaker {
   const firstFailureAt = fresh ? now : b.firstFailureAt;
   if (failures < FAILURES_TO_OPEN) return { ...b, failures, firstFailureAt };
   return { ...b, state: "open", failures, firstFailureAt, openedAt: now, retryAt: now + b.cooldownMs, held: 0 };
+}
+
+/** The breaker a job's dispatches name: its tenant's, for its target's origin; none if it opted out. */
+export function breakerKey(
+  job: { tenantId: string; spec: Pick<JobSpec, "breaker" | "target"> } | null,
+): BreakerKey | Record<string, never> {
+  if (!job || job.spec.breaker === false) return {};
+  try {
+    return { tenantId: job.tenantId, origin: new URL(job.spec.target.url).origin };
+  } catch {
+    return {}; // an URL the API accepted always parses; nothing to key a breaker on otherwise
+  }
 }

@@ -8,7 +8,7 @@ import { nextFireAfter } from "./next-fire";
 
 /** One decision on the way from a schedule to a run, in the order the shard makes them. */
 export interface Decision {
-  step: "schedule" | "bounds" | "paused" | "misfire" | "overlap" | "jitter" | "flow_control" | "run";
+  step: "schedule" | "bounds" | "paused" | "misfire" | "overlap" | "jitter" | "flow_control" | "breaker" | "run";
   /** What this step decided for the fire: it goes on, it stops here, or it may stop here. */
   verdict: "ok" | "stops" | "may_wait" | "may_stop";
   detail: string;
@@ -28,6 +28,8 @@ export interface ExplainFacts {
   completed: boolean;
   /** The job's unfinished runs now, oldest first (for the overlap a fire coming now would meet). */
   unfinished: ReadonlyArray<{ id: string; state: RunState }>;
+  /** The breaker of the target's origin now, unless the job opted out (null) or it is plainly closed. */
+  breaker: { origin: string; state: string; retryAt: number | null } | null;
 }
 
 export interface Explanation {
@@ -125,6 +127,16 @@ export function explainFire(
     facts.tenantLimited && "the tenant's runs-in-flight limit",
   ].filter(Boolean);
   if (limits.length > 0) say("flow_control", "may_wait", `the run may wait (state waiting) for ${limits.join(", ")}`);
+
+  const b = facts.breaker;
+  if (b && b.state !== "closed") {
+    const until = b.retryAt === null ? "" : ` until ${iso(b.retryAt)}`;
+    say(
+      "breaker",
+      "may_wait",
+      `the circuit breaker for ${b.origin} is ${b.state.replace("_", "-")}: runs for it wait${until}, attempts unspent`,
+    );
+  }
 
   const runId = runIdOf(scheduledAt);
   if (run) say("run", "ok", `run ${runId} is ${run.state}${run.error && run.state !== "skipped" ? `: ${run.error}` : ""}`);

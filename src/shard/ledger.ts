@@ -1,3 +1,4 @@
+import { breakerKey } from "../gate/breaker";
 import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { underFlowControl } from "./admission";
@@ -310,14 +311,4 @@ function finished(outcome: AttemptRow["outcome"], now: number, status: number | 
 export function describeOutcome(o: Outcome): string {
   if (o.accepted) return `HTTP ${o.status ?? 202}: accepted`;
   return o.ok ? `HTTP ${o.status}` : (o.error ?? `HTTP ${o.status}`);
-}
-
-/** The breaker a job's dispatches name: its tenant's, for its target's origin; none if it opted out. */
-export function breakerKey(job: Pick<ShardJob, "tenantId" | "spec"> | null): BreakerKey | Record<string, never> {
-  if (!job || job.spec.breaker === false) return {};
-  try {
-    return { tenantId: job.tenantId, origin: new URL(job.spec.target.url).origin };
-  } catch {
-    return {}; // an URL the API accepted always parses; nothing to key a breaker on otherwise
-  }
 }

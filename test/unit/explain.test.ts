@@ -14,6 +14,7 @@ const facts = (over: Partial<ExplainFacts> = {}): ExplainFacts => ({
   nextRunAt: null,
   completed: false,
   unfinished: [],
+  breaker: null,
   ...over,
 });
 const runId = (t: number) => `run_x_${t}`;
@@ -46,6 +47,15 @@ describe("explainFire", () => {
   it("flow control is named when the job or its tenant limits runs", () => {
     const e = explainFire(facts({ spec: { ...facts().spec, maxConcurrency: 2 }, tenantLimited: true }), T0 + HOUR, T0, runId, null);
     expect(e.decisions.find((d) => d.step === "flow_control")?.detail).toMatch(/maxConcurrency 2.*tenant/);
+  });
+
+  it("an open breaker for the target's origin is named, with when it lets a probe go", () => {
+    const breaker = { origin: "https://api.example.com", state: "open", retryAt: T0 + 2 * HOUR };
+    const e = explainFire(facts({ breaker }), T0 + HOUR, T0, runId, null);
+    expect(e.decisions.find((d) => d.step === "breaker")).toMatchObject({
+      verdict: "may_wait",
+      detail: expect.stringContaining("https://api.example.com is open: runs for it wait until 2026-06-01T02:00:00.000Z"),
+    });
   });
 
   it("past endAt there is no fire", () => {
