@@ -1,7 +1,8 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { changeLimits, createTenant, listTenants, loadTenant } from "../app/tenants";
+import { changeTenant, createTenant, listTenants, loadTenant } from "../app/tenants";
 import type { Tenant } from "../catalog/tenants";
 import { pageOf, Text } from "../model/common";
+import { NotifySchema } from "../model/job";
 import type { AppEnv } from "./context";
 import { bearer, errors, json, tenantParam } from "./route-parts";
 import { validationHook } from "./validation";
@@ -41,11 +42,21 @@ const TenantSchema = z
       requestsPerSecond: z.int().nullable(),
       retentionDays: z.int().nullable(),
     }),
+    notify: z
+      .object({ url: z.string(), on: z.array(z.string()) })
+      .nullable()
+      .openapi({ description: "Notifications for its jobs that name none of their own (see a job's `notify`); null: none." }),
     createdAt: z.string(),
   })
   .openapi("Tenant");
 
-const presentTenant = (t: Tenant) => ({ id: t.id, name: t.name, limits: t.limits, createdAt: new Date(t.createdAt).toISOString() });
+const presentTenant = (t: Tenant) => ({
+  id: t.id,
+  name: t.name,
+  limits: t.limits,
+  notify: t.notify,
+  createdAt: new Date(t.createdAt).toISOString(),
+});
 
 tenants.openapi(
   createRoute({
@@ -55,7 +66,11 @@ tenants.openapi(
     security: bearer,
     request: {
       body: {
-        content: { "application/json": { schema: z.strictObject({ name: Text(200).min(1).optional(), limits: LimitsSchema.optional() }) } },
+        content: {
+          "application/json": {
+            schema: z.strictObject({ name: Text(200).min(1).optional(), limits: LimitsSchema.optional(), notify: NotifySchema.optional() }),
+          },
+        },
         required: false,
       },
     },
@@ -101,13 +116,22 @@ tenants.openapi(
   createRoute({
     method: "patch",
     path: "/tenants/{id}",
-    summary: "Change a tenant's limits (admin only)",
+    summary: "Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself)",
     security: bearer,
     request: {
       params: tenantParam,
-      body: { content: { "application/json": { schema: z.strictObject({ limits: LimitsSchema }) } }, required: true },
+      body: {
+        content: {
+          "application/json": {
+            schema: z
+              .strictObject({ limits: LimitsSchema.optional(), notify: NotifySchema.nullable().optional() })
+              .refine((b) => b.limits !== undefined || b.notify !== undefined, "give limits or notify"),
+          },
+        },
+        required: true,
+      },
     },
     responses: { 200: json(TenantSchema, "the tenant"), ...errors(400, 403, 404) },
   }),
-  async (c) => c.json(presentTenant(await changeLimits(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json").limits)), 200),
+  async (c) => c.json(presentTenant(await changeTenant(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
 );

@@ -6,13 +6,14 @@ import { getTenant, settingsOf } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
 import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor } from "../model/ids";
-import { type CreateJob, canonicalSchedule, type JobSpec, type Notify, type PatchJobSchema, type Target } from "../model/job";
+import { type CreateJob, canonicalSchedule, type JobSpec, type PatchJobSchema, type Target } from "../model/job";
 import { firstFire } from "../schedule/next-fire";
 import { targetRefusal } from "../security/target-guard";
 import { sealTarget } from "../security/targets";
 import type { BackfillResult, JobRuntime, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { type Caller, ownsTenant, scopeOf } from "./caller";
+import { acceptNotify } from "./notify";
 import { jobCursor, type Page, paged } from "./pagination";
 
 /** A job as the catalog holds it, with its shard's runtime view when the shard gave one. */
@@ -69,13 +70,6 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
 }
 
 /** The SSRF guard's verdict at creation, then the target sealed for storage. */
-/** A notification URL passes the same SSRF guard as a target (the consumer checks it again when it sends). */
-function acceptNotify(env: Env, notify: Notify): Notify {
-  const refusal = targetRefusal(notify.url, { allowPrivate: config(env).allowPrivateTargets });
-  if (refusal) throw invalidField("notify.url", refusal);
-  return notify;
-}
-
 async function acceptTarget(env: Env, target: Target, jobId: string) {
   const refusal = targetRefusal(target.url, { allowPrivate: config(env).allowPrivateTargets });
   if (refusal) throw invalidField("target.url", refusal);

@@ -11,8 +11,10 @@ import {
   updateTenant,
 } from "../catalog/tenants";
 import { newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
+import type { Notify } from "../model/job";
 import { shardStub } from "../stubs";
 import { type Caller, ownsTenant } from "./caller";
+import { acceptNotify } from "./notify";
 import { type Page, paged, tenantCursor } from "./pagination";
 
 /** A new tenant's limits unless given: generous, but a runaway client cannot take the whole system. */
@@ -49,13 +51,14 @@ export async function mintKey(): Promise<MintedKey> {
 export async function createTenant(
   env: Env,
   caller: Caller,
-  input: { name?: string | undefined; limits?: LimitsChange | undefined },
+  input: { name?: string | undefined; limits?: LimitsChange | undefined; notify?: Notify | undefined },
 ): Promise<{ tenant: Tenant; key: MintedKey }> {
   requireAdmin(caller);
   const tenant: Tenant = {
     id: newTenantId(),
     name: input.name ?? null,
     limits: { ...DEFAULT_LIMITS, ...input.limits },
+    notify: input.notify ? acceptNotify(env, input.notify) : null,
     signingGeneration: 1,
     version: 1,
     createdAt: Date.now(),
@@ -70,10 +73,23 @@ export async function listTenants(env: Env, caller: Caller, query: { limit: numb
   return paged(tenantCursor, query, (limit, after) => listCatalogTenants(env.DB, limit, after));
 }
 
-export async function changeLimits(env: Env, caller: Caller, id: string, limits: LimitsChange): Promise<Tenant> {
-  requireAdmin(caller);
+/**
+ * Changes a tenant's limits (the admin only) and its default notifications (the admin, or the
+ * tenant itself: they are its own business). `notify` null takes the default away.
+ */
+export async function changeTenant(
+  env: Env,
+  caller: Caller,
+  id: string,
+  change: { limits?: LimitsChange | undefined; notify?: Notify | null | undefined },
+): Promise<Tenant> {
+  if (change.limits !== undefined) requireAdmin(caller);
   await loadTenant(env, caller, id);
-  const tenant = await updateTenant(env.DB, id, { limits });
+  const notify = change.notify ? acceptNotify(env, change.notify) : change.notify;
+  const tenant = await updateTenant(env.DB, id, {
+    ...(change.limits !== undefined && { limits: change.limits }),
+    ...(notify !== undefined && { notify }),
+  });
   if (!tenant) throw notFound("tenant", id);
   await pushSettings(env, tenant);
   return tenant;

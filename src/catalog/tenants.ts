@@ -1,3 +1,4 @@
+import type { Notify } from "../model/job";
 import type { TenantSettings } from "../shard/contract";
 import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
@@ -19,6 +20,8 @@ export interface Tenant {
   id: string;
   name: string | null;
   limits: TenantLimits;
+  /** Notifications for its jobs that name none of their own; null: none. */
+  notify: Notify | null;
   signingGeneration: number;
   version: number;
   createdAt: number;
@@ -43,6 +46,7 @@ const toTenant = (r: Row): Tenant => ({
     requestsPerSecond: (r.requests_per_second as number | null) ?? null,
     retentionDays: (r.retention_days as number | null) ?? null,
   },
+  notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as Notify) : null,
   signingGeneration: r.signing_generation as number,
   version: r.version as number,
   createdAt: r.created_at as number,
@@ -62,6 +66,7 @@ export const settingsOf = (t: Tenant): TenantSettings => ({
   signingGeneration: t.signingGeneration,
   maxRunsInFlight: t.limits.maxRunsInFlight,
   retentionDays: t.limits.retentionDays,
+  notify: t.notify,
 });
 
 /** Hex SHA-256: API keys carry ~186 random bits, so a fast hash is as good as a slow one here. */
@@ -76,8 +81,8 @@ export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: st
     db.batch([
       db
         .prepare(
-          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at, notify)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
         .bind(
           tenant.id,
@@ -89,6 +94,7 @@ export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: st
           tenant.signingGeneration,
           tenant.version,
           tenant.createdAt,
+          tenant.notify ? JSON.stringify(tenant.notify) : null,
         ),
       insertKeyStatement(db, tenant.id, key, tenant.createdAt),
     ]),
@@ -176,7 +182,8 @@ export async function revokeKey(
 export async function updateTenant(
   db: D1Database,
   id: string,
-  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean },
+  /** `notify`: undefined keeps it, null takes it away. */
+  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean; notify?: Notify | null },
 ): Promise<Tenant | null> {
   const l = change.limits ?? {};
   const has = (k: keyof TenantLimits) => (k in l ? 1 : 0);
@@ -188,6 +195,7 @@ export async function updateTenant(
            max_runs_in_flight = CASE WHEN ? THEN ? ELSE max_runs_in_flight END,
            requests_per_second = CASE WHEN ? THEN ? ELSE requests_per_second END,
            retention_days = CASE WHEN ? THEN ? ELSE retention_days END,
+           notify = CASE WHEN ? THEN ? ELSE notify END,
            signing_generation = signing_generation + ?
          WHERE id = ? RETURNING *`,
       )
@@ -200,6 +208,8 @@ export async function updateTenant(
         l.requestsPerSecond ?? null,
         has("retentionDays"),
         l.retentionDays ?? null,
+        change.notify === undefined ? 0 : 1,
+        change.notify ? JSON.stringify(change.notify) : null,
         change.rotateSigning ? 1 : 0,
         id,
       )

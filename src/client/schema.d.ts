@@ -1179,6 +1179,7 @@ export interface paths {
                     "application/json": {
                         name?: string;
                         limits?: components["schemas"]["TenantLimits"];
+                        notify?: components["schemas"]["Notify"];
                     };
                 };
             };
@@ -1265,7 +1266,7 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Change a tenant's limits (admin only) */
+        /** Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself) */
         patch: {
             parameters: {
                 query?: never;
@@ -1278,7 +1279,8 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
-                        limits: components["schemas"]["TenantLimits"];
+                        limits?: components["schemas"]["TenantLimits"];
+                        notify?: components["schemas"]["Notify"] & (Record<string, unknown> | null);
                     };
                 };
             };
@@ -2172,6 +2174,11 @@ export interface components {
                 requestsPerSecond: number | null;
                 retentionDays: number | null;
             };
+            /** @description Notifications for its jobs that name none of their own (see a job's `notify`); null: none. */
+            notify: {
+                url: string;
+                on: string[];
+            } | null;
             createdAt: string;
         };
         TenantLimits: {

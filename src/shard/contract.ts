@@ -1,4 +1,4 @@
-import type { JobSpec, NotifyEvent, StoredTarget } from "../model/job";
+import type { JobSpec, Notify, NotifyEvent, StoredTarget } from "../model/job";
 import type { LagCounts } from "./alarm-lag";
 import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
@@ -65,6 +65,8 @@ export interface TenantSettings {
   maxRunsInFlight: number | null;
   /** Days its finished runs stay before the archive; null or absent (a Worker of an earlier release): the default. */
   retentionDays?: number | null;
+  /** Notifications for the tenant's jobs that name none of their own; null or absent: none. */
+  notify?: Notify | null;
 }
 
 /** A catalog entry as the sweep compares it with what a shard holds. */

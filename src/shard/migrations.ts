@@ -335,6 +335,13 @@ ALTER TABLE cost_minutes ADD COLUMN alarm_lag_le_300000ms INTEGER NOT NULL DEFAU
 ALTER TABLE cost_minutes ADD COLUMN alarm_lag_above INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE cost_minutes ADD COLUMN alarm_lag_sum_ms INTEGER NOT NULL DEFAULT 0;`,
   },
+  {
+    version: 11,
+    name: "a tenant's default notifications",
+    // A tenant's `notify`, for its jobs that name none of their own (JSON; NULL: none).
+    sql: `
+ALTER TABLE tenants ADD COLUMN notify TEXT;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

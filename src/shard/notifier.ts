@@ -31,7 +31,7 @@ export class Notifier {
 
   /** Within the step's transaction: the notification of `event`, if the job asks for it. */
   note(event: NotifyEvent, job: ShardJob, run: RunRow | null, now: number, detail?: string): void {
-    const notify = job.spec.notify;
+    const notify = job.spec.notify ?? this.store.getTenant(job.tenantId)?.notify;
     if (!notify?.on.includes(event)) return;
     // One per event of a run, or of a job version (a pause makes a new version): a repeat adds none.
     const id = `${run?.id ?? `${job.id}@${job.version}`}:${event}`;

@@ -1,3 +1,4 @@
+import type { Notify } from "../model/job";
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { type NotificationRow, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, watchesOutcomes } from "./rows";
@@ -78,7 +79,7 @@ export class ShardStore {
 
   /** Inserts or replaces a job's definition; its fire count carries over. */
   putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null): void {
-    const watches = watchesOutcomes(job.spec);
+    const watches = watchesOutcomes(job.spec) || Boolean(this.getTenant(job.tenantId)?.notify);
     this.watching?.[watches ? "add" : "delete"](job.id);
     this.sql.exec(
       `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, watches_outcomes)
@@ -340,17 +341,32 @@ export class ShardStore {
   // ---- tenants and their permits ----
 
   putTenant(t: TenantSettings): void {
+    const before = this.getTenant(t.id);
     this.tenants.delete(t.id); // read again after the write (or after its rollback)
-    this.sql.exec(
-      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days) VALUES (?, ?, ?, ?, ?)
-       ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
-         max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days WHERE excluded.version > tenants.version`,
+    const written = this.sql.exec(
+      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days, notify) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
+           max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days, notify = excluded.notify
+         WHERE excluded.version > tenants.version`,
       t.id,
       t.version,
       t.signingGeneration,
       t.maxRunsInFlight,
       t.retentionDays ?? null,
-    );
+      t.notify ? JSON.stringify(t.notify) : null,
+    ).rowsWritten;
+    // A default notification set or taken away changes which of the tenant's jobs watch their
+    // outcomes: they are marked again (a rare change; it reads the tenant's jobs in this shard).
+    if (written > 0 && Boolean(before?.notify) !== Boolean(t.notify)) {
+      this.sql.exec(
+        `UPDATE jobs SET watches_outcomes = CASE WHEN ?2 OR json_extract(spec, '$.notify') IS NOT NULL
+           OR json_extract(spec, '$.pauseAfterFailures') IS NOT NULL THEN 1 ELSE 0 END
+         WHERE tenant_id = ?1`,
+        t.id,
+        t.notify ? 1 : 0,
+      );
+      this.watching = undefined;
+    }
   }
 
   /** Asked once per run created and claimed; memoized, since only putTenant changes the table. */
@@ -364,6 +380,7 @@ export class ShardStore {
           signingGeneration: row.signing_generation as number,
           maxRunsInFlight: row.max_in_flight as number | null,
           retentionDays: (row.retention_days as number | null) ?? null,
+          notify: typeof row.notify === "string" ? (JSON.parse(row.notify) as Notify) : null,
         }
       : null;
     this.tenants.set(id, tenant);

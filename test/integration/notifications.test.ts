@@ -138,6 +138,33 @@ describe("notify", () => {
     expect(await hitsOf(url)).toEqual([]);
   });
 
+  it("a tenant's default notifications: its jobs without their own notify use them; a job's own wins", async () => {
+    const tenant = await createTenant();
+    const tenantUrl = receiverPath("notify-tenant");
+    const ownUrl = receiverPath("notify-own");
+    // The tenant sets its own default; its limits stay the admin's to change.
+    const set = await tenant.api(`/v1/tenants/${tenant.id}`, { method: "PATCH", json: { notify: { url: tenantUrl, on: ["dead"] } } });
+    expect(set.status, await set.clone().text()).toBe(200);
+    expect(await set.json()).toMatchObject({ notify: { url: tenantUrl, on: ["dead"] } });
+    expect((await tenant.api(`/v1/tenants/${tenant.id}`, { method: "PATCH", json: { limits: { maxJobs: 5 } } })).status).toBe(403);
+
+    const plain = await jobWith("500", undefined as unknown as Record<string, unknown>, {}, tenant.api);
+    const own = await jobWith("500", { url: ownUrl, on: ["dead"] }, {}, tenant.api);
+    const plainRun = await runOnce(plain);
+    const ownRun = await runOnce(own);
+    const [hit] = await received(tenantUrl, 1);
+    expect(JSON.parse(hit!.body)).toMatchObject({ event: "dead", jobId: plain.id, run: { id: plainRun.id } });
+    const [ownHit] = await received(ownUrl, 1);
+    expect(JSON.parse(ownHit!.body)).toMatchObject({ jobId: own.id, run: { id: ownRun.id } });
+    expect(await hitsOf(tenantUrl)).toHaveLength(1);
+
+    // Taken away: the next failure of the plain job tells no one.
+    expect((await tenant.api(`/v1/tenants/${tenant.id}`, { method: "PATCH", json: { notify: null } })).status).toBe(200);
+    await runOnce(plain);
+    expect(await outbox(plain)).toEqual([]);
+    expect(await hitsOf(tenantUrl)).toHaveLength(1);
+  });
+
   it.each([
     [{ url: "not a url" }, "notify.url"],
     [{ url: "ftp://example.com/x" }, "notify.url"],
