@@ -50,6 +50,7 @@ describe("the run state table", () => {
         "queued --redispatch--> queued",
         "queued --cancel--> cancelled",
         "queued --abandon--> queued",
+        "queued --hold--> waiting",
         "dead --revive--> queued",
         "dead --succeed_late--> succeeded",
         "buffered --start--> queued",
