@@ -41,8 +41,14 @@ export async function createTenant(limits: Record<string, number | null> = {}) {
   return { ...tenant, api: call };
 }
 
+/**
+ * Creates a job; `breaker: false` unless the body says otherwise. Every test's target is on the
+ * one receiver origin, so the default tenant's circuit breaker (src/gate/breaker.ts) would open
+ * on one test's deliberate failures and hold the runs of the tests after it. Breakers are tested
+ * on their own (breakers.test.ts), each test with its own tenant.
+ */
 export async function createJob(body: Record<string, unknown>, as: typeof api = api): Promise<Job> {
-  const res = await as("/v1/jobs", { method: "POST", json: body });
+  const res = await as("/v1/jobs", { method: "POST", json: { breaker: false, ...body } });
   expect(res.status, await res.clone().text()).toBe(201);
   return res.json();
 }
