@@ -2,10 +2,9 @@
 // by test/support/local-stack.ts as for the e2e tests, gets the jobs through its API and calls
 // the bench's receiver. Talks only to 127.0.0.1. Always stops the stack it started.
 import { randomBytes } from "node:crypto";
-import { type AddressInfo, createServer } from "node:net";
 import { loadavg } from "node:os";
 import { relative } from "node:path";
-import { type Stack, startStack } from "../test/support/local-stack.ts";
+import { freePort, type Stack, startStack } from "../test/support/local-stack.ts";
 import { analyseDelivery } from "./burst.ts";
 import { readCost } from "./cost.ts";
 import { type CpuProfiler, startCpuProfile } from "./cpu-profile.ts";
@@ -21,6 +20,7 @@ import {
   pathOf,
   ROOT,
   type SystemContext,
+  sleep,
   waitForRuns,
   windowOf,
 } from "./harness.ts";
@@ -119,12 +119,18 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     if (failure) throw new Error(`during creation: ${failure}`);
     if (result.creation?.created === 0) throw new Error("nothing could be created");
 
-    // ---- 3. wait for the runs, measuring what they cost the machine's CPU
-    const cpuBefore = groupCpu(live.pgid);
-    const profiler: CpuProfiler | null = inspectorPort === null ? null : await startCpuProfile(inspectorPort);
+    // ---- 3. wait for the runs, measuring what they cost the machine's CPU from just before T
+    // (not from the end of creation: the idle wait for T would be charged to the runs)
+    const measuring = (async () => {
+      await sleep(Math.max(0, T - CPU_LEAD_MS - Date.now()));
+      const before = groupCpu(live.pgid);
+      const profiler: CpuProfiler | null = inspectorPort === null ? null : await startCpuProfile(inspectorPort);
+      return { before, profiler };
+    })();
     const expected = createdIndexes(jobs);
     const waitEnded = await waitForRuns(run, T, expected);
     result.waitEndedAt = iso(waitEnded);
+    const { before: cpuBefore, profiler } = await measuring;
     const cpuAfter = groupCpu(live.pgid);
     if (cpuBefore && cpuAfter) {
       const msByProcess = cpuBetween(cpuBefore, cpuAfter);
@@ -180,15 +186,7 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
   return result;
 }
 
-/** A port nothing listens on now, for wrangler's inspector. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer().listen(0, HOST, () => {
-      const { port } = probe.address() as AddressInfo;
-      probe.close(() => resolve(port));
-    });
-    probe.on("error", reject);
-  });
-}
+/** The CPU measurement starts this long before T. */
+const CPU_LEAD_MS = 500;
 
 const perRun = (ms: number, runs: number) => Math.round((ms / runs) * 1000) / 1000;

@@ -80,7 +80,7 @@ const OPTIONS: Record<keyof Options, Spec> = {
   profile: {
     env: "BENCH_PROFILE",
     default: false,
-    help: "edgecron: sample the Worker's CPU from the end of creation to the end of the wait, by part (slows the run: lags not comparable)",
+    help: "edgecron: sample the Worker's CPU from half a second before T to the end of the wait, by part (slows the run: lags not comparable)",
     flag: true,
   },
   "keep-state": {

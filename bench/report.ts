@@ -112,7 +112,7 @@ function edgecronLines(r: Result): string[] {
       .join(", ");
     const w = r.cpu.workerdMsPerRun;
     const perRun = w === null ? "-" : `${Math.round((w.user + w.system) * 100) / 100} ms (user ${w.user}, system ${w.system})`;
-    out.push(`  CPU             workerd ${perRun} per call received; end of creation → end of wait: ${byProcess}`);
+    out.push(`  CPU             workerd ${perRun} per call received; T − 0.5 s → end of wait: ${byProcess}`);
     const p = r.cpu.profile;
     if (p) {
       const parts = Object.entries(p.msByPart)

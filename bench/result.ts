@@ -125,7 +125,7 @@ export interface Result {
     lastBatchEndedMs: number | null;
     batchesOverall: number;
   };
-  /** edgecron: the stack's CPU from the end of creation to the end of the wait (bench/process-cpu.ts). */
+  /** edgecron: the stack's CPU from half a second before T to the end of the wait (bench/process-cpu.ts). */
   cpu?: {
     msByProcess: Record<string, import("./process-cpu.ts").CpuMs>;
     /**

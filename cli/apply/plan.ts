@@ -1,6 +1,7 @@
 import type { CreateJob, Job, PatchJob, Schedule } from "edgecron/client";
 import { parseDuration } from "../../src/schedule/duration.ts";
 import { SERVER_DEFAULTS } from "./defaults.ts";
+import { JOB_FIELDS } from "./fields.ts";
 import type { DeclaredJob } from "./file.ts";
 
 /**
@@ -33,23 +34,7 @@ export interface Plan {
 /** Two of the tenant's jobs carry a name the file declares: apply cannot tell which one it means. */
 export class AmbiguousName extends Error {}
 
-const FIELDS = [
-  "schedule",
-  "target",
-  "retry",
-  "timeoutMs",
-  "overlap",
-  "misfire",
-  "catchupWindow",
-  "jitter",
-  "maxConcurrency",
-  "ratePerSecond",
-  "retention",
-  "pauseAfterFailures",
-  "notify",
-  "breaker",
-] as const;
-type Field = (typeof FIELDS)[number];
+type Field = (typeof JOB_FIELDS)[number];
 /** Fields PATCH clears with null; the others go back to their default by being sent it. */
 const CLEARABLE = new Set<Field>(["jitter", "maxConcurrency", "ratePerSecond", "retention", "pauseAfterFailures", "notify"]);
 
@@ -84,7 +69,7 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
     const patch: Record<string, unknown> = {};
     const wanted = comparable(job);
     const existing = comparable(have);
-    for (const field of FIELDS) {
+    for (const field of JOB_FIELDS) {
       if (same(wanted[field], existing[field])) continue;
       fields.push({ field, from: shown(have, field), to: shown(job, field) });
       patch[field] =

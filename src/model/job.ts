@@ -142,16 +142,16 @@ function headerProblem(name: string, value: unknown): string | null {
   return null;
 }
 
+/** Where a job calls or notifies: the SSRF guard (src/security/target-guard.ts) then checks the address. */
+const HttpUrl = z.url({ protocol: /^https?$/, error: "must be an absolute http or https URL" }).max(2048);
+
 /** What a job's notifications are about (README, Operations: Notifications). */
 export const NOTIFY_EVENTS = ["failed", "dead", "paused", "recovered"] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
 
 export const NotifySchema = z
   .strictObject({
-    url: z
-      .url({ protocol: /^https?$/, error: "must be an absolute http or https URL" })
-      .max(2048)
-      .openapi({ example: "https://example.com/hooks/edgecron" }),
+    url: HttpUrl.openapi({ example: "https://example.com/hooks/edgecron" }),
     on: z
       .array(z.enum(NOTIFY_EVENTS))
       .min(1)
@@ -172,10 +172,7 @@ export type Notify = z.infer<typeof NotifySchema>;
 
 export const TargetSchema = z
   .strictObject({
-    url: z
-      .url({ protocol: /^https?$/, error: "must be an absolute http or https URL" })
-      .max(2048)
-      .openapi({ example: "https://example.com/hooks/report" }),
+    url: HttpUrl.openapi({ example: "https://example.com/hooks/report" }),
     method: z.enum(HTTP_METHODS).default("POST"),
     // Checked by hand rather than with z.record, which drops a "__proto__" key silently (it
     // rebuilds the object); here every own key of the parsed JSON is seen, and refused or kept.

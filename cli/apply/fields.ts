@@ -1,0 +1,20 @@
+/**
+ * The job fields apply compares and sends (POST /v1/jobs's, but `name`, which matches a declared
+ * job to the tenant's, and `paused`, which apply manages apart). A field the API gains goes here.
+ */
+export const JOB_FIELDS = [
+  "schedule",
+  "target",
+  "retry",
+  "timeoutMs",
+  "overlap",
+  "misfire",
+  "catchupWindow",
+  "jitter",
+  "maxConcurrency",
+  "ratePerSecond",
+  "retention",
+  "pauseAfterFailures",
+  "notify",
+  "breaker",
+] as const;
