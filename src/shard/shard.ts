@@ -62,10 +62,13 @@ export const FIRE_CHUNK = 200;
  * capability has to do.
  *
  * - firing (`firing.ts`): jobs, due fires, triggers, backfills, buffered starts;
- * - the run ledger (`ledger.ts`): the only writer of run and attempt transitions;
+ * - the run ledger (`ledger.ts`): the only writer of run and attempt transitions (runs a circuit
+ *   breaker holds among them);
  * - admission (`admitter.ts`): waiting runs start as flow control allows;
  * - dispatch (`dispatch.ts`): dispatches and permits, sent after commit;
  * - completion (`completion.ts`): claims, outcomes, completions, heartbeats;
+ * - outcomes: auto-pause (`auto-pause.ts`) after failures in a row, and notifications
+ *   (`notifier.ts`), their outbox sent after commit and again until delivered;
  * - views (`views.ts`): reads;
  * - retention (`retention.ts`): history past its window or cap goes to the archive, then away;
  * - the cost meter (`meter.ts`): rows, requests and messages per named operation.
