@@ -94,6 +94,16 @@ export class Completions {
     return done({ leaseUntil: now + extendMs });
   }
 
+  /** Dispatches whose origin's circuit breaker is open: their runs wait until `until`, attempts unspent. */
+  hold(holds: Array<Dispatch & { until: number; reason: string }>): Array<"held" | "stale"> {
+    return holds.map((h) => {
+      const run = this.ledger.currentQueued(h);
+      if (!run) return "stale";
+      this.ledger.holdForBreaker(run, h.until, h.reason);
+      return "held";
+    });
+  }
+
   /** Dispatches the Queue gave up on (its dead-letter queue): their runs are dispatched again, not failed. */
   abandon(dispatches: Dispatch[], now: number): Array<"redispatched" | "stale"> {
     return dispatches.map((d) => {

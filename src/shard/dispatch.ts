@@ -1,4 +1,5 @@
 import { failpoint } from "../faults";
+import { jobIdOfRun } from "../model/ids";
 import type { BreakerKey, Dispatch, DispatchMessage, RunRow } from "./contract";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
@@ -89,9 +90,16 @@ export class Dispatcher {
     this.unsent.length = Math.min(mark, this.unsent.length);
   }
 
-  /** Dispatches not yet taken by the Queue (a metric: the dispatch backlog), those of `ofRun`'s runs only when given. */
-  unsentCount(ofRun: (runId: string) => boolean = () => true): number {
-    return this.unsent.filter((d) => ofRun(d.runId)).length;
+  /**
+   * Dispatches not yet taken by the Queue (a metric: the dispatch backlog); of one tenant's runs
+   * only, when given (a run's id names its job): the outbox holds every tenant's dispatches.
+   */
+  unsentCount(tenantId: string | null = null): number {
+    if (tenantId === null) return this.unsent.length;
+    return this.unsent.filter((d) => {
+      const jobId = jobIdOfRun(d.runId);
+      return jobId !== null && this.store.getJob(jobId)?.tenantId === tenantId;
+    }).length;
   }
 
   /** Extends the run's tenant permit at the next flush, when it holds one. */

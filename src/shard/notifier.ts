@@ -1,6 +1,7 @@
 import { failpoint } from "../faults";
 import type { NotifyEvent } from "../model/job";
 import type { NotifyMessage, RunRow } from "./contract";
+import type { NotificationStore } from "./notification-store";
 import type { ShardJob } from "./rows";
 import type { ShardStore } from "./store";
 
@@ -25,6 +26,7 @@ export class Notifier {
 
   constructor(
     private readonly store: ShardStore,
+    private readonly outbox: NotificationStore,
     private readonly queueOf: (shard: string) => Queue<NotifyMessage>,
     private readonly shardName: () => string,
   ) {}
@@ -51,27 +53,27 @@ export class Notifier {
       ...(detail !== undefined && { detail }),
     });
     const row = { id, jobId: job.id, tenantId: job.tenantId, url: notify.url, body, dueAt: now + NOTIFY_RESEND_MS };
-    if (this.store.addNotification(row)) this.#unsent.push(this.message(row, event));
+    if (this.outbox.add(row)) this.#unsent.push(this.message(row, event));
   }
 
   /** Within the alarm's transaction: notifications not confirmed in time go out again, or are given up. */
   resendDue(now: number): void {
     const given: string[] = [];
-    for (const n of this.store.dueNotifications(now, RESEND_BATCH)) {
+    for (const n of this.outbox.due(now, RESEND_BATCH)) {
       if (n.sends + 1 >= NOTIFY_MAX_SENDS) {
         console.error(`notification ${n.id} to ${n.url}: not confirmed after ${n.sends + 1} sends, given up`);
         given.push(n.id);
         continue;
       }
-      this.store.notificationSent(n.id, now + NOTIFY_RESEND_MS * 2 ** (n.sends + 1));
+      this.outbox.sent(n.id, now + NOTIFY_RESEND_MS * 2 ** (n.sends + 1));
       this.#unsent.push(this.message(n, n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent));
     }
-    this.store.removeNotifications(given);
+    this.outbox.remove(given);
   }
 
   /** The consumer delivered these: their rows go. */
   delivered(ids: string[]): void {
-    this.store.removeNotifications(ids);
+    this.outbox.remove(ids);
   }
 
   /** Hands what is committed to the Queue. A refused send is left to the row's resend. */
@@ -90,7 +92,7 @@ export class Notifier {
 
   /** When the notifier next has work: now for what is unsent, else the earliest resend. */
   nextDue(now: number): number | null {
-    return this.#unsent.length > 0 ? now : this.store.earliestNotification();
+    return this.#unsent.length > 0 ? now : this.outbox.earliest();
   }
 
   /** Where the unsent list ends before a change; `rollBack(mark)` forgets what a failed change added. */

@@ -1,5 +1,5 @@
-import type { JobSpec } from "../model/job";
-import type { AttemptRow, JobDefinition, RunRow } from "./contract";
+import type { JobSpec, Notify } from "../model/job";
+import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import type { RunState } from "./run-states";
 
 /**
@@ -51,6 +51,15 @@ export const toJob = (r: Row): ShardJob => ({
   fires: r.fires as number,
   rateNextAt: r.rate_next_at as number | null,
   failureStreak: r.failure_streak as number,
+});
+
+export const toTenant = (r: Row): TenantSettings => ({
+  id: r.id as string,
+  version: r.version as number,
+  signingGeneration: r.signing_generation as number,
+  maxRunsInFlight: r.max_in_flight as number | null,
+  retentionDays: (r.retention_days as number | null) ?? null,
+  notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as Notify) : null,
 });
 
 export const toRun = (r: Row): RunRow => ({

@@ -3,11 +3,9 @@ import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
 import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
-import { jobIdOfRun } from "../model/ids";
 import { dispatchQueue } from "../queues";
 import { gateStub } from "../stubs";
 import { Admitter } from "./admitter";
-import { AutoPause } from "./auto-pause";
 import { Completions } from "./completion";
 import {
   type Answer,
@@ -21,7 +19,6 @@ import {
   type JobDefinition,
   type JobRuntime,
   type Outcome,
-  type RunRow,
   type RunView,
   type ShardApi,
   type ShardMetrics,
@@ -29,12 +26,12 @@ import {
   type TokenRefusal,
 } from "./contract";
 import { Dispatcher } from "./dispatch";
-import { Firing } from "./firing";
+import { FIRE_CHUNK, Firing } from "./firing";
 import { HistoryStore } from "./history-store";
 import { RunLedger, TICK_BATCH } from "./ledger";
 import { ALARM, SETTLE, ShardMeter } from "./meter";
 import { migrateShard } from "./migrations";
-import { Notifier } from "./notifier";
+import { Outcomes } from "./outcomes";
 import { Retention } from "./retention";
 import { ShardStore } from "./store";
 import { ViewStore } from "./view-store";
@@ -44,34 +41,12 @@ import { Views } from "./views";
 const IDLE_AFTER_MS = 5_000;
 
 /**
- * Due jobs fired per transaction by the alarm (TICK_BATCH in all per alarm). Each chunk's
- * dispatches start on their way before the next chunk is written, so a burst's first dispatch
- * waits for one chunk, not for the whole tick. Measured on the local stack (`npm run bench`,
- * one shard): a one-off fire takes 0.1 to 0.3 ms to write, by the machine's load, so a chunk
- * of 200 takes 20 to 60 ms and the first dispatch leaves about 40 ms after the instant (after
- * about 460 ms with one transaction of 2,000). Each chunk adds a turn of the event loop (about
- * 1.2 ms) and a transaction with its due-jobs query (0.04 ms): about 4% of a tick of 2,000 at
- * 200 a chunk, 15% at 50. And 200 fills two `sendBatch` calls of 100.
- */
-export const FIRE_CHUNK = 200;
-
-/**
  * One shard: the single writer of its jobs' runtime state (docs/architecture.md, invariant 1).
  * The class only wires its capabilities: each RPC method is one transaction over them, then
  * `settle`; all timing goes through the one alarm, pointed at the earliest thing any
- * capability has to do.
- *
- * - firing (`firing.ts`): jobs, due fires, triggers, backfills, buffered starts;
- * - the run ledger (`ledger.ts`): the only writer of run and attempt transitions (runs a circuit
- *   breaker holds among them);
- * - admission (`admitter.ts`): waiting runs start as flow control allows;
- * - dispatch (`dispatch.ts`): dispatches and permits, sent after commit;
- * - completion (`completion.ts`): claims, outcomes, completions, heartbeats;
- * - outcomes: auto-pause (`auto-pause.ts`) after failures in a row, and notifications
- *   (`notifier.ts`), their outbox sent after commit and again until delivered;
- * - views (`views.ts`): reads;
- * - retention (`retention.ts`): history past its window or cap goes to the archive, then away;
- * - the cost meter (`meter.ts`): rows, requests and messages per named operation.
+ * capability has to do. What each capability owns, and what it offers the alarm:
+ * docs/architecture.md, "The shard's capabilities" (firing, ledger, admission, dispatch,
+ * completion, outcomes, views, retention, the cost meter).
  */
 export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly store: ShardStore;
@@ -83,8 +58,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly views: Views;
   private readonly meter: ShardMeter;
   private readonly retention: Retention;
-  private readonly autoPause: AutoPause;
-  private readonly notifier: Notifier;
+  private readonly outcomes: Outcomes;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -100,7 +74,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, (run) => {
       this.meter.count("runsFinished");
-      this.noteOutcome(run);
+      this.outcomes.noteFinished(run);
     });
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
@@ -111,17 +85,18 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       (dispatch) => this.dispatcher.send(dispatch),
     );
     this.firing = new Firing(this.store, this.ledger);
-    this.autoPause = new AutoPause(
+    this.outcomes = new Outcomes(
       this.store,
+      this.meter.sql,
       () => this.env.DB,
-      (definition, reason) =>
+      queue,
+      name,
+      (definition, then) =>
         this.change((now) => {
           this.firing.applyJobs([definition], [], now);
-          const job = this.store.getJob(definition.id);
-          if (job) this.notifier.note("paused", job, null, now, reason);
+          then(now);
         }),
     );
-    this.notifier = new Notifier(this.store, queue, name);
     this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
     this.completions = new Completions(this.store, this.ledger, name);
     this.views = new Views(this.store, new ViewStore(this.meter.sql));
@@ -176,7 +151,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       }
       this.alarmChange((now) => {
         this.ledger.advanceDue(now);
-        this.notifier.resendDue(now);
+        this.outcomes.notifier.resendDue(now);
       });
       sending.push(this.sendCommitted());
     } catch (err) {
@@ -295,14 +270,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   async holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">> {
     return this.metered("holdDispatches", async () => {
-      const results = this.change(() =>
-        holds.map((h) => {
-          const run = this.ledger.currentQueued(h);
-          if (!run) return "stale" as const;
-          this.ledger.holdForBreaker(run, h.until, h.reason);
-          return "held" as const;
-        }),
-      );
+      const results = this.change(() => this.completions.hold(holds));
       await this.settle();
       return results;
     });
@@ -310,7 +278,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   async notificationsDelivered(ids: string[]): Promise<void> {
     return this.metered("notificationsDelivered", async () => {
-      this.change(() => this.notifier.delivered(ids));
+      this.change(() => this.outcomes.notifier.delivered(ids));
     });
   }
 
@@ -358,8 +326,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       const now = Date.now();
       return {
         ...this.views.metrics(windowMs, tenantId, now),
-        // A tenant sees its own backlog only: a shard's outbox holds every tenant's dispatches.
-        outbox: this.dispatcher.unsentCount((runId) => tenantId === null || this.tenantOfRun(runId) === tenantId),
+        outbox: this.dispatcher.unsentCount(tenantId),
         ...this.meter.window(now - windowMs, now),
       };
     });
@@ -412,30 +379,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    */
   private change<T>(apply: (now: number) => T): T {
     const mark = this.dispatcher.mark();
-    const notifications = this.notifier.mark();
+    const notifications = this.outcomes.notifier.mark();
     try {
       return this.ctx.storage.transactionSync(() => apply(Date.now()));
     } catch (err) {
       this.dispatcher.rollBack(mark);
-      this.notifier.rollBack(notifications);
+      this.outcomes.notifier.rollBack(notifications);
       throw err;
     }
-  }
-
-  /**
-   * A run reached a final state (within its step's transaction). Only jobs that watch their
-   * outcomes (pauseAfterFailures, notify) are read, from a list kept in memory: other runs
-   * finish with no extra read or write.
-   */
-  private noteOutcome(run: RunRow): void {
-    if (!this.store.watchesOutcomes(run.jobId)) return;
-    const job = this.store.getJob(run.jobId);
-    if (!job) return;
-    const endedStreak = this.autoPause.noteFinished(run, job);
-    const now = Date.now();
-    if (run.state === "failed" || run.state === "dead") this.notifier.note(run.state, job, run, now);
-    else if (run.state === "succeeded" && endedStreak > 0)
-      this.notifier.note("recovered", job, run, now, `after ${endedStreak} runs in a row that ended failed or dead`);
   }
 
   /**
@@ -450,8 +401,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private async settleNow(): Promise<void> {
     this.change((now) => this.firing.startBuffered(now));
     await this.admitter.admit();
-    await this.autoPause.flush();
-    await Promise.all([this.dispatcher.flush(), this.notifier.flush()]);
+    await this.outcomes.autoPause.flush();
+    await Promise.all([this.dispatcher.flush(), this.outcomes.notifier.flush()]);
     await this.armAlarm();
   }
 
@@ -461,7 +412,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       this.firing.nextDue(),
       this.ledger.nextDue(),
       this.dispatcher.nextDue(now),
-      this.notifier.nextDue(now),
+      this.outcomes.notifier.nextDue(now),
       this.retention.nextDue(),
     ].filter((t) => t !== null);
     return times.length === 0 ? null : Math.min(...times);
@@ -477,12 +428,6 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     } else if (current !== at) {
       await this.ctx.storage.setAlarm(at);
     }
-  }
-
-  /** The tenant a run belongs to, through its job (a run's id names its job). */
-  private tenantOfRun(runId: string): string | null {
-    const jobId = jobIdOfRun(runId);
-    return jobId === null ? null : (this.store.getJob(jobId)?.tenantId ?? null);
   }
 
   /**

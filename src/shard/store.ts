@@ -1,7 +1,6 @@
-import type { Notify } from "../model/job";
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
-import { type NotificationRow, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, watchesOutcomes } from "./rows";
+import { type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
@@ -373,16 +372,7 @@ export class ShardStore {
   getTenant(id: string): TenantSettings | null {
     if (this.tenants.has(id)) return this.tenants.get(id)!;
     const row = this.sql.exec("SELECT * FROM tenants WHERE id = ?", id).toArray()[0];
-    const tenant = row
-      ? {
-          id,
-          version: row.version as number,
-          signingGeneration: row.signing_generation as number,
-          maxRunsInFlight: row.max_in_flight as number | null,
-          retentionDays: (row.retention_days as number | null) ?? null,
-          notify: typeof row.notify === "string" ? (JSON.parse(row.notify) as Notify) : null,
-        }
-      : null;
+    const tenant = row ? toTenant(row) : null;
     this.tenants.set(id, tenant);
     return tenant;
   }
@@ -426,55 +416,6 @@ export class ShardStore {
   getAttempt(runId: string, fence: number): AttemptRow | null {
     const row = this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
     return row ? toAttempt(row) : null;
-  }
-
-  // ---- notifications (notifier.ts) ----
-
-  /** A notification, once: a repeated step (the same id) adds nothing. True if it is new. */
-  addNotification(n: Omit<NotificationRow, "sends">): boolean {
-    return (
-      this.sql
-        .exec(
-          `INSERT INTO notifications (id, job_id, tenant_id, url, body, due_at) VALUES (?, ?, ?, ?, ?, ?)
-           ON CONFLICT (id) DO NOTHING RETURNING id`,
-          n.id,
-          n.jobId,
-          n.tenantId,
-          n.url,
-          n.body,
-          n.dueAt,
-        )
-        .toArray().length > 0
-    );
-  }
-
-  dueNotifications(now: number, limit: number): NotificationRow[] {
-    return this.sql
-      .exec("SELECT * FROM notifications WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit)
-      .toArray()
-      .map((r) => ({
-        id: r.id as string,
-        jobId: r.job_id as string,
-        tenantId: r.tenant_id as string,
-        url: r.url as string,
-        body: r.body as string,
-        dueAt: r.due_at as number,
-        sends: r.sends as number,
-      }));
-  }
-
-  /** It is sent again: at `dueAt` it is looked at once more unless delivered. */
-  notificationSent(id: string, dueAt: number): void {
-    this.sql.exec("UPDATE notifications SET due_at = ?, sends = sends + 1 WHERE id = ?", dueAt, id);
-  }
-
-  removeNotifications(ids: string[]): void {
-    for (const chunk of chunksForStatement(ids))
-      this.sql.exec(`DELETE FROM notifications WHERE id IN (${placeholders(chunk.length)})`, ...chunk);
-  }
-
-  earliestNotification(): number | null {
-    return this.sql.exec("SELECT MIN(due_at) AS t FROM notifications").one().t as number | null;
   }
 
   // ---- what the alarm waits for ----

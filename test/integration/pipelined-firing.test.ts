@@ -5,8 +5,9 @@ import { newJobId, scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
 import { dispatchQueue } from "../../src/queues";
 import type { DispatchMessage, JobDefinition } from "../../src/shard/contract";
+import { FIRE_CHUNK } from "../../src/shard/firing";
 import { TICK_BATCH } from "../../src/shard/ledger";
-import { FIRE_CHUNK, type Shard } from "../../src/shard/shard";
+import type { Shard } from "../../src/shard/shard";
 import { createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
 
 /**

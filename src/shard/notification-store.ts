@@ -1,0 +1,54 @@
+import { chunksForStatement, placeholders } from "../sql";
+import type { NotificationRow } from "./rows";
+
+/** The SQL of the notifications outbox (notifier.ts), one named operation per statement. */
+export class NotificationStore {
+  constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
+
+  /** A notification, once: a repeated step (the same id) adds nothing. True if it is new. */
+  add(n: Omit<NotificationRow, "sends">): boolean {
+    return (
+      this.sql
+        .exec(
+          `INSERT INTO notifications (id, job_id, tenant_id, url, body, due_at) VALUES (?, ?, ?, ?, ?, ?)
+           ON CONFLICT (id) DO NOTHING RETURNING id`,
+          n.id,
+          n.jobId,
+          n.tenantId,
+          n.url,
+          n.body,
+          n.dueAt,
+        )
+        .toArray().length > 0
+    );
+  }
+
+  due(now: number, limit: number): NotificationRow[] {
+    return this.sql
+      .exec("SELECT * FROM notifications WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit)
+      .toArray()
+      .map((r) => ({
+        id: r.id as string,
+        jobId: r.job_id as string,
+        tenantId: r.tenant_id as string,
+        url: r.url as string,
+        body: r.body as string,
+        dueAt: r.due_at as number,
+        sends: r.sends as number,
+      }));
+  }
+
+  /** It is sent again: at `dueAt` it is looked at once more unless delivered. */
+  sent(id: string, dueAt: number): void {
+    this.sql.exec("UPDATE notifications SET due_at = ?, sends = sends + 1 WHERE id = ?", dueAt, id);
+  }
+
+  remove(ids: string[]): void {
+    for (const chunk of chunksForStatement(ids))
+      this.sql.exec(`DELETE FROM notifications WHERE id IN (${placeholders(chunk.length)})`, ...chunk);
+  }
+
+  earliest(): number | null {
+    return this.sql.exec("SELECT MIN(due_at) AS t FROM notifications").one().t as number | null;
+  }
+}
