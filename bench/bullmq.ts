@@ -8,6 +8,7 @@ import { loadavg } from "node:os";
 import { join, relative } from "node:path";
 import { type Job, Queue } from "bullmq";
 import { Redis } from "ioredis";
+import { eachLine } from "../test/support/lines.ts";
 import type { JobData, WorkerStats } from "./bullmq-worker.ts";
 import { analyseDelivery } from "./burst.ts";
 import {
@@ -113,17 +114,7 @@ async function startWorkers(
       if (m?.type === "ready") w.ready = true;
       else if (m?.type === "stats") w.stats = m as WorkerStats;
     });
-    for (const [name, stream] of [
-      ["stdout", child.stdout!],
-      ["stderr", child.stderr!],
-    ] as const) {
-      let partial = "";
-      stream.on("data", (chunk: Buffer) => {
-        const lines = (partial + chunk.toString("utf8")).split(/\r?\n/);
-        partial = lines.pop()!;
-        for (const line of lines) onLine(`[worker ${k}] ${line}`, name);
-      });
-    }
+    eachLine(child, (line, name) => onLine(`[worker ${k}] ${line}`, name));
   }
   const deadline = Date.now() + 30_000;
   while (!started.every((w) => w.ready)) {

@@ -8,6 +8,7 @@ import { accessSync, constants } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
+import { eachLine } from "../test/support/lines.ts";
 import { freePort } from "../test/support/local-stack.ts";
 
 export const REDIS_INSTALL = "apt-get install -y redis-server";
@@ -80,21 +81,11 @@ export async function startRedis(options: {
   child.once("error", (err) => {
     spawnError = err;
   });
-  for (const [name, stream] of [
-    ["stdout", child.stdout!],
-    ["stderr", child.stderr!],
-  ] as const) {
-    let partial = "";
-    stream.on("data", (chunk: Buffer) => {
-      const lines = (partial + chunk.toString("utf8")).split(/\r?\n/);
-      partial = lines.pop()!;
-      for (const line of lines) {
-        if (/Ready to accept connections/.test(line)) ready = true;
-        version ??= /Redis version=([0-9.]+)/.exec(line)?.[1] ?? null;
-        options.onLine?.(`[redis] ${line}`, name);
-      }
-    });
-  }
+  eachLine(child, (line, name) => {
+    if (/Ready to accept connections/.test(line)) ready = true;
+    version ??= /Redis version=([0-9.]+)/.exec(line)?.[1] ?? null;
+    options.onLine?.(`[redis] ${line}`, name);
+  });
 
   let stopping: Promise<void> | null = null;
   const server: RedisServer = {

@@ -6,6 +6,7 @@ import { type AddressInfo, createConnection, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { eachLine } from "./lines.ts";
 
 /**
  * The real local stack for Node end-to-end tests, started exactly as `npm start` runs it
@@ -226,21 +227,7 @@ async function launch(home: Home, label: string, onLine?: OnLine): Promise<Stack
     home.output.push(`[${label}] ${line}`);
     if (home.output.length > OUTPUT_LINES_KEPT) home.output.splice(0, home.output.length - OUTPUT_LINES_KEPT);
   };
-  for (const [name, stream] of [
-    ["stdout", child.stdout!],
-    ["stderr", child.stderr!],
-  ] as const) {
-    let partial = "";
-    stream.on("data", (chunk: Buffer) => {
-      const lines = (partial + chunk.toString("utf8")).split(/\r?\n/);
-      partial = lines.pop()!;
-      for (const line of lines) take(line, name);
-    });
-    // The last words of a process that dies often come without a newline.
-    stream.on("end", () => {
-      if (partial !== "") take(partial, name);
-    });
-  }
+  eachLine(child, take);
 
   const tail = (lines = 150) => home.output.slice(-lines).join("\n");
 
