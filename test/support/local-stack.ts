@@ -26,7 +26,7 @@ import { eachLine } from "./lines.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 /** What `npm start` needs from the working tree, for a snapshot. */
-const TREE = ["package.json", "wrangler.toml", "tsconfig.json", "src", "scripts", "migrations"];
+const TREE = ["package.json", "wrangler.toml", "tsconfig.json", "src", "scripts", "migrations", "dashboard"];
 const OUTPUT_LINES_KEPT = 2_000;
 
 export interface StackOptions {

@@ -1,0 +1,41 @@
+#!/usr/bin/env node
+// Builds the static assets the Worker serves through wrangler's [assets] (wrangler.toml): the
+// dashboard (dashboard/, Preact, bundled by esbuild) into dist/public. wrangler runs this as
+// its [build] command, so `npm start`, `wrangler dev` and `wrangler deploy` serve a fresh
+// build with no extra step; the tests that load the dashboard run it too.
+//
+//   node scripts/build-assets.mjs [--quiet]
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { gzipSync } from "node:zlib";
+import { build } from "esbuild";
+
+const root = new URL("..", import.meta.url).pathname;
+const out = `${root}dist/public`;
+const quiet = process.argv.includes("--quiet");
+
+rmSync(out, { recursive: true, force: true });
+mkdirSync(out, { recursive: true });
+
+await build({
+  entryPoints: { app: `${root}dashboard/main.tsx` },
+  bundle: true,
+  minify: true,
+  format: "esm",
+  target: "es2022",
+  jsx: "automatic",
+  jsxImportSource: "preact",
+  outdir: out,
+  logLevel: "warning",
+  legalComments: "none",
+});
+copyFileSync(`${root}dashboard/index.html`, `${out}/index.html`);
+copyFileSync(`${root}dashboard/style.css`, `${out}/style.css`);
+
+/** What a browser downloads for the dashboard, gzipped: the budget (README, "Dashboard") is on this. */
+const files = ["index.html", "app.js", "style.css"];
+const sizes = Object.fromEntries(files.map((f) => [f, gzipSync(readFileSync(`${out}/${f}`)).length]));
+writeFileSync(`${out}/build.json`, JSON.stringify({ gzipBytes: sizes }, null, 2));
+if (!quiet) {
+  const total = Object.values(sizes).reduce((a, b) => a + b, 0);
+  console.log(`[edgecron] dashboard built: ${(total / 1024).toFixed(1)} KB gzipped (${files.map((f) => `${f} ${sizes[f]} B`).join(", ")})`);
+}
