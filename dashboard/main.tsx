@@ -1,3 +1,4 @@
 import { render } from "preact";
+import { App } from "./app.tsx";
 
-render(<h1>edgecron</h1>, document.getElementById("app")!);
+render(<App />, document.getElementById("app")!);

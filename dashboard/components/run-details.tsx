@@ -1,0 +1,54 @@
+import type { EdgecronClient } from "../../src/client/index.ts";
+import { localTime } from "../lib/time.ts";
+import { useApi } from "../lib/use-api.ts";
+import { RunState } from "./state.tsx";
+
+/** One run with each of its attempts: when, how long, what the target answered. */
+export function RunDetails({ client, runId }: { client: EdgecronClient; runId: string }) {
+  const run = useApi(() => client.runs.get(runId), [client, runId]);
+  if (run.error)
+    return (
+      <p class="error" role="alert">
+        {run.error}
+      </p>
+    );
+  if (!run.data) return <p aria-live="polite">Loading…</p>;
+  const attempts = run.data.attemptLog ?? [];
+  return (
+    <div class="run-details">
+      <p>
+        <RunState state={run.data.state} /> {run.data.error && <span class="error-text">{run.data.error}</span>}
+        {run.data.result && <span> result: {run.data.result}</span>}
+      </p>
+      {attempts.length === 0 ? (
+        <p class="muted">No attempt yet.</p>
+      ) : (
+        <table>
+          <caption class="sr-only">Attempts of run {runId}</caption>
+          <thead>
+            <tr>
+              <th scope="col">#</th>
+              <th scope="col">Started</th>
+              <th scope="col">Outcome</th>
+              <th scope="col">Status</th>
+              <th scope="col">Took</th>
+              <th scope="col">Error</th>
+            </tr>
+          </thead>
+          <tbody>
+            {attempts.map((a) => (
+              <tr key={a.attempt}>
+                <td>{a.attempt}</td>
+                <td>{localTime(a.startedAt)}</td>
+                <td>{a.outcome.replace("_", " ")}</td>
+                <td>{a.status ?? "—"}</td>
+                <td>{a.durationMs === null ? "—" : `${a.durationMs} ms`}</td>
+                <td>{a.error ?? ""}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </div>
+  );
+}

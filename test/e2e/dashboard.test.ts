@@ -1,0 +1,164 @@
+import { existsSync, mkdirSync } from "node:fs";
+import type { Server } from "node:http";
+import axe from "axe-core";
+import { type Browser, chromium, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Stack, startStack } from "../support/local-stack";
+import { startReceiver } from "../support/receiver";
+
+/**
+ * The dashboard in a real browser (Debian's Chromium, driven by playwright-core) against the
+ * real local stack started as `npm start` starts it, with a loopback receiver as the targets:
+ * sign in, create a job and watch its run succeed, pause it, retry a dead letter. Every page
+ * is checked by axe-core (WCAG 2.1 A and AA rules) and photographed into test-output/dashboard.
+ */
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const SHOTS = new URL("../../test-output/dashboard/", import.meta.url).pathname;
+
+if (!existsSync(CHROMIUM)) {
+  throw new Error(`The dashboard tests need Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH).`);
+}
+
+let stack: Stack | undefined;
+let receiver: { url: string; server: Server } | undefined;
+let browser: Browser | undefined;
+let tenantKey = "";
+
+beforeAll(async () => {
+  mkdirSync(SHOTS, { recursive: true });
+  receiver = await startReceiver();
+  stack = await startStack({ snapshot: true, label: "dashboard" });
+  const tenant = await stack.api("POST", "/v1/tenants", { name: "dashboard" });
+  expect(tenant.status, JSON.stringify(tenant.json)).toBe(201);
+  tenantKey = tenant.json.apiKey;
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await stack?.stop();
+  if (receiver) await new Promise<void>((resolve) => receiver!.server.close(() => resolve()));
+});
+
+/** axe-core's findings on the page as it is now: "rule: what, where" lines, none expected. */
+async function accessibilityViolations(page: Page): Promise<string[]> {
+  await page.addScriptTag({ content: axe.source });
+  // A string, evaluated in the page: axe and document exist there, not in this Node file's types.
+  const rules = JSON.stringify({ runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"] } });
+  const results = (await page.evaluate(`axe.run(document, ${rules})`)) as axe.AxeResults;
+  // A run that checked nothing would pass too: it must at least have passed some rules.
+  expect(results.passes.length).toBeGreaterThan(0);
+  return results.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`);
+}
+
+/** Checks the page with axe and keeps a screenshot of it. */
+async function checkPage(page: Page, name: string) {
+  await page.screenshot({ path: `${SHOTS}${name}.png`, fullPage: true });
+  expect(await accessibilityViolations(page), `accessibility of ${name}`).toEqual([]);
+}
+
+async function signedIn(viewport = { width: 1280, height: 900 }): Promise<Page> {
+  const page = await browser!.newPage({ viewport });
+  await page.goto(stack!.base);
+  await page.getByLabel("API key or admin token").fill(tenantKey);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Jobs" }).waitFor();
+  return page;
+}
+
+describe("dashboard", () => {
+  it("refuses a wrong key and says why, then signs in with a tenant's key", async () => {
+    const page = await browser!.newPage();
+    await page.goto(stack!.base);
+    await checkPage(page, "sign-in");
+    await page.getByLabel("API key or admin token").fill("not-a-key");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent()).toMatch(/token|key|auth/i);
+    await page.getByLabel("API key or admin token").fill(tenantKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Jobs" }).waitFor();
+    // The key is kept for the tab: a reload stays signed in.
+    await page.reload();
+    await page.getByRole("heading", { name: "Jobs" }).waitFor();
+    await page.close();
+  });
+
+  it("creates a job, shows its run succeed on the timeline with its attempts, and pauses it", async () => {
+    const page = await signedIn();
+    await page.getByRole("link", { name: "New job" }).click();
+    await page.getByLabel("Name").fill("browser-every-2s");
+    await page.getByLabel("Cron expression").fill("*/2 * * * * *");
+    await page.getByLabel("Time zone").fill("Europe/Berlin");
+    await page.getByRole("button", { name: "Preview schedule" }).click();
+    await page.getByRole("table", { name: /Next runs in Europe\/Berlin/ }).waitFor();
+    await page.getByLabel("URL").fill(`${receiver!.url}/hit/browser-ok`);
+    await checkPage(page, "new-job");
+    await page.getByRole("button", { name: "Create job" }).click();
+
+    await page.getByRole("heading", { name: "browser-every-2s" }).waitFor();
+    await page.locator(".runs .state-succeeded").first().waitFor({ timeout: 60_000 });
+    await page.locator(".timeline .mark.state-succeeded").first().waitFor();
+    await page.locator(".runs button.link").last().click();
+    await expect.poll(() => page.locator(".run-details").first().textContent()).toMatch(/succeeded[\s\S]*200/);
+    await checkPage(page, "job");
+
+    await page.getByRole("button", { name: "Pause" }).click();
+    await page.getByRole("status").filter({ hasText: "Paused." }).waitFor();
+    await page.locator(".title-row .job-paused").waitFor();
+    await page.getByRole("button", { name: "Resume" }).waitFor();
+    // The API agrees: the job is paused.
+    const jobs = await stack!.api("GET", "/v1/jobs", undefined, { token: tenantKey });
+    expect(jobs.json.items.find((j: { name: string }) => j.name === "browser-every-2s")?.paused).toBe(true);
+
+    await page.getByRole("link", { name: "Jobs" }).first().click();
+    await page.getByRole("searchbox").fill("browser-every");
+    await expect.poll(() => page.locator("tbody tr").count()).toBe(1);
+    await checkPage(page, "jobs");
+    await page.close();
+  });
+
+  it("retries a dead letter", async () => {
+    const created = await stack!.api(
+      "POST",
+      "/v1/jobs",
+      {
+        name: "browser-dies",
+        schedule: { delay: "1s" },
+        target: { url: `${receiver!.url}/hit/browser-dead?status=500` },
+        retry: { maxAttempts: 1 },
+      },
+      { token: tenantKey },
+    );
+    expect(created.status, JSON.stringify(created.json)).toBe(201);
+    const page = await signedIn();
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    await page.getByRole("button", { name: "Retry" }).first().waitFor({ timeout: 60_000 });
+    await checkPage(page, "dead-letters");
+    expect(await hitsOf("browser-dead")).toBe(1);
+    await page.getByRole("button", { name: "Retry" }).first().click();
+    await page.getByRole("status").filter({ hasText: "goes again" }).waitFor();
+    // The retried run is attempted again: the receiver sees a second request.
+    await expect.poll(() => hitsOf("browser-dead"), { timeout: 30_000 }).toBeGreaterThanOrEqual(2);
+    await page.close();
+  });
+
+  it("previews a schedule with the clock change marked, readable on a phone", async () => {
+    const page = await signedIn({ width: 390, height: 844 });
+    await page.getByRole("link", { name: "Schedule preview" }).click();
+    await page.getByLabel("Cron expression").fill("30 2 * * *");
+    await page.getByLabel("Time zone").fill("Europe/Berlin");
+    await page.getByLabel("From (optional)").fill("2027-03-25T00:00");
+    await page.getByRole("button", { name: "Preview" }).click();
+    await expect.poll(() => page.locator(".dst-note").first().textContent()).toMatch(/clocks go forward: UTC\+1 → UTC\+2/);
+    // Nothing wider than the phone's screen but the tables' own scrolling.
+    expect(await page.evaluate("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+    await checkPage(page, "preview-phone");
+    await page.close();
+  });
+});
+
+async function hitsOf(name: string): Promise<number> {
+  const log = await fetch(`${receiver!.url}/log/${name}`);
+  return ((await log.json()) as unknown[]).length;
+}
