@@ -177,7 +177,7 @@ async function sweep() {
 
 for (let i = 0; ; i++) {
   try {
-    if ((await fetch(`${base}/healthz`)).ok) break;
+    if ((await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(2_000) })).ok) break;
   } catch {}
   if (i > 600) await stop(1, `wrangler dev did not answer on ${base}/healthz within 2 minutes`);
   await new Promise((r) => setTimeout(r, 200));
