@@ -2,28 +2,65 @@
 // `npm start`: applies the local D1 migrations, runs `wrangler dev`, prints the URL and the
 // API token, and fires the cron trigger on its schedule, which `wrangler dev` does not do by
 // itself: without it the reconciliation sweep would never run locally.
+//
+// wrangler's own output goes to a log file; the console gets a summary once the API answers,
+// one line per sweep and the errors (scripts/dev-output.ts). `npm start -- --verbose` or
+// EDGECRON_VERBOSE=1 passes wrangler's output through instead, as the tests and the bench need.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { once } from "node:events";
+import { existsSync, mkdirSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { createServer } from "node:net";
-import { dirname } from "node:path";
+import { dirname, isAbsolute, join, relative } from "node:path";
+import { clock, eachLine, lastLines, openLog, quietConsole, sweepLine } from "./dev-output.ts";
 
 const port = Number(process.env.PORT ?? 8787);
 const token = process.env.API_TOKEN ?? "dev-token";
 const persistTo = process.env.PERSIST_DIR; // default: wrangler's own .wrangler/state
 const sweepEveryMs = Number(process.env.SWEEP_INTERVAL_MS ?? 60_000); // the cron trigger is "* * * * *"
+const verbose = process.argv.includes("--verbose") || process.env.EDGECRON_VERBOSE === "1";
 const base = `http://127.0.0.1:${port}`;
 const wrangler = new URL("../node_modules/wrangler/bin/wrangler.js", import.meta.url).pathname;
 const persist = persistTo ? ["--persist-to", persistTo] : [];
+const statePath = persistTo ?? new URL("../.wrangler/state", import.meta.url).pathname;
+// Beside the state it tells about, like the local secrets.
+const logPath = persistTo
+  ? join(persistTo, "logs", "edgecron-dev.log")
+  : new URL("../.wrangler/logs/edgecron-dev.log", import.meta.url).pathname;
+const log = verbose ? null : openLog(logPath);
+const TAIL_LINES = 40;
 // A private dev registry: with the shared default, every other `wrangler dev` on the machine
 // starting or stopping reloads this one, and a reload drops the local queue's messages.
 const registry = process.env.WRANGLER_REGISTRY_PATH ?? new URL(`../.wrangler/registry-${port}`, import.meta.url).pathname;
 
+/** A path as the developer would type it: relative to the current directory when inside it. */
+function shown(path) {
+  const rel = relative(process.cwd(), path);
+  return rel && !rel.startsWith("..") && !isAbsolute(rel) ? rel : path;
+}
+
+/** Says what failed and, when quiet, the end of the log, which holds wrangler's own words. */
+function report(what) {
+  console.error(`[edgecron] ${what}`);
+  if (log === null) return;
+  console.error(
+    `[edgecron] the last lines of ${shown(logPath)}:\n${lastLines(logPath, TAIL_LINES)}\n[edgecron] the whole log: ${shown(logPath)}`,
+  );
+}
+
+/** Marks where each command's output starts in the log. */
+const section = (title) => log !== null && writeSync(log, `\n── ${title} (${new Date().toISOString()}) ──\n`);
+
+if (!verbose) console.log(`[edgecron] starting; wrangler's output goes to ${shown(logPath)} (npm start -- --verbose shows it here)`);
+section("wrangler d1 migrations apply");
 const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "apply", "edgecron", "--local", ...persist], {
-  stdio: ["ignore", "inherit", "inherit"],
+  stdio: ["ignore", log ?? "inherit", log ?? "inherit"],
   env: { ...process.env, CI: "true" }, // never prompt
 });
-if (migrate.status !== 0) process.exit(migrate.status ?? 1);
+if (migrate.status !== 0) {
+  report(`the D1 migrations failed (${migrate.signal ?? `exit code ${migrate.status}`})`);
+  process.exit(migrate.status || 1);
+}
 
 /**
  * Local secrets: made once and kept beside the local state, because targets sealed with one
@@ -59,6 +96,7 @@ const inspectorPort =
       probe.close(() => resolve(String(free)));
     });
   }));
+section("wrangler dev");
 const dev = spawn(
   process.execPath,
   [
@@ -75,7 +113,7 @@ const dev = spawn(
     ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ],
   {
-    stdio: ["ignore", "inherit", "inherit"],
+    stdio: ["ignore", verbose ? "inherit" : "pipe", verbose ? "inherit" : "pipe"],
     // wrangler.toml lists the required secrets; wrangler looks for them in its environment and
     // warns when they are missing there, even when --var supplies them.
     env: {
@@ -87,23 +125,51 @@ const dev = spawn(
     },
   },
 );
+if (log !== null) {
+  // One sorter per stream: an error's stack follows it on its own stream.
+  for (const stream of [dev.stdout, dev.stderr]) {
+    stream.on("data", (chunk) => writeSync(log, chunk));
+    eachLine(
+      stream,
+      quietConsole({
+        error: (line) => console.error(line),
+        sweep: (figures) => console.log(sweepLine(figures, new Date())),
+      }),
+    );
+  }
+}
 
 let sweeper;
-const stop = (code) => {
+let stopping = false;
+/** Stops wrangler dev, waiting a little for it, so that its last words still reach the log. */
+async function stop(code, failure) {
+  if (stopping) return;
+  stopping = true;
   clearInterval(sweeper);
-  dev.kill("SIGTERM");
+  if (failure) report(failure);
+  if (dev.exitCode === null && dev.signalCode === null) {
+    dev.kill("SIGTERM");
+    await Promise.race([once(dev, "exit"), new Promise((r) => setTimeout(r, 5_000))]);
+  }
   process.exit(code);
-};
+}
 process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
-dev.on("exit", (code) => {
+dev.on("exit", async (code, signal) => {
+  if (stopping) return;
+  stopping = true;
   clearInterval(sweeper);
-  process.exit(code ?? 1);
+  // Its last lines may still be in the pipe.
+  await Promise.race([once(dev, "close"), new Promise((r) => setTimeout(r, 1_000))]);
+  report(`wrangler dev exited (${signal ?? `exit code ${code}`})`);
+  process.exit(code || 1);
 });
 
 async function sweep() {
   try {
-    await fetch(`${base}/cdn-cgi/local/scheduled?cron=${encodeURIComponent("* * * * *")}`);
+    const res = await fetch(`${base}/cdn-cgi/local/scheduled?cron=${encodeURIComponent("* * * * *")}`);
+    if (!res.ok)
+      console.error(`[edgecron] ${clock(new Date())} sweep failed: HTTP ${res.status}${log === null ? "" : ` (see ${shown(logPath)})`}`);
   } catch (err) {
     console.error(`[edgecron] sweep could not reach wrangler dev: ${err.message}`);
   }
@@ -111,13 +177,24 @@ async function sweep() {
 
 for (let i = 0; ; i++) {
   try {
-    if ((await fetch(`${base}/healthz`)).ok) break;
+    if ((await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(2_000) })).ok) break;
   } catch {}
-  if (i > 600) stop(1);
+  if (i > 600) await stop(1, `wrangler dev did not answer on ${base}/healthz within 2 minutes`);
   await new Promise((r) => setTimeout(r, 200));
 }
+const url = `http://localhost:${port}`;
 console.log(
-  `\n[edgecron] ready on http://localhost:${port}\n[edgecron] API token: ${token}\n[edgecron]   curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs\n`,
+  [
+    "",
+    `[edgecron] ready on ${url}`,
+    `[edgecron]   admin token: ${token}`,
+    `[edgecron]   dashboard:   ${url}/`,
+    `[edgecron]   API docs:    ${url}/docs`,
+    `[edgecron]   state:       ${shown(statePath)}`,
+    `[edgecron]   log:         ${log === null ? "none (--verbose: wrangler's output is shown above)" : shown(logPath)}`,
+    `[edgecron]   try:         curl -H 'Authorization: Bearer ${token}' ${base}/v1/jobs`,
+    "",
+  ].join("\n"),
 );
 await sweep(); // picks up anything a crash left between D1 and a shard before this start
 sweeper = setInterval(sweep, sweepEveryMs);

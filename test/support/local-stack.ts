@@ -18,6 +18,10 @@ import { eachLine } from "./lines.ts";
  *   const { status, json } = await stack.api("GET", "/v1/jobs");
  *   await stack.stop();
  *
+ * It runs verbose (EDGECRON_VERBOSE=1): `onLine` and `tail()` get wrangler's own lines (the
+ * Worker's logs, queue batches, reloads, errors), which `npm start` otherwise keeps in a log file.
+ * `quiet: true` starts it as a developer's `npm start` does, to test what that prints.
+ *
  * `start.mjs` gives each `wrangler dev` a free devtools port of its own, so stacks started at
  * once no longer race for 9229 (3 stacks started at once, 18 times: none failed; with
  * wrangler's default port, 9 of 39 starts failed with "Address already in use"). A start that
@@ -40,6 +44,8 @@ export interface StackOptions {
    * watched file changes, and the working tree may be edited while a test runs.
    */
   snapshot?: boolean;
+  /** Starts it without EDGECRON_VERBOSE: its output is then start.mjs's own, wrangler's goes to its log file. */
+  quiet?: boolean;
   /** Prefixed to each line of the stack's output in `tail()`. */
   label?: string;
   /** Called with each line of the stack's output and the stream it came on. */
@@ -120,6 +126,7 @@ interface Home {
   port: number;
   token: string;
   env: Record<string, string>;
+  quiet: boolean;
   readyTimeoutMs: number;
   signal: AbortSignal | undefined;
   keepDir: boolean;
@@ -176,6 +183,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     port: await freePort(),
     token: options.token ?? `e2e-${randomBytes(8).toString("hex")}`,
     env: options.env ?? {},
+    quiet: options.quiet ?? false,
     readyTimeoutMs: options.readyTimeoutMs ?? 90_000,
     signal: options.signal,
     keepDir: options.keepDir ?? false,
@@ -202,6 +210,7 @@ async function launch(home: Home, label: string, onLine?: OnLine): Promise<Stack
       WRANGLER_REGISTRY_PATH: join(home.dir, "registry"),
       API_TOKEN: token,
       WRANGLER_SEND_METRICS: "false",
+      EDGECRON_VERBOSE: home.quiet ? "0" : "1",
     },
   });
   const pgid = child.pid!;
