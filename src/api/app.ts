@@ -41,7 +41,7 @@ export const OPENAPI_HEAD = {
     title: "edgecron",
     version: "1",
     description:
-      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.",
+      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.\n\nEvery error is a JSON body `{ error: { code, message, issues? } }`: each route lists the statuses and codes it answers, with an example of each. Besides those, any route may answer 500 (`misconfigured`: a secret or variable of the deployment is wrong; `internal`).",
   },
 };
 

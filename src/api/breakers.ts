@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { listBreakers } from "../app/breakers";
 import type { AppEnv } from "./context";
+import { AUTHENTICATED, invalid, tenantNotFound } from "./error-cases";
 import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -43,7 +44,10 @@ breakers.openapi(
           .openapi({ description: "Admin only: whose breakers (default: the admin's own tenant, `default`)." }),
       }),
     },
-    responses: { 200: json(BreakersSchema, "the breakers"), ...errors(404) },
+    responses: {
+      200: json(BreakersSchema, "the breakers"),
+      ...errors(invalid("tenantId", "Too big: expected string to have <=100 characters"), tenantNotFound, AUTHENTICATED),
+    },
   }),
   async (c) => {
     const { tenantId, breakers: list } = await listBreakers(c.env, c.var.caller, c.req.valid("query").tenantId);

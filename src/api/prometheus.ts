@@ -3,7 +3,8 @@ import { schedulerExposition } from "../app/metrics";
 import { EXPOSITION_CONTENT_TYPE } from "../app/prometheus";
 import { parseDuration } from "../schedule/duration";
 import type { AppEnv } from "./context";
-import { WindowQuery } from "./metrics";
+import { AUTHENTICATED } from "./error-cases";
+import { badWindow, WindowQuery } from "./metrics";
 import { bearer, errors } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -24,7 +25,7 @@ prometheus.openapi(
         content: { [EXPOSITION_CONTENT_TYPE]: { schema: z.string().openapi({ example: "edgecron_queue_depth 0\n" }) } },
         description: "text exposition format 0.0.4",
       },
-      ...errors(400, 401),
+      ...errors(badWindow, AUTHENTICATED),
     },
   }),
   async (c) => {

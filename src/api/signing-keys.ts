@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { rotateSigning, type SigningKeys, signingKeys } from "../app/signing";
 import { SIGNATURE_HEADER } from "../security/signing";
 import type { AppEnv } from "./context";
+import { AUTHENTICATED, invalid, tenantNotFound } from "./error-cases";
 import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -21,6 +22,8 @@ const TenantQuery = z.object({
   tenantId: z.string().max(100).optional().openapi({ description: "Admin only: whose keys (default: the admin's own tenant, `default`)." }),
 });
 
+const badTenant = invalid("tenantId", "Too big: expected string to have <=100 characters");
+
 const presentSigning = ({ tenantId, current, next }: SigningKeys) => ({ tenantId, header: SIGNATURE_HEADER, current, next });
 
 signing.openapi(
@@ -30,7 +33,7 @@ signing.openapi(
     summary: "The secrets targets verify Edgecron-Signature with",
     security: bearer,
     request: { query: TenantQuery },
-    responses: { 200: json(SigningKeysSchema, "the current and next secret"), ...errors(404) },
+    responses: { 200: json(SigningKeysSchema, "the current and next secret"), ...errors(badTenant, tenantNotFound, AUTHENTICATED) },
   }),
   async (c) => c.json(presentSigning(await signingKeys(c.env, c.var.caller, c.req.valid("query").tenantId)), 200),
 );
@@ -44,7 +47,7 @@ signing.openapi(
       "Give targets the new `next` before the following rotation. Requests in flight keep verifying: each is signed with current and next.",
     security: bearer,
     request: { query: TenantQuery },
-    responses: { 200: json(SigningKeysSchema, "the secrets after rotation"), ...errors(404) },
+    responses: { 200: json(SigningKeysSchema, "the secrets after rotation"), ...errors(badTenant, tenantNotFound, AUTHENTICATED) },
   }),
   async (c) => c.json(presentSigning(await rotateSigning(c.env, c.var.caller, c.req.valid("query").tenantId)), 200),
 );
