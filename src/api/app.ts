@@ -2,6 +2,7 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { authenticate, limitBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
 import type { AppEnv } from "./context";
+import { docs } from "./docs";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
 import { keys } from "./keys";
@@ -20,6 +21,8 @@ app.notFound(() => {
 });
 
 app.get("/healthz", (c) => c.json({ ok: true }));
+// The API reference: public, like the document it renders; the calls made from it need credentials as any others do.
+app.get("/docs", docs);
 
 app.use("/v1/*", authenticate, limitBody, requireJsonBody);
 app.route("/v1", jobs);
