@@ -31,6 +31,7 @@ breakers.openapi(
   createRoute({
     method: "get",
     path: "/breakers",
+    tags: ["Breakers"],
     summary: "The tenant's circuit breakers that are open, half-open or counting failures",
     description:
       "One per target origin: after 5 failures in a row (5xx, 429, 408, timeouts, connection errors) within 10 minutes it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes; its success closes the breaker. A job opts out with `breaker: false`.",

@@ -1,5 +1,4 @@
 import { Scalar } from "@scalar/hono-api-reference";
-import type { AppEnv } from "./context";
 
 /**
  * Where the reference's browser script is served from: scripts/vendor-assets.mjs copies
@@ -16,8 +15,11 @@ export const SCALAR_SCRIPT = "/vendor/scalar/standalone.js";
  * services is off. `proxyUrl` stays unset, so test requests go straight to this origin rather
  * than through Scalar's proxy.
  */
-export const docs = Scalar<AppEnv>({
+export const docs = Scalar((c) => ({
   url: "/openapi.json",
+  // The document names no server (one deployment does not know its host); the page's own
+  // origin is the API's, so the code samples and test requests show full URLs to it.
+  servers: [{ url: new URL(c.req.url).origin }],
   cdn: SCALAR_SCRIPT,
   pageTitle: "edgecron API reference",
   authentication: { preferredSecurityScheme: "bearer" },
@@ -32,4 +34,4 @@ export const docs = Scalar<AppEnv>({
   // "Generate MCP": registers the document on Scalar's dashboard.
   mcp: { disabled: true },
   telemetry: false,
-});
+}));

@@ -78,6 +78,7 @@ jobs.openapi(
   createRoute({
     method: "post",
     path: "/jobs",
+    tags: ["Jobs"],
     summary: "Create a job",
     security,
     request: { body: jsonBody(CreateJobSchema, CREATE_EXAMPLES) },
@@ -100,6 +101,7 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs",
+    tags: ["Jobs"],
     summary: "List jobs, newest first",
     security,
     request: { query: PageQuery },
@@ -115,6 +117,7 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}",
+    tags: ["Jobs"],
     summary: "Get a job",
     security,
     request: { params: IdParam },
@@ -130,6 +133,7 @@ for (const action of ["pause", "resume"] as const) {
     createRoute({
       method: "post",
       path: `/jobs/{id}/${action}`,
+      tags: ["Jobs"],
       summary: action === "pause" ? "Pause a job: no run starts after the answer" : "Resume a paused job from now on",
       security,
       request: { params: IdParam },
@@ -144,6 +148,7 @@ jobs.openapi(
   createRoute({
     method: "delete",
     path: "/jobs/{id}",
+    tags: ["Jobs"],
     summary: "Delete a job: no run starts after the answer; its runs stay readable",
     security,
     request: { params: IdParam },
@@ -164,6 +169,7 @@ jobs.openapi(
   createRoute({
     method: "patch",
     path: "/jobs/{id}",
+    tags: ["Jobs"],
     summary: "Change a job's definition atomically",
     description:
       "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.",
@@ -183,6 +189,7 @@ jobs.openapi(
   createRoute({
     method: "post",
     path: "/jobs/{id}/backfill",
+    tags: ["Jobs"],
     summary: "Create the runs of every fire in a past (or any) range",
     description: `Idempotent: a fire that already has a run (scheduled or backfilled) is not run again, because run ids are derived from (job, instant). At most ${MAX_BACKFILL} fires per call.`,
     security,
@@ -209,6 +216,7 @@ jobs.openapi(
   createRoute({
     method: "post",
     path: "/jobs/{id}/trigger",
+    tags: ["Jobs"],
     summary: "Run a job once now, besides its schedule",
     description: "Send an Idempotency-Key header to make retries of this call yield the same run.",
     security,
@@ -233,6 +241,7 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}/runs",
+    tags: ["Jobs"],
     summary: "List a job's runs, newest first",
     security,
     request: { params: IdParam, query: PageQuery },
@@ -276,6 +285,7 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}/explain",
+    tags: ["Jobs"],
     summary: "Why a fire ran or did not: the shard's decisions for the fire at or after an instant",
     description:
       "The schedule's match (and the DST rule that applied), bounds, pause, misfire policy, overlap, jitter, flow control, and the run the fire became, or why there is none; computed by the functions the shard fires by.",
@@ -318,6 +328,7 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}/history",
+    tags: ["Jobs"],
     summary: "Stream a job's archived runs (those retention moved out of its shard), oldest first",
     description:
       "Newline-delimited JSON, one run per line with its attempts, for runs scheduled in [from, to] (at most 31 days). Runs still in the shard are at /jobs/{id}/runs.",

@@ -35,6 +35,7 @@ keys.openapi(
   createRoute({
     method: "post",
     path: "/tenants/{id}/keys",
+    tags: ["API keys"],
     summary: "Add an API key (the admin, or the tenant itself)",
     security: bearer,
     request: { params: tenantParam },
@@ -50,6 +51,7 @@ keys.openapi(
   createRoute({
     method: "get",
     path: "/tenants/{id}/keys",
+    tags: ["API keys"],
     summary: "List a tenant's API keys, revoked ones included (never the keys themselves)",
     security: bearer,
     request: { params: tenantParam },
@@ -62,6 +64,7 @@ keys.openapi(
   createRoute({
     method: "delete",
     path: "/tenants/{id}/keys/{keyId}",
+    tags: ["API keys"],
     summary: "Revoke an API key: it stops working at once",
     description: "A tenant may not revoke its own last live key (it would lock itself out); the admin may.",
     security: bearer,

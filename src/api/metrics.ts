@@ -55,6 +55,7 @@ metrics.openapi(
   createRoute({
     method: "get",
     path: "/metrics",
+    tags: ["Metrics"],
     summary: "Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only)",
     security: bearer,
     request: { query: WindowQuery },

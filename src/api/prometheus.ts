@@ -15,6 +15,7 @@ prometheus.openapi(
   createRoute({
     method: "get",
     path: "/metrics",
+    tags: ["Metrics"],
     summary: "Scheduler health in Prometheus's text format (a tenant key sees its own runs only)",
     description:
       "The figures of GET /v1/metrics as Prometheus series named edgecron_*. Most are gauges of the last `window`; the admin token also gets the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation.",

@@ -29,6 +29,7 @@ runs.openapi(
   createRoute({
     method: "get",
     path: "/runs/{id}",
+    tags: ["Runs"],
     summary: "Get a run with all its attempts",
     security: bearer,
     request: { params: IdParam },
@@ -41,6 +42,7 @@ runs.openapi(
   createRoute({
     method: "post",
     path: "/runs/{id}/retry",
+    tags: ["Runs"],
     summary: "Give a dead or failed run a fresh set of attempts",
     security: bearer,
     request: { params: IdParam },
@@ -78,6 +80,7 @@ runs.openapi(
   createRoute({
     method: "post",
     path: "/runs/{id}/complete",
+    tags: ["Runs"],
     summary: "Finish a long-running attempt (a target that answered 202)",
     description:
       "Authenticated by the attempt's completion token; no API token needed. A stale attempt's completion answers 409 and changes nothing.",
@@ -111,6 +114,7 @@ runs.openapi(
   createRoute({
     method: "post",
     path: "/runs/{id}/heartbeat",
+    tags: ["Runs"],
     summary: "Extend a long-running attempt's lease",
     description:
       "Authenticated by the attempt's completion token. Without heartbeats, an accepted attempt times out after the job's timeoutMs.",
@@ -137,6 +141,7 @@ runs.openapi(
   createRoute({
     method: "get",
     path: "/dead-letters",
+    tags: ["Runs"],
     summary: "Runs that ended without success: dead (retries exhausted) or failed (refused, or lost by the queue)",
     security: bearer,
     request: {

@@ -13,6 +13,7 @@ schedules.openapi(
   createRoute({
     method: "post",
     path: "/schedules/preview",
+    tags: ["Schedules"],
     summary: "The next fire instants of a schedule, exactly as a job with it would fire",
     security: bearer,
     request: {

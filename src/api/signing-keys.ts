@@ -30,6 +30,7 @@ signing.openapi(
   createRoute({
     method: "get",
     path: "/signing-keys",
+    tags: ["Signing keys"],
     summary: "The secrets targets verify Edgecron-Signature with",
     security: bearer,
     request: { query: TenantQuery },
@@ -42,6 +43,7 @@ signing.openapi(
   createRoute({
     method: "post",
     path: "/signing-keys/rotate",
+    tags: ["Signing keys"],
     summary: "Rotate: next becomes current, a new next appears, the old current stops being used",
     description:
       "Give targets the new `next` before the following rotation. Requests in flight keep verifying: each is signed with current and next.",

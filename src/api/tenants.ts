@@ -65,6 +65,7 @@ tenants.openapi(
   createRoute({
     method: "post",
     path: "/tenants",
+    tags: ["Tenants"],
     summary: "Create a tenant and its first API key (admin only)",
     security: bearer,
     request: {
@@ -99,6 +100,7 @@ tenants.openapi(
   createRoute({
     method: "get",
     path: "/tenants",
+    tags: ["Tenants"],
     summary: "List tenants (admin only)",
     security: bearer,
     request: { query: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50), cursor: z.string().max(100).optional() }) },
@@ -117,6 +119,7 @@ tenants.openapi(
   createRoute({
     method: "get",
     path: "/tenants/{id}",
+    tags: ["Tenants"],
     summary: "Get a tenant (the admin, or the tenant itself)",
     security: bearer,
     request: { params: tenantParam },
@@ -129,6 +132,7 @@ tenants.openapi(
   createRoute({
     method: "patch",
     path: "/tenants/{id}",
+    tags: ["Tenants"],
     summary: "Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself)",
     security: bearer,
     request: {
