@@ -8,6 +8,7 @@
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 import { build } from "esbuild";
+import { copyVendorScripts } from "./vendor-assets.mjs";
 
 const root = new URL("..", import.meta.url).pathname;
 const out = `${root}dist/public`;
@@ -30,6 +31,9 @@ await build({
 });
 copyFileSync(`${root}dashboard/index.html`, `${out}/index.html`);
 copyFileSync(`${root}dashboard/style.css`, `${out}/style.css`);
+
+// The API reference's script (GET /docs), served from here rather than from a CDN.
+copyVendorScripts(out);
 
 /** What a browser downloads for the dashboard, gzipped: the budget (README, "Dashboard") is on this. */
 const files = ["index.html", "app.js", "style.css"];

@@ -2,6 +2,7 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { authenticate, limitBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
 import type { AppEnv } from "./context";
+import { docs } from "./docs";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
 import { keys } from "./keys";
@@ -20,6 +21,8 @@ app.notFound(() => {
 });
 
 app.get("/healthz", (c) => c.json({ ok: true }));
+// The API reference: public, like the document it renders; the calls made from it need credentials as any others do.
+app.get("/docs", docs);
 
 app.use("/v1/*", authenticate, limitBody, requireJsonBody);
 app.route("/v1", jobs);
@@ -41,8 +44,19 @@ export const OPENAPI_HEAD = {
     title: "edgecron",
     version: "1",
     description:
-      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs Authorization: Bearer <tenant API key or admin token>; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.",
+      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs `Authorization: Bearer <tenant API key or admin token>`; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.\n\nEvery error is a JSON body `{ error: { code, message, issues? } }`: each route lists the statuses and codes it answers, with an example of each. Besides those, any route may answer 500 (`misconfigured`: a secret or variable of the deployment is wrong; `internal`).",
   },
+  /** The reference's sections, in this order; each route names its own. */
+  tags: [
+    { name: "Jobs", description: "Create, change, pause, trigger and backfill jobs; their runs, and why a fire ran or did not." },
+    { name: "Runs", description: "Runs and their attempts, retries, dead letters, and the callbacks of long-running targets." },
+    { name: "Schedules", description: "What a schedule would fire, before a job has it." },
+    { name: "Tenants", description: "Tenants and their limits (admin), and their default notifications." },
+    { name: "API keys", description: "A tenant's keys: add one, move clients over, revoke the old one." },
+    { name: "Signing keys", description: "The secrets targets verify the Edgecron-Signature of each request with." },
+    { name: "Breakers", description: "The circuit breakers of a tenant's target origins." },
+    { name: "Metrics", description: "Scheduler health, as JSON and for Prometheus." },
+  ],
 };
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });

@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { listBreakers } from "../app/breakers";
 import type { AppEnv } from "./context";
+import { AUTHENTICATED, invalid, tenantNotFound } from "./error-cases";
 import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -30,6 +31,7 @@ breakers.openapi(
   createRoute({
     method: "get",
     path: "/breakers",
+    tags: ["Breakers"],
     summary: "The tenant's circuit breakers that are open, half-open or counting failures",
     description:
       "One per target origin: after 5 failures in a row (5xx, 429, 408, timeouts, connection errors) within 10 minutes it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes; its success closes the breaker. A job opts out with `breaker: false`.",
@@ -43,7 +45,10 @@ breakers.openapi(
           .openapi({ description: "Admin only: whose breakers (default: the admin's own tenant, `default`)." }),
       }),
     },
-    responses: { 200: json(BreakersSchema, "the breakers"), ...errors(404) },
+    responses: {
+      200: json(BreakersSchema, "the breakers"),
+      ...errors(invalid("tenantId", "Too big: expected string to have <=100 characters"), tenantNotFound, AUTHENTICATED),
+    },
   }),
   async (c) => {
     const { tenantId, breakers: list } = await listBreakers(c.env, c.var.caller, c.req.valid("query").tenantId);

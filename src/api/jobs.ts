@@ -10,14 +10,67 @@ import { RunSchema } from "../model/run";
 import { viewTarget } from "../security/targets";
 import { MAX_BACKFILL } from "../shard/contract";
 import type { AppContext, AppEnv } from "./context";
+import {
+  AUTHENTICATED,
+  badCursor,
+  idTooLong,
+  invalid,
+  JSON_BODY,
+  jobNotFound,
+  jobPaused,
+  noArchive,
+  quotaExceeded,
+  shardUnavailable,
+  tooManyFires,
+} from "./error-cases";
 import { presentJob, presentRun } from "./present";
-import { bearer, errors, json, pathId } from "./route-parts";
+import { bearer, errors, json, jsonBody, pathId } from "./route-parts";
 import { validationHook } from "./validation";
 
 export const jobs = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const IdParam = pathId("job_0mihx2k3f8a1b2c3d4e5");
 const security = bearer;
+const badId = idTooLong(200);
+const tooBigLimit = invalid("limit", "Too big: expected number to be <=200");
+
+const TARGET = { url: "https://example.com/hooks/report", method: "POST" as const };
+
+const CREATE_EXAMPLES = {
+  cron: {
+    summary: "Every weekday at 09:00 in Berlin, with retries and no overlap",
+    value: {
+      name: "morning-report",
+      schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
+      target: { ...TARGET, headers: { Authorization: "Bearer target-secret" }, body: { report: "daily" } },
+      retry: { maxAttempts: 5, backoff: { initialMs: 1_000, maxMs: 60_000, factor: 2 } },
+      timeoutMs: 60_000,
+      overlap: "forbid" as const,
+      notify: { url: "https://example.com/hooks/edgecron", on: ["dead" as const, "paused" as const] },
+    },
+  },
+  every: {
+    summary: "Every 30 seconds, at most 2 runs at once, spread over 5 seconds",
+    value: {
+      schedule: { every: "30s" },
+      target: { url: "https://example.com/hooks/poll", method: "GET" as const },
+      maxConcurrency: 2,
+      jitter: "5s",
+    },
+  },
+  oneOff: {
+    summary: "Once, ten minutes from now",
+    value: { name: "send-reminder", schedule: { delay: "10m" }, target: { ...TARGET, body: { user: "u_123" } } },
+  },
+};
+
+const PATCH_EXAMPLES = {
+  schedule: {
+    summary: "Move it to 07:30 and stop jittering",
+    value: { schedule: { cron: "30 7 * * *", timezone: "Europe/Berlin" }, jitter: null },
+  },
+  target: { summary: "Point it at a new URL", value: { target: { ...TARGET, url: "https://example.com/hooks/report-v2" } } },
+};
 
 // ---- create ----
 
@@ -25,10 +78,14 @@ jobs.openapi(
   createRoute({
     method: "post",
     path: "/jobs",
+    tags: ["Jobs"],
     summary: "Create a job",
     security,
-    request: { body: { content: { "application/json": { schema: CreateJobSchema } }, required: true } },
-    responses: { 201: json(JobSchema, "the job, with its first fire"), ...errors(400, 403) },
+    request: { body: jsonBody(CreateJobSchema, CREATE_EXAMPLES) },
+    responses: {
+      201: json(JobSchema, "the job, with its first fire"),
+      ...errors(invalid("schedule.cron", "invalid cron expression"), JSON_BODY, quotaExceeded, AUTHENTICATED),
+    },
   }),
   async (c) => c.json(await present(c, await createJob(c.env, c.var.caller, c.req.valid("json"))), 201),
 );
@@ -44,10 +101,11 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs",
+    tags: ["Jobs"],
     summary: "List jobs, newest first",
     security,
     request: { query: PageQuery },
-    responses: { 200: json(pageOf(JobSchema), "a page of jobs"), ...errors(400) },
+    responses: { 200: json(pageOf(JobSchema), "a page of jobs"), ...errors(tooBigLimit, badCursor, AUTHENTICATED) },
   }),
   async (c) => {
     const page = await listJobs(c.env, c.var.caller, c.req.valid("query"));
@@ -59,10 +117,11 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}",
+    tags: ["Jobs"],
     summary: "Get a job",
     security,
     request: { params: IdParam },
-    responses: { 200: json(JobSchema, "the job"), ...errors(404) },
+    responses: { 200: json(JobSchema, "the job"), ...errors(badId, jobNotFound, AUTHENTICATED) },
   }),
   async (c) => c.json(await present(c, await readJob(c.env, c.var.caller, c.req.valid("param").id)), 200),
 );
@@ -74,10 +133,11 @@ for (const action of ["pause", "resume"] as const) {
     createRoute({
       method: "post",
       path: `/jobs/{id}/${action}`,
+      tags: ["Jobs"],
       summary: action === "pause" ? "Pause a job: no run starts after the answer" : "Resume a paused job from now on",
       security,
       request: { params: IdParam },
-      responses: { 200: json(JobSchema, "the job"), ...errors(404, 503) },
+      responses: { 200: json(JobSchema, "the job"), ...errors(badId, jobNotFound, AUTHENTICATED, shardUnavailable) },
     }),
     async (c) =>
       c.json(await present(c, await changeJob(c.env, c.var.caller, c.req.valid("param").id, { paused: action === "pause" })), 200),
@@ -88,10 +148,14 @@ jobs.openapi(
   createRoute({
     method: "delete",
     path: "/jobs/{id}",
+    tags: ["Jobs"],
     summary: "Delete a job: no run starts after the answer; its runs stay readable",
     security,
     request: { params: IdParam },
-    responses: { 200: json(z.object({ id: z.string(), deleted: z.literal(true) }), "deleted"), ...errors(404, 503) },
+    responses: {
+      200: json(z.object({ id: z.string(), deleted: z.literal(true) }), "deleted"),
+      ...errors(badId, jobNotFound, AUTHENTICATED, shardUnavailable),
+    },
   }),
   async (c) => {
     const { job } = await changeJob(c.env, c.var.caller, c.req.valid("param").id, { deleted: true });
@@ -105,12 +169,16 @@ jobs.openapi(
   createRoute({
     method: "patch",
     path: "/jobs/{id}",
+    tags: ["Jobs"],
     summary: "Change a job's definition atomically",
     description:
       "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.",
     security,
-    request: { params: IdParam, body: { content: { "application/json": { schema: PatchJobSchema } }, required: true } },
-    responses: { 200: json(JobSchema, "the job at its new version"), ...errors(400, 404, 503) },
+    request: { params: IdParam, body: jsonBody(PatchJobSchema, PATCH_EXAMPLES) },
+    responses: {
+      200: json(JobSchema, "the job at its new version"),
+      ...errors(invalid("(body)", "give at least one field to change"), JSON_BODY, jobNotFound, AUTHENTICATED, shardUnavailable),
+    },
   }),
   async (c) => c.json(await present(c, await patchJob(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
 );
@@ -121,16 +189,22 @@ jobs.openapi(
   createRoute({
     method: "post",
     path: "/jobs/{id}/backfill",
+    tags: ["Jobs"],
     summary: "Create the runs of every fire in a past (or any) range",
     description: `Idempotent: a fire that already has a run (scheduled or backfilled) is not run again, because run ids are derived from (job, instant). At most ${MAX_BACKFILL} fires per call.`,
     security,
-    request: { params: IdParam, body: { content: { "application/json": { schema: BackfillSchema } }, required: true } },
+    request: {
+      params: IdParam,
+      body: jsonBody(BackfillSchema, {
+        day: { summary: "Every fire of one day", value: { from: "2026-11-01T00:00:00Z", to: "2026-11-01T23:59:59Z" } },
+      }),
+    },
     responses: {
       202: json(
         z.object({ created: z.array(z.string()), existing: z.array(z.string()) }),
         "run ids created, and those that already existed",
       ),
-      ...errors(400, 404, 409),
+      ...errors(invalid("to", "to must not be before from"), tooManyFires, JSON_BODY, jobNotFound, jobPaused("backfill"), AUTHENTICATED),
     },
   }),
   async (c) => c.json(await backfill(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json")), 202),
@@ -142,6 +216,7 @@ jobs.openapi(
   createRoute({
     method: "post",
     path: "/jobs/{id}/trigger",
+    tags: ["Jobs"],
     summary: "Run a job once now, besides its schedule",
     description: "Send an Idempotency-Key header to make retries of this call yield the same run.",
     security,
@@ -149,7 +224,10 @@ jobs.openapi(
       params: IdParam,
       headers: z.object({ "idempotency-key": z.string().regex(TRIGGER_KEY, "1 to 64 letters, digits or dashes").optional() }),
     },
-    responses: { 202: json(RunSchema, "the run, queued"), ...errors(400, 404, 409) },
+    responses: {
+      202: json(RunSchema, "the run, queued"),
+      ...errors(invalid("idempotency-key", "1 to 64 letters, digits or dashes"), jobNotFound, jobPaused("trigger"), AUTHENTICATED),
+    },
   }),
   async (c) => {
     const run = await trigger(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("header")["idempotency-key"]);
@@ -163,10 +241,11 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}/runs",
+    tags: ["Jobs"],
     summary: "List a job's runs, newest first",
     security,
     request: { params: IdParam, query: PageQuery },
-    responses: { 200: json(pageOf(RunSchema), "a page of runs"), ...errors(400, 404) },
+    responses: { 200: json(pageOf(RunSchema), "a page of runs"), ...errors(tooBigLimit, badCursor, badId, jobNotFound, AUTHENTICATED) },
   }),
   async (c) => {
     const page = await listRuns(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("query"));
@@ -206,12 +285,16 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}/explain",
+    tags: ["Jobs"],
     summary: "Why a fire ran or did not: the shard's decisions for the fire at or after an instant",
     description:
       "The schedule's match (and the DST rule that applied), bounds, pause, misfire policy, overlap, jitter, flow control, and the run the fire became, or why there is none; computed by the functions the shard fires by.",
     security,
     request: { params: IdParam, query: ExplainQuery },
-    responses: { 200: json(ExplanationSchema, "the explanation"), ...errors(400, 404) },
+    responses: {
+      200: json(ExplanationSchema, "the explanation"),
+      ...errors(invalid("at", "must be an ISO-8601 instant with a zone, e.g. 2026-12-01T09:00:00Z"), jobNotFound, AUTHENTICATED),
+    },
   }),
   async (c) => {
     const { at } = c.req.valid("query");
@@ -245,6 +328,7 @@ jobs.openapi(
   createRoute({
     method: "get",
     path: "/jobs/{id}/history",
+    tags: ["Jobs"],
     summary: "Stream a job's archived runs (those retention moved out of its shard), oldest first",
     description:
       "Newline-delimited JSON, one run per line with its attempts, for runs scheduled in [from, to] (at most 31 days). Runs still in the shard are at /jobs/{id}/runs.",
@@ -252,7 +336,7 @@ jobs.openapi(
     request: { params: IdParam, query: HistoryQuery },
     responses: {
       200: { content: { "application/x-ndjson": { schema: z.string() } }, description: "one Run (as GET /v1/runs/{id} shows it) per line" },
-      ...errors(400, 404),
+      ...errors(invalid("to", "the range may span at most 31 days; ask again for the next"), jobNotFound, noArchive, AUTHENTICATED),
     },
   }),
   async (c) => {

@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { addKey, listKeys, revokeKey } from "../app/keys";
 import type { ApiKeyRow } from "../catalog/tenants";
 import type { AppEnv } from "./context";
+import { AUTHENTICATED, idTooLong, keyNotFound, lastKey, tenantNotFound } from "./error-cases";
 import { bearer, errors, json, tenantParam } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -21,6 +22,8 @@ const NewKeySchema = KeySchema.extend({
   apiKey: z.string().openapi({ description: "Shown once: only its hash is stored." }),
 }).openapi("NewApiKey");
 
+const badId = idTooLong(100);
+
 const presentKey = (k: ApiKeyRow) => ({
   id: k.id,
   prefix: k.prefix,
@@ -32,10 +35,11 @@ keys.openapi(
   createRoute({
     method: "post",
     path: "/tenants/{id}/keys",
+    tags: ["API keys"],
     summary: "Add an API key (the admin, or the tenant itself)",
     security: bearer,
     request: { params: tenantParam },
-    responses: { 201: json(NewKeySchema, "the key; shown this once"), ...errors(404) },
+    responses: { 201: json(NewKeySchema, "the key; shown this once"), ...errors(badId, tenantNotFound, AUTHENTICATED) },
   }),
   async (c) => {
     const { row, key } = await addKey(c.env, c.var.caller, c.req.valid("param").id);
@@ -47,10 +51,11 @@ keys.openapi(
   createRoute({
     method: "get",
     path: "/tenants/{id}/keys",
+    tags: ["API keys"],
     summary: "List a tenant's API keys, revoked ones included (never the keys themselves)",
     security: bearer,
     request: { params: tenantParam },
-    responses: { 200: json(z.object({ items: z.array(KeySchema) }), "the keys"), ...errors(404) },
+    responses: { 200: json(z.object({ items: z.array(KeySchema) }), "the keys"), ...errors(badId, tenantNotFound, AUTHENTICATED) },
   }),
   async (c) => c.json({ items: (await listKeys(c.env, c.var.caller, c.req.valid("param").id)).map(presentKey) }, 200),
 );
@@ -59,6 +64,7 @@ keys.openapi(
   createRoute({
     method: "delete",
     path: "/tenants/{id}/keys/{keyId}",
+    tags: ["API keys"],
     summary: "Revoke an API key: it stops working at once",
     description: "A tenant may not revoke its own last live key (it would lock itself out); the admin may.",
     security: bearer,
@@ -67,10 +73,13 @@ keys.openapi(
         keyId: z
           .string()
           .max(100)
-          .openapi({ param: { name: "keyId", in: "path" } }),
+          .openapi({ param: { name: "keyId", in: "path" }, example: "key_0123456789abcdefghij" }),
       }),
     },
-    responses: { 200: json(z.object({ id: z.string(), revoked: z.literal(true) }), "revoked"), ...errors(404, 409) },
+    responses: {
+      200: json(z.object({ id: z.string(), revoked: z.literal(true) }), "revoked"),
+      ...errors(badId, tenantNotFound, keyNotFound, lastKey, AUTHENTICATED),
+    },
   }),
   async (c) => {
     const { id, keyId } = c.req.valid("param");

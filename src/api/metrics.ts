@@ -1,9 +1,10 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { schedulerMetrics } from "../app/metrics";
-import { ErrorSchema } from "../model/common";
 import { CostSchema } from "../model/cost";
 import { parseDuration } from "../schedule/duration";
 import type { AppEnv } from "./context";
+import { AUTHENTICATED, invalid } from "./error-cases";
+import { bearer, errors, json } from "./route-parts";
 import { validationHook } from "./validation";
 
 export const metrics = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -11,6 +12,9 @@ export const metrics = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 const MAX_WINDOW_MS = 86_400_000;
 
 /** The window the figures cover; GET /metrics takes the same. */
+/** A window WindowQuery refuses, as /docs shows it. */
+export const badWindow = invalid("window", "a duration such as 5m or 1h, at most 1d");
+
 export const WindowQuery = z.object({
   window: z
     .string()
@@ -51,12 +55,13 @@ metrics.openapi(
   createRoute({
     method: "get",
     path: "/metrics",
+    tags: ["Metrics"],
     summary: "Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only)",
-    security: [{ bearer: [] }],
+    security: bearer,
     request: { query: WindowQuery },
     responses: {
-      200: { content: { "application/json": { schema: MetricsSchema } }, description: "aggregated over every shard in use" },
-      400: { content: { "application/json": { schema: ErrorSchema } }, description: "bad window" },
+      200: json(MetricsSchema, "aggregated over every shard in use"),
+      ...errors(badWindow, AUTHENTICATED),
     },
   }),
   async (c) => {

@@ -3,7 +3,8 @@ import { schedulerExposition } from "../app/metrics";
 import { EXPOSITION_CONTENT_TYPE } from "../app/prometheus";
 import { parseDuration } from "../schedule/duration";
 import type { AppEnv } from "./context";
-import { WindowQuery } from "./metrics";
+import { AUTHENTICATED } from "./error-cases";
+import { badWindow, WindowQuery } from "./metrics";
 import { bearer, errors } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -14,6 +15,7 @@ prometheus.openapi(
   createRoute({
     method: "get",
     path: "/metrics",
+    tags: ["Metrics"],
     summary: "Scheduler health in Prometheus's text format (a tenant key sees its own runs only)",
     description:
       "The figures of GET /v1/metrics as Prometheus series named edgecron_*. Most are gauges of the last `window`; the admin token also gets the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation.",
@@ -24,7 +26,7 @@ prometheus.openapi(
         content: { [EXPOSITION_CONTENT_TYPE]: { schema: z.string().openapi({ example: "edgecron_queue_depth 0\n" }) } },
         description: "text exposition format 0.0.4",
       },
-      ...errors(400, 401),
+      ...errors(badWindow, AUTHENTICATED),
     },
   }),
   async (c) => {

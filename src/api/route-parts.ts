@@ -1,12 +1,60 @@
 import { z } from "@hono/zod-openapi";
 import { ErrorSchema } from "../model/common";
+import type { ErrorCase } from "./error-cases";
 
 /** Pieces every route declaration repeats. */
 
 export const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { "application/json": { schema } }, description });
 
-export const errors = (...codes: Array<400 | 401 | 403 | 404 | 409 | 503>) =>
-  Object.fromEntries(codes.map((code) => [code, json(ErrorSchema, "error")]));
+/** A named example of a request body, typed by its schema (the refinements are checked by test/integration/api-docs.test.ts). */
+export interface Example<T> {
+  summary: string;
+  value: T;
+}
+
+/** A required JSON request body and its examples, which the API reference (/docs) shows and fills in its test requests. */
+export const jsonBody = <T extends z.ZodType>(schema: T, examples: Record<string, Example<z.input<T>>>, required = true) => ({
+  content: { "application/json": { schema, examples } },
+  required,
+});
+
+/**
+ * A route's error responses: the cases grouped by status, each status described by its cases
+ * and carrying one example body per case, with the headers its cases send (Retry-After…).
+ */
+export const errors = (...cases: Array<ErrorCase | ErrorCase[]>) => {
+  const all = [...new Set(cases.flat())];
+  const names = all.map((c) => `${c.error.status} ${c.name}`);
+  const twice = names.find((name, i) => names.indexOf(name) !== i);
+  // Examples are keyed by name: a second case of the same name would silently replace the first.
+  if (twice) throw new Error(`two error cases named ${twice}`);
+  const byStatus = Map.groupBy(all, (c) => c.error.status);
+  const sorted = [...byStatus].sort(([a], [b]) => a - b);
+  return Object.fromEntries(sorted.map(([status, list]) => [status, errorResponse(list)]));
+};
+
+function errorResponse(list: ErrorCase[]) {
+  const lines = list.map((c) => `\`${c.error.code}\`: ${c.when}`);
+  const examples = Object.fromEntries(
+    list.map(({ name, when, error }) => [
+      name,
+      { summary: when, value: { error: { code: error.code, message: error.message, ...(error.issues && { issues: error.issues }) } } },
+    ]),
+  );
+  const headerNames = [...new Set(list.flatMap((c) => Object.keys(c.error.headers)))];
+  return {
+    description: lines.length === 1 ? lines[0]! : lines.map((line) => `- ${line}`).join("\n"),
+    content: { "application/json": { schema: ErrorSchema, examples } },
+    ...(headerNames.length > 0 && {
+      headers: Object.fromEntries(headerNames.map((name) => [name, { schema: { type: "string" as const }, description: HEADERS[name] }])),
+    }),
+  };
+}
+
+const HEADERS: Record<string, string> = {
+  "Retry-After": "Seconds to wait before retrying.",
+  "WWW-Authenticate": "The scheme to authenticate with: Bearer.",
+};
 
 export const bearer = [{ bearer: [] }];
 

@@ -4,7 +4,8 @@ import type { Tenant } from "../catalog/tenants";
 import { pageOf, Text } from "../model/common";
 import { NotifySchema } from "../model/job";
 import type { AppEnv } from "./context";
-import { bearer, errors, json, tenantParam } from "./route-parts";
+import { AUTHENTICATED, adminOnly, badCursor, idTooLong, invalid, JSON_BODY, tenantNotFound } from "./error-cases";
+import { bearer, errors, json, jsonBody, tenantParam } from "./route-parts";
 import { validationHook } from "./validation";
 
 export const tenants = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -50,6 +51,8 @@ const TenantSchema = z
   })
   .openapi("Tenant");
 
+const badId = idTooLong(100);
+
 const presentTenant = (t: Tenant) => ({
   id: t.id,
   name: t.name,
@@ -62,21 +65,29 @@ tenants.openapi(
   createRoute({
     method: "post",
     path: "/tenants",
+    tags: ["Tenants"],
     summary: "Create a tenant and its first API key (admin only)",
     security: bearer,
     request: {
-      body: {
-        content: {
-          "application/json": {
-            schema: z.strictObject({ name: Text(200).min(1).optional(), limits: LimitsSchema.optional(), notify: NotifySchema.optional() }),
+      body: jsonBody(
+        z.strictObject({ name: Text(200).min(1).optional(), limits: LimitsSchema.optional(), notify: NotifySchema.optional() }),
+        {
+          limited: {
+            summary: "A named tenant with its own limits and default notifications",
+            value: {
+              name: "acme",
+              limits: { maxJobs: 500, maxRunsInFlight: 50, requestsPerSecond: 20, retentionDays: 30 },
+              notify: { url: "https://example.com/hooks/edgecron", on: ["dead", "paused"] },
+            },
           },
+          defaults: { summary: "A tenant with the default limits", value: {} },
         },
-        required: false,
-      },
+        false,
+      ),
     },
     responses: {
       201: json(TenantSchema.extend({ apiKey: z.string(), keyId: z.string() }), "the tenant; its API key is shown this once"),
-      ...errors(400, 403),
+      ...errors(invalid("limits.maxJobs", "Too small: expected number to be >=1"), JSON_BODY, adminOnly, AUTHENTICATED),
     },
   }),
   async (c) => {
@@ -89,10 +100,14 @@ tenants.openapi(
   createRoute({
     method: "get",
     path: "/tenants",
+    tags: ["Tenants"],
     summary: "List tenants (admin only)",
     security: bearer,
     request: { query: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50), cursor: z.string().max(100).optional() }) },
-    responses: { 200: json(pageOf(TenantSchema), "a page of tenants"), ...errors(400, 403) },
+    responses: {
+      200: json(pageOf(TenantSchema), "a page of tenants"),
+      ...errors(invalid("limit", "Too big: expected number to be <=200"), badCursor, adminOnly, AUTHENTICATED),
+    },
   }),
   async (c) => {
     const page = await listTenants(c.env, c.var.caller, c.req.valid("query"));
@@ -104,10 +119,11 @@ tenants.openapi(
   createRoute({
     method: "get",
     path: "/tenants/{id}",
+    tags: ["Tenants"],
     summary: "Get a tenant (the admin, or the tenant itself)",
     security: bearer,
     request: { params: tenantParam },
-    responses: { 200: json(TenantSchema, "the tenant"), ...errors(404) },
+    responses: { 200: json(TenantSchema, "the tenant"), ...errors(badId, tenantNotFound, AUTHENTICATED) },
   }),
   async (c) => c.json(presentTenant(await loadTenant(c.env, c.var.caller, c.req.valid("param").id)), 200),
 );
@@ -116,22 +132,32 @@ tenants.openapi(
   createRoute({
     method: "patch",
     path: "/tenants/{id}",
+    tags: ["Tenants"],
     summary: "Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself)",
     security: bearer,
     request: {
       params: tenantParam,
-      body: {
-        content: {
-          "application/json": {
-            schema: z
-              .strictObject({ limits: LimitsSchema.optional(), notify: NotifySchema.nullable().optional() })
-              .refine((b) => b.limits !== undefined || b.notify !== undefined, "give limits or notify"),
+      body: jsonBody(
+        z
+          .strictObject({ limits: LimitsSchema.optional(), notify: NotifySchema.nullable().optional() })
+          .refine((b) => b.limits !== undefined || b.notify !== undefined, "give limits or notify"),
+        {
+          limits: {
+            summary: "Raise the job quota, lift the request rate limit (admin only)",
+            value: { limits: { maxJobs: 2_000, requestsPerSecond: null } },
           },
+          notify: {
+            summary: "Be told of dead runs only (the admin, or the tenant itself)",
+            value: { notify: { url: "https://example.com/hooks/edgecron", on: ["dead"] } },
+          },
+          noNotify: { summary: "Stop the default notifications", value: { notify: null } },
         },
-        required: true,
-      },
+      ),
     },
-    responses: { 200: json(TenantSchema, "the tenant"), ...errors(400, 403, 404) },
+    responses: {
+      200: json(TenantSchema, "the tenant"),
+      ...errors(invalid("(body)", "give limits or notify"), JSON_BODY, adminOnly, badId, tenantNotFound, AUTHENTICATED),
+    },
   }),
   async (c) => c.json(presentTenant(await changeTenant(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
 );

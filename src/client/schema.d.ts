@@ -37,9 +37,45 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: `cursor` is not one this API returned
+                 */
                 400: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -72,7 +108,10 @@ export interface paths {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -81,9 +120,60 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `quota_exceeded`: the tenant already has its `maxJobs` live jobs */
                 403: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -126,9 +216,51 @@ export interface paths {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -164,7 +296,27 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -173,9 +325,25 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds
+                 *     - `shard_unavailable`: the change is saved but the job's shard has not confirmed it yet; repeating the request is safe
+                 */
                 503: {
                     headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -214,7 +382,10 @@ export interface paths {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -223,7 +394,18 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -232,9 +414,43 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds
+                 *     - `shard_unavailable`: the change is saved but the job's shard has not confirmed it yet; repeating the request is safe
+                 */
                 503: {
                     headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -275,7 +491,27 @@ export interface paths {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -284,9 +520,25 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds
+                 *     - `shard_unavailable`: the change is saved but the job's shard has not confirmed it yet; repeating the request is safe
+                 */
                 503: {
                     headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -331,7 +583,27 @@ export interface paths {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -340,9 +612,25 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds
+                 *     - `shard_unavailable`: the change is saved but the job's shard has not confirmed it yet; repeating the request is safe
+                 */
                 503: {
                     headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -397,7 +685,11 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: the range holds more than 1000 fires
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -406,7 +698,18 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -415,9 +718,49 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `job_paused`: the job is paused: resume it first */
                 409: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -467,7 +810,7 @@ export interface paths {
                         "application/json": components["schemas"]["Run"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -476,7 +819,18 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -485,9 +839,31 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `job_paused`: the job is paused: resume it first */
                 409: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -536,7 +912,11 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: `cursor` is not one this API returned
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -545,9 +925,42 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -598,7 +1011,7 @@ export interface paths {
                         "application/json": components["schemas"]["Explanation"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -607,9 +1020,42 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -660,7 +1106,7 @@ export interface paths {
                         "application/x-ndjson": string;
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -669,9 +1115,45 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `not_found`: no job with this id, or another tenant's
+                 *     - `no_archive`: this deployment has no archive bucket (R2): expired history was deleted
+                 */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -716,9 +1198,51 @@ export interface paths {
                         "application/json": components["schemas"]["Run"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no run with this id, or one of another tenant's job */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -765,7 +1289,27 @@ export interface paths {
                         "application/json": components["schemas"]["Run"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no run with this id, or one of another tenant's job */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -774,9 +1318,31 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `not_retryable`: the run is not dead or failed, or its job is paused or deleted */
                 409: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -828,7 +1394,10 @@ export interface paths {
                         "application/json": components["schemas"]["Run"];
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -837,7 +1406,7 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_token`: the token is not one edgecron issued, or not this run's */
                 403: {
                     headers: {
                         [name: string]: unknown;
@@ -846,8 +1415,8 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
-                404: {
+                /** @description `stale`: the attempt is no longer current (it timed out, or the run ended); nothing was changed */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -855,8 +1424,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
-                409: {
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -911,7 +1489,10 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -920,7 +1501,7 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_token`: the token is not one edgecron issued, or not this run's */
                 403: {
                     headers: {
                         [name: string]: unknown;
@@ -929,8 +1510,8 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
-                404: {
+                /** @description `stale`: the attempt is no longer current (it timed out, or the run ended); nothing was changed */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -938,8 +1519,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
-                409: {
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -989,7 +1579,10 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: `cursor` is not one this API returned
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -998,9 +1591,42 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1045,9 +1671,42 @@ export interface paths {
                         "application/json": components["schemas"]["Metrics"];
                     };
                 };
-                /** @description bad window */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
                 400: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1096,9 +1755,63 @@ export interface paths {
                         "application/json": components["schemas"]["Preview"];
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1145,7 +1858,10 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: `cursor` is not one this API returned
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -1154,9 +1870,42 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
                 403: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1196,7 +1945,10 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -1205,9 +1957,60 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
                 403: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1250,9 +2053,51 @@ export interface paths {
                         "application/json": components["schemas"]["Tenant"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1294,7 +2139,11 @@ export interface paths {
                         "application/json": components["schemas"]["Tenant"];
                     };
                 };
-                /** @description error */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -1303,7 +2152,18 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
                 403: {
                     headers: {
                         [name: string]: unknown;
@@ -1312,9 +2172,49 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1355,9 +2255,51 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1388,9 +2330,51 @@ export interface paths {
                         "application/json": components["schemas"]["NewApiKey"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1444,7 +2428,30 @@ export interface paths {
                         };
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `not_found`: no tenant with this id, or (for a tenant key) another tenant
+                 *     - `not_found`: the tenant has no key with this id
+                 */
                 404: {
                     headers: {
                         [name: string]: unknown;
@@ -1453,9 +2460,31 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `last_key`: a tenant key tried to revoke its tenant's last live key */
                 409: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1498,9 +2527,51 @@ export interface paths {
                         "application/json": components["schemas"]["SigningKeys"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1551,9 +2622,51 @@ export interface paths {
                         "application/json": components["schemas"]["SigningKeys"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1600,9 +2713,51 @@ export interface paths {
                         "application/json": components["schemas"]["Breakers"];
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -1650,7 +2805,7 @@ export interface paths {
                         "text/plain; version=0.0.4; charset=utf-8": string;
                     };
                 };
-                /** @description error */
+                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -1659,9 +2814,33 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description error */
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
                 401: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
                         [name: string]: unknown;
                     };
                     content: {
