@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Builds the static assets the Worker serves through wrangler's [assets] (wrangler.toml): the
-// dashboard (dashboard/, Preact, bundled by esbuild) into dist/public. wrangler runs this as
+// Builds the static assets the Worker serves through wrangler's [assets] (wrangler.toml) into
+// dist/public: the dashboard (dashboard/, Preact, bundled by esbuild) and the third-party
+// browser scripts of the API reference (scripts/vendor-assets.mjs). wrangler runs this as
 // its [build] command, so `npm start`, `wrangler dev` and `wrangler deploy` serve a fresh
 // build with no extra step; the tests that load the dashboard run it too.
 //

@@ -158,6 +158,24 @@ describe("dashboard", () => {
   });
 });
 
+describe("API reference", () => {
+  it("renders every section of /openapi.json from the Worker's own script, reaching no other host", async () => {
+    const page = await browser!.newPage();
+    const elsewhere: string[] = [];
+    page.on("request", (request) => {
+      if (new URL(request.url()).origin !== stack!.base) elsewhere.push(request.url());
+    });
+    await page.goto(`${stack!.base}/docs`);
+    // The first section is drawn at once, the others' entries in the sidebar (Scalar draws them as they scroll in).
+    await page.getByRole("heading", { name: "Jobs", exact: true }).waitFor();
+    await page.getByRole("heading", { name: "Create a job" }).waitFor();
+    for (const tag of ["Runs", "Schedules", "Tenants", "API keys", "Metrics"]) await page.getByText(tag, { exact: true }).first().waitFor();
+    await page.screenshot({ path: `${SHOTS}docs.png` });
+    expect(elsewhere).toEqual([]);
+    await page.close();
+  });
+});
+
 async function hitsOf(name: string): Promise<number> {
   const log = await fetch(`${receiver!.url}/log/${name}`);
   return ((await log.json()) as unknown[]).length;
