@@ -1,17 +1,13 @@
 import type { EdgecronClient } from "../../src/client/index.ts";
 import { localTime } from "../lib/time.ts";
 import { useApi } from "../lib/use-api.ts";
+import { ErrorText } from "./messages.tsx";
 import { RunState } from "./state.tsx";
 
 /** One run with each of its attempts: when, how long, what the target answered. */
 export function RunDetails({ client, runId }: { client: EdgecronClient; runId: string }) {
   const run = useApi(() => client.runs.get(runId), [client, runId]);
-  if (run.error)
-    return (
-      <p class="error" role="alert">
-        {run.error}
-      </p>
-    );
+  if (run.error) return <ErrorText message={run.error} />;
   if (!run.data) return <p aria-live="polite">Loading…</p>;
   const attempts = run.data.attemptLog ?? [];
   return (

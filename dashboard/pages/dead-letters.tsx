@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
 import type { EdgecronClient } from "../../src/client/index.ts";
+import { ErrorText, type Notice, NoticeText } from "../components/messages.tsx";
 import { RunDetails } from "../components/run-details.tsx";
 import { hrefOf } from "../lib/route.ts";
 import { localTime } from "../lib/time.ts";
@@ -9,7 +10,7 @@ import { messageOf, useApi } from "../lib/use-api.ts";
 export function DeadLetters({ client }: { client: EdgecronClient }) {
   const dead = useApi(() => client.runs.deadLetters({ limit: 100 }), [client], 5_000);
   const [open, setOpen] = useState<string | null>(null);
-  const [notice, setNotice] = useState<{ ok: boolean; text: string } | null>(null);
+  const [notice, setNotice] = useState<Notice | null>(null);
 
   async function retry(runId: string) {
     try {
@@ -25,16 +26,8 @@ export function DeadLetters({ client }: { client: EdgecronClient }) {
   return (
     <section aria-labelledby="dead-title">
       <h1 id="dead-title">Dead letters</h1>
-      {notice && (
-        <p class={notice.ok ? "notice" : "error"} role={notice.ok ? "status" : "alert"}>
-          {notice.text}
-        </p>
-      )}
-      {dead.error && (
-        <p class="error" role="alert">
-          {dead.error}
-        </p>
-      )}
+      <NoticeText notice={notice} />
+      <ErrorText message={dead.error} />
       {dead.loading && !dead.data ? (
         <p aria-live="polite">Loading…</p>
       ) : items.length === 0 ? (

@@ -1,6 +1,7 @@
 import { useState } from "preact/hooks";
 import type { EdgecronClient, Job as JobRecord } from "../../src/client/index.ts";
 import { FailureChart, LagChart } from "../components/charts.tsx";
+import { ErrorText, type Notice, NoticeText } from "../components/messages.tsx";
 import { RunDetails } from "../components/run-details.tsx";
 import { JobState, RunState } from "../components/state.tsx";
 import { Timeline } from "../components/timeline.tsx";
@@ -17,7 +18,7 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
   const job = useApi(() => client.jobs.get(id), [client, id], REFRESH_MS);
   const runs = useApi(() => client.jobs.runs(id, { limit: RUNS }), [client, id], REFRESH_MS);
   const [open, setOpen] = useState<string | null>(null);
-  const [notice, setNotice] = useState<{ ok: boolean; text: string } | null>(null);
+  const [notice, setNotice] = useState<Notice | null>(null);
 
   /** Runs an action, says how it went (`describe` words its answer), and reloads what it changed. */
   async function act<T>(action: () => Promise<T>, describe: (answer: T) => string) {
@@ -30,12 +31,7 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
     }
   }
 
-  if (job.error && !job.data)
-    return (
-      <p class="error" role="alert">
-        {job.error}
-      </p>
-    );
+  if (job.error && !job.data) return <ErrorText message={job.error} />;
   if (!job.data) return <p aria-live="polite">Loading…</p>;
   const j = job.data;
   const items = runs.data?.items ?? [];
@@ -111,18 +107,10 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
           )
         }
       />
-      {notice && (
-        <p class={notice.ok ? "notice" : "error"} role={notice.ok ? "status" : "alert"}>
-          {notice.text}
-        </p>
-      )}
+      <NoticeText notice={notice} />
 
       <h2>Runs</h2>
-      {runs.error && (
-        <p class="error" role="alert">
-          {runs.error}
-        </p>
-      )}
+      <ErrorText message={runs.error} />
       <Timeline runs={items} onPick={(runId) => setOpen(runId)} />
       <div class="charts">
         <LagChart points={fireLag(items)} />

@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
 import type { EdgecronClient, Job } from "../../src/client/index.ts";
+import { ErrorText } from "../components/messages.tsx";
 import { JobState, jobState } from "../components/state.tsx";
 import { hrefOf } from "../lib/route.ts";
 import { localTime, relative } from "../lib/time.ts";
@@ -75,11 +76,7 @@ export function Jobs({ client }: { client: EdgecronClient }) {
           </select>
         </label>
       </div>
-      {first.error && (
-        <p class="error" role="alert">
-          {first.error}
-        </p>
-      )}
+      <ErrorText message={first.error} />
       {first.loading && !first.data ? (
         <p aria-live="polite">Loading…</p>
       ) : shown.length === 0 ? (
@@ -117,11 +114,7 @@ export function Jobs({ client }: { client: EdgecronClient }) {
           Load more
         </button>
       )}
-      {moreError && (
-        <p class="error" role="alert">
-          {moreError}
-        </p>
-      )}
+      <ErrorText message={moreError} />
     </section>
   );
 }

@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
 import type { EdgecronClient, Preview } from "../../src/client/index.ts";
+import { ErrorText } from "../components/messages.tsx";
 import { ZonedInstants } from "../components/zoned-instants.tsx";
 import { EMPTY_FORM, type JobForm, scheduleOf, toCreateJob } from "../lib/job-form.ts";
 import { navigate } from "../lib/route.ts";
@@ -114,11 +115,7 @@ export function NewJob({ client }: { client: EdgecronClient }) {
             <input type="number" min={1} value={form.maxAttempts} onInput={set("maxAttempts")} />
           </label>
         </fieldset>
-        {error && (
-          <p class="error" role="alert">
-            {error}
-          </p>
-        )}
+        <ErrorText message={error} />
         <button type="submit" disabled={busy}>
           Create job
         </button>

@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
 import type { EdgecronClient, Preview as PreviewAnswer } from "../../src/client/index.ts";
+import { ErrorText } from "../components/messages.tsx";
 import { ZonedInstants } from "../components/zoned-instants.tsx";
 import { messageOf } from "../lib/use-api.ts";
 
@@ -42,11 +43,7 @@ export function Preview({ client }: { client: EdgecronClient }) {
         </label>
         <button type="submit">Preview</button>
       </form>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorText message={error} />
       {answer && (
         <>
           <p class="lead">{answer.description}</p>

@@ -1,4 +1,5 @@
 import { useState } from "preact/hooks";
+import { ErrorText } from "../components/messages.tsx";
 import { clientFor } from "../lib/session.ts";
 import { messageOf } from "../lib/use-api.ts";
 
@@ -29,11 +30,7 @@ export function SignIn({ onSignedIn }: { onSignedIn: (token: string) => void }) 
         <label for="token">API key or admin token</label>
         <input id="token" type="password" autocomplete="off" required value={token} onInput={(e) => setToken(e.currentTarget.value)} />
         <p class="hint">Kept in this tab only, never stored beyond it.</p>
-        {error && (
-          <p class="error" role="alert">
-            {error}
-          </p>
-        )}
+        <ErrorText message={error} />
         <button type="submit" disabled={busy}>
           Sign in
         </button>
