@@ -221,12 +221,12 @@ export class ShardStore {
     return [...watched.toArray(), ...due.toArray()].map(toRun);
   }
 
-  /**
-   * A job's policies now watch its open runs (a PATCH set an overlap policy or a limit): its
-   * unwatched open runs, each with a due time, join runs_open, so the policy sees them.
-   */
+  /** A PATCH set an overlap policy or a limit: the job's open runs join runs_open (not a workflow's steps: their run does). */
   watchOpenRuns(jobId: string): void {
-    this.sql.exec("UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL", jobId);
+    this.sql.exec(
+      "UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL AND parent_run_id IS NULL",
+      jobId,
+    );
   }
 
   /** Runs whose due time has come (claim deadline, lease expiry or retry time). */

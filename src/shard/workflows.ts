@@ -53,7 +53,8 @@ export class Workflows {
       if (parent) this.advance(parent, now);
       return "step";
     }
-    if (run.state === "cancelled") this.cancelSteps(run, now);
+    // Only a workflow job's runs have steps: any other run ends without a read of them.
+    if (run.state === "cancelled" && this.store.getJob(run.jobId)?.spec.steps) this.cancelSteps(run, now);
     return "run";
   }
 

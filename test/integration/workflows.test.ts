@@ -1,3 +1,4 @@
+import { SELF } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
@@ -179,6 +180,66 @@ describe("workflows: a run is a graph of HTTP steps", () => {
     const run = await waitForRun(started.id, ["succeeded", "failed"]);
     expect(run.state).toBe("succeeded");
     expect(await hitsOf(next)).toHaveLength(1);
+  });
+
+  it("deleting the job cancels its workflow run; its step in flight finishes, and nothing starts after it", async () => {
+    const slow = receiverPath("wf-del-slow", "delayMs=1000");
+    const next = receiverPath("wf-del-next");
+    const job = await createJob({
+      schedule: FAR_CRON,
+      steps: [
+        { id: "slow", target: { url: slow } },
+        { id: "next", after: ["slow"], target: { url: next } },
+      ],
+    });
+    const started = await trigger(job);
+    await vi.waitFor(async () => expect(await hitsOf(slow)).toHaveLength(1), { timeout: 10_000, interval: 50 });
+    expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBeLessThan(300);
+    expect(await getRun(started.id)).toMatchObject({ state: "cancelled", error: "job deleted" });
+    await vi.waitFor(async () => expect(stepOf(await getRun(started.id), "slow").state).toBe("succeeded"), {
+      timeout: 10_000,
+      interval: 100,
+    });
+    const run = await getRun(started.id);
+    expect(run.state).toBe("cancelled");
+    expect(stepOf(run, "next").state).toBe("blocked");
+    expect(await hitsOf(next)).toHaveLength(0);
+  });
+
+  it("a step that answers 202 ends with its completion, whose result the steps below receive", async () => {
+    const long = receiverPath("wf-long", "status=202");
+    const after = receiverPath("wf-after-long");
+    const job = await createJob({
+      schedule: FAR_CRON,
+      steps: [
+        { id: "long", target: { url: long } },
+        { id: "after", after: ["long"], target: { url: after } },
+      ],
+    });
+    const started = await trigger(job);
+    const [hit] = await vi.waitFor(
+      async () => {
+        const hits = await hitsOf(long);
+        expect(hits).toHaveLength(1);
+        return hits;
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+    const stepRunId = hit!.headers["x-edgecron-run-id"]!;
+    expect(stepRunId).toBe(`${started.id}.long`);
+    await expect.poll(async () => stepOf(await getRun(started.id), "long").attemptLog.at(-1)?.outcome).toBe("accepted");
+    const res = await SELF.fetch(`https://edgecron.test/v1/runs/${stepRunId}/complete`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ token: hit!.headers["x-edgecron-completion-token"], ok: true, result: '{"exported":42}' }),
+    });
+    expect(res.status, await res.clone().text()).toBe(200);
+
+    const run = await waitForRun(started.id, ["succeeded", "failed"]);
+    expect(run.state).toBe("succeeded");
+    expect(stepOf(run, "long").result).toEqual({ exported: 42 });
+    const [afterHit] = await hitsOf(after);
+    expect(JSON.parse(afterHit!.body).upstream).toEqual({ long: { exported: 42 } });
   });
 
   it("a step whose response is larger than 64 KiB fails with a clear error", async () => {
