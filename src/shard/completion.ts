@@ -36,6 +36,8 @@ export class Completions {
       const run = this.ledger.currentQueued(d);
       const job = run && this.store.getJob(run.jobId);
       const target = job && targetOfRun(job.spec, d.runId);
+      // A step a PATCH took out of its job's graph has nothing to call: its run ends here.
+      if (run && job && !target && run.parentRunId !== null) this.ledger.cancel(run, "its step is no longer in the job's steps", now);
       if (!run || !job || !target || stoppedFor(run, job)) return { result: "stale", runId: d.runId, fence: d.fence };
       const step = stepOfRun(run.id);
       const completionToken = newCompletionToken(this.shardName(), run.fence);

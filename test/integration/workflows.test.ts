@@ -252,6 +252,31 @@ describe("workflows: a run is a graph of HTTP steps", () => {
     expect(stepOf(run, "big").error).toMatch(/larger than 64 KiB/);
   });
 
+  it("PATCH replaces a workflow's steps, and keeps a job what it was made: one target or steps", async () => {
+    const target = { url: receiverPath("wf-patch") };
+    const job = await createJob({ schedule: FAR_CRON, steps: [{ id: "a", target }] });
+    const patch = (id: string, json: unknown) => api(`/v1/jobs/${id}`, { method: "PATCH", json });
+    const changed = await patch(job.id, {
+      steps: [
+        { id: "a", target },
+        { id: "b", after: ["a"], when: "all_done", target, timeoutMs: 5_000 },
+      ],
+    });
+    expect(changed.status, await changed.clone().text()).toBe(200);
+    expect(((await changed.json()) as Job).steps!.map((s) => [s.id, s.after ?? [], s.when ?? null])).toEqual([
+      ["a", [], null],
+      ["b", ["a"], "all_done"],
+    ]);
+    const cyclic = await patch(job.id, { steps: [{ id: "a", after: ["a"], target }] });
+    expect(cyclic.status).toBe(400);
+    const toTarget = await patch(job.id, { target });
+    expect(toTarget.status).toBe(400);
+    expect(((await toTarget.json()) as { error: { message: string } }).error.message).toMatch(/^target: a workflow job has steps/);
+    const single = await createJob({ schedule: FAR_CRON, target });
+    const toSteps = await patch(single.id, { steps: [{ id: "a", target }] });
+    expect(toSteps.status).toBe(400);
+  });
+
   it("refuses a definition that is not a graph, naming the problem", async () => {
     const target = { url: receiverPath("wf-invalid") };
     const refusal = async (body: Record<string, unknown>) => {
