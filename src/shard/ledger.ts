@@ -227,6 +227,9 @@ export class RunLedger {
     const run = this.store.getRun(runId);
     const attempt = this.store.getAttempt(runId, fence);
     if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
+    // A workflow's step stays dead: the graph has already decided on it (steps below skipped or
+    // started), and a step that changed its outcome now would contradict those decisions.
+    if (run.parentRunId !== null) return false;
     if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
     this.store.moveRun(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null });
     return true;
