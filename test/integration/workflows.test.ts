@@ -149,6 +149,30 @@ describe("workflows: a run is a graph of HTTP steps", () => {
     ]);
   });
 
+  it("a step's failures are retried with its own policy; flow control counts the workflow run as one run", async () => {
+    const flaky = receiverPath("wf-retry", "status=500,200");
+    const job = await createJob({
+      schedule: FAR_CRON,
+      maxConcurrency: 1,
+      steps: [
+        { id: "flaky", target: { url: flaky }, retry: { maxAttempts: 2, backoff: { initialMs: 100, maxMs: 100 } } },
+        { id: "slow", after: ["flaky"], target: { url: receiverPath("wf-mc-slow", "delayMs=500") } },
+      ],
+    });
+    const first = await trigger(job);
+    const second = await trigger(job);
+    // The second run waits for the first (maxConcurrency 1), whose steps run meanwhile.
+    expect(second.state).toBe("waiting");
+    const done = await waitForRun(first.id, ["succeeded", "failed"]);
+    expect(done.state).toBe("succeeded");
+    expect(stepOf(done, "flaky").attemptLog.map((a) => [a.outcome, a.status])).toEqual([
+      ["failed", 500],
+      ["succeeded", 200],
+    ]);
+    expect((await waitForRun(second.id, ["succeeded", "failed"])).state).toBe("succeeded");
+    expect(Date.parse((await getRun(second.id)).startedAt!)).toBeGreaterThanOrEqual(Date.parse(done.finishedAt!));
+  });
+
   it("a pause lets the step in flight finish and starts nothing new; resume goes on", async () => {
     const slow = receiverPath("wf-slow", "delayMs=1500");
     const next = receiverPath("wf-next");
