@@ -28,9 +28,17 @@ export function jobDetails(job: Job, zone = localZone()): string {
     ["state", jobState(job)],
     ["schedule", `${job.description}\n${JSON.stringify(job.schedule)}`],
     ["next run", next],
-    ["target", `${target.method} ${target.url}`],
-    ["headers", target.headerNames.join(", ")],
-    ["body", cell(target.body)],
+    ...(target
+      ? ([
+          ["target", `${target.method} ${target.url}`],
+          ["headers", target.headerNames.join(", ")],
+          ["body", cell(target.body)],
+        ] as Array<[string, string]>)
+      : []),
+    ...(job.steps ?? []).map((step): [string, string] => [
+      `step ${step.id}`,
+      `${step.target.method} ${step.target.url}${step.after?.length ? ` after ${step.after.join(", ")}` : ""}${step.when ? ` (${step.when})` : ""}`,
+    ]),
     ["retry", cell(job.retry)],
     ["timeout", `${job.timeoutMs} ms`],
     ["overlap / misfire", `${job.overlap} / ${job.misfire} (catch-up window ${job.catchupWindow})`],

@@ -97,22 +97,29 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
 type Comparable = Record<Field, unknown>;
 
 type Sides = Pick<CreateJob, Exclude<Field, "target">> & {
-  target: { url: string; method?: string; headers?: Record<string, string>; headerNames?: string[]; body?: unknown };
+  /** Absent for a workflow job: apply compares and changes single-target jobs' targets only (not steps). */
+  target?: { url: string; method?: string; headers?: Record<string, string>; headerNames?: string[]; body?: unknown };
 };
 
 function comparable(job: Sides): Comparable {
-  const { target } = job;
+  return { ...comparableFields(job), target: job.target ? comparableTarget(job.target) : null };
+}
+
+function comparableTarget(target: NonNullable<Sides["target"]>) {
   const names = target.headerNames ?? Object.keys(target.headers ?? {});
+  return {
+    url: target.url,
+    method: target.method ?? SERVER_DEFAULTS.method,
+    headerNames: names.map((n) => n.toLowerCase()).sort(),
+    body: target.body ?? null,
+  };
+}
+
+function comparableFields(job: Sides): Omit<Comparable, "target"> {
   const retry: NonNullable<CreateJob["retry"]> = job.retry ?? SERVER_DEFAULTS.retry;
   const backoff = retry.backoff ?? SERVER_DEFAULTS.retry.backoff;
   return {
     schedule: scheduleOf(job.schedule),
-    target: {
-      url: target.url,
-      method: target.method ?? SERVER_DEFAULTS.method,
-      headerNames: names.map((n) => n.toLowerCase()).sort(),
-      body: target.body ?? null,
-    },
     retry: {
       maxAttempts: retry.maxAttempts ?? SERVER_DEFAULTS.retry.maxAttempts,
       backoff: {
@@ -164,6 +171,7 @@ const instant = (text: string | undefined) =>
 /** A field as the diff prints it: never a header's value, which may be a secret. */
 function shown(job: Sides, field: Field): unknown {
   if (field !== "target") return job[field] ?? null;
+  if (!job.target) return null;
   const { headers, headerNames, ...rest } = job.target;
   return { ...rest, headerNames: headerNames ?? Object.keys(headers ?? {}) };
 }

@@ -41,12 +41,10 @@ export function scheduleOf(form: JobForm): Schedule {
  * shapes what was typed: a body that parses as JSON is sent as JSON, any other text as text.
  */
 export function toCreateJob(form: JobForm): CreateJob {
-  const job: CreateJob = {
-    schedule: scheduleOf(form),
-    target: { url: form.url.trim(), method: form.method },
-  };
+  const target: NonNullable<CreateJob["target"]> = { url: form.url.trim(), method: form.method };
+  const job: CreateJob = { schedule: scheduleOf(form), target };
   if (form.name.trim()) job.name = form.name.trim();
-  if (form.body.trim()) job.target.body = parseBody(form.body);
+  if (form.body.trim()) target.body = parseBody(form.body);
   if (form.maxAttempts.trim()) job.retry = { maxAttempts: Number(form.maxAttempts) };
   return job;
 }

@@ -48,10 +48,12 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
         <dd>
           <code>{j.id}</code>
         </dd>
-        <dt>Target</dt>
+        <dt>{j.target ? "Target" : "Steps"}</dt>
         <dd>
           <code>
-            {j.target.method} {j.target.url}
+            {j.target
+              ? `${j.target.method} ${j.target.url}`
+              : (j.steps ?? []).map((step) => `${step.id}: ${step.target.method} ${step.target.url}`).join("; ")}
           </code>
         </dd>
         <dt>Next run</dt>

@@ -23,7 +23,10 @@ export function Jobs({ client }: { client: EdgecronClient }) {
   const shown = jobs.filter(
     (job) =>
       (state === "all" || jobState(job) === state) &&
-      (needle === "" || [job.id, job.name ?? "", job.description, job.target.url].some((text) => text.toLowerCase().includes(needle))),
+      (needle === "" ||
+        [job.id, job.name ?? "", job.description, job.target?.url ?? "", ...(job.steps ?? []).map((s) => s.target.url)].some((text) =>
+          text.toLowerCase().includes(needle),
+        )),
   );
 
   async function loadMore() {

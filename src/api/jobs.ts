@@ -90,9 +90,14 @@ jobs.openapi(
   async (c) => c.json(await present(c, await createJob(c.env, c.var.caller, c.req.valid("json"))), 201),
 );
 
-/** A job's target is shown with its body opened and header names only (see viewTarget). */
+/** A job's target (or each step's) is shown with its body opened and header names only (see viewTarget). */
 async function present(c: AppContext, { job, runtime }: JobState) {
-  return presentJob(job, await viewTarget(c.env.ENCRYPTION_KEYS, job.spec.target, job.id), runtime);
+  const keys = c.env.ENCRYPTION_KEYS;
+  const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id));
+  const steps =
+    job.spec.steps &&
+    (await Promise.all(job.spec.steps.map(async (step) => ({ ...step, target: await viewTarget(keys, step.target, job.id) }))));
+  return presentJob(job, { target, steps }, runtime);
 }
 
 // ---- read ----

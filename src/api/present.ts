@@ -1,8 +1,9 @@
 import type { CatalogJob } from "../catalog/jobs";
-import type { Job, TargetView } from "../model/job";
+import type { Job, StepView, TargetView } from "../model/job";
 import type { Run } from "../model/run";
 import { describeSchedule } from "../schedule/describe";
 import type { AttemptRow, RunView } from "../shard/contract";
+import { resultValue } from "../workflow/steps";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
@@ -10,7 +11,7 @@ const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
 /** A job as the API shows it: the catalog's definition, its target as shown, and the shard's runtime view. */
 export function presentJob(
   job: CatalogJob,
-  target: TargetView,
+  shown: { target?: TargetView; steps?: StepView[] },
   runtime: { nextRunAt: number | null; completed: boolean } | undefined,
 ): Job {
   const nextRunAt = runtime?.nextRunAt ?? null;
@@ -20,7 +21,8 @@ export function presentJob(
     name: job.name,
     ...job.spec,
     description: describeSchedule(job.spec.schedule),
-    target,
+    target: shown.target,
+    steps: shown.steps,
     paused: job.paused,
     pausedReason: job.pausedReason,
     completed: runtime?.completed ?? false,
@@ -48,17 +50,32 @@ export function presentRun(run: Omit<RunView, "attemptLog"> & { attemptLog?: Arr
     status: run.status,
     error: run.error,
     result: run.result,
-    ...(run.attemptLog && {
-      attemptLog: run.attemptLog.map((a) => ({
-        attempt: a.attempt,
-        startedAt: iso(a.startedAt),
-        finishedAt: isoOrNull(a.finishedAt),
-        outcome: a.outcome,
-        status: a.status,
-        error: a.error,
-        durationMs: a.finishedAt === null ? null : a.finishedAt - a.startedAt,
-        late: a.late,
+    ...(run.attemptLog && { attemptLog: run.attemptLog.map(presentAttempt) }),
+    ...(run.steps && {
+      steps: run.steps.map((step) => ({
+        id: step.id,
+        state: step.state,
+        attempt: step.attempt,
+        status: step.status,
+        startedAt: isoOrNull(step.startedAt),
+        finishedAt: isoOrNull(step.finishedAt),
+        ...(step.result !== null && { result: resultValue(step.result) }),
+        error: step.error,
+        attemptLog: step.attemptLog.map(presentAttempt),
       })),
     }),
+  };
+}
+
+function presentAttempt(a: Omit<AttemptRow, "completionToken">) {
+  return {
+    attempt: a.attempt,
+    startedAt: iso(a.startedAt),
+    finishedAt: isoOrNull(a.finishedAt),
+    outcome: a.outcome,
+    status: a.status,
+    error: a.error,
+    durationMs: a.finishedAt === null ? null : a.finishedAt - a.startedAt,
+    late: a.late,
   };
 }

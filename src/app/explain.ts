@@ -24,7 +24,8 @@ export async function explainJob(
   const job = await loadJob(env, caller, id, { includeDeleted: true });
   const stub = shardStub(env, job.shard);
   const scheduledAt = fireAtOrAfter(job.spec.schedule, job.createdAt, at);
-  const key = breakerKey(job);
+  // A workflow's steps may call several origins: the first step's stands for the run here.
+  const key = breakerKey(job, job.spec.target ?? job.spec.steps?.[0]?.target ?? null);
   const [runtimes, recent, run, tenant, breakers] = await Promise.all([
     stub.jobRuntimes([id]),
     stub.listRuns(id, RECENT_RUNS),

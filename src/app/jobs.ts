@@ -6,7 +6,15 @@ import { getTenant, settingsOf } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
 import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor } from "../model/ids";
-import { type CreateJob, canonicalSchedule, type JobSpec, type PatchJobSchema, type Target } from "../model/job";
+import {
+  type CreateJob,
+  canonicalSchedule,
+  type JobSpec,
+  type PatchJobSchema,
+  type Step,
+  type StoredStep,
+  type Target,
+} from "../model/job";
 import { firstFire } from "../schedule/next-fire";
 import { targetRefusal } from "../security/target-guard";
 import { sealTarget } from "../security/targets";
@@ -30,7 +38,7 @@ export async function loadJob(env: Env, caller: Caller, id: string, opts: { incl
 }
 
 export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
-  const { name, ...fields } = input;
+  const { name, target, steps, ...fields } = input;
   const tenant = caller.admin ? await getTenant(env.DB, DEFAULT_TENANT) : caller.tenant;
   if (!tenant) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
   const now = Date.now();
@@ -44,7 +52,9 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
     spec: {
       ...fields,
       schedule: canonicalSchedule(fields.schedule, now),
-      target: await acceptTarget(env, fields.target, id),
+      // The schema let exactly one of them through.
+      ...(target && { target: await acceptTarget(env, target, id) }),
+      ...(steps && { steps: await acceptSteps(env, steps, id) }),
       ...(fields.notify && { notify: acceptNotify(env, fields.notify) }),
     },
     paused: false,
@@ -70,10 +80,15 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
 }
 
 /** The SSRF guard's verdict at creation, then the target sealed for storage. */
-async function acceptTarget(env: Env, target: Target, jobId: string) {
+async function acceptTarget(env: Env, target: Target, jobId: string, field = "target") {
   const refusal = targetRefusal(target.url, { allowPrivate: config(env).allowPrivateTargets });
-  if (refusal) throw invalidField("target.url", refusal);
+  if (refusal) throw invalidField(`${field}.url`, refusal);
   return sealTarget(env.ENCRYPTION_KEYS, target, jobId);
+}
+
+/** A workflow's steps, each target checked and sealed as a job's target is (bound to the job id). */
+async function acceptSteps(env: Env, steps: Step[], jobId: string): Promise<StoredStep[]> {
+  return Promise.all(steps.map(async (step, i) => ({ ...step, target: await acceptTarget(env, step.target, jobId, `steps.${i}.target`) })));
 }
 
 export async function listJobs(env: Env, caller: Caller, query: { limit: number; cursor?: string }): Promise<Page<JobState>> {
@@ -127,10 +142,14 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
   const { name, ...fields } = patch;
   const current = await loadJob(env, caller, id);
   const now = Date.now();
-  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, target, ...rest } = fields;
+  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, target, steps, ...rest } = fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
   if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
+  // A job stays what it was made: one target, or a workflow (a run in flight keeps its meaning).
+  if (target && current.spec.steps) throw invalidField("target", "a workflow job has steps, not a target; change its steps");
+  if (steps && !current.spec.steps) throw invalidField("steps", "a single-target job has a target, not steps; change its target");
   if (target) spec.target = await acceptTarget(env, target, id);
+  if (steps) spec.steps = await acceptSteps(env, steps, id);
   // null clears an optional setting; absent leaves it as it is.
   for (const [key, value] of [
     ["jitter", jitter],

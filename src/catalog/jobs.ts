@@ -238,10 +238,16 @@ export async function getJobsByIds(db: D1Database, ids: string[]): Promise<Catal
   return pages.flatMap((page) => page.results.map(toJob));
 }
 
-/** Jobs, deleted ones included, whose target was stored before targets were sealed. */
+/**
+ * Jobs, deleted ones included, whose target was stored before targets were sealed. A workflow
+ * job has no target (its steps were sealed from the start: workflows came after sealing).
+ */
 export async function jobsWithUnsealedTargets(db: D1Database, limit: number): Promise<CatalogJob[]> {
   const { results } = await guard("unsealed", () =>
-    db.prepare("SELECT * FROM jobs WHERE json_type(spec, '$.target.secrets') IS NULL LIMIT ?").bind(limit).all<Row>(),
+    db
+      .prepare("SELECT * FROM jobs WHERE json_type(spec, '$.target') IS NOT NULL AND json_type(spec, '$.target.secrets') IS NULL LIMIT ?")
+      .bind(limit)
+      .all<Row>(),
   );
   return results.map(toJob);
 }

@@ -2872,7 +2872,9 @@ export interface components {
              * @example At 02:30 AM (Europe/Berlin), from 2026-01-01T00:00:00.000Z, at most 10 times
              */
             description: string;
-            target: components["schemas"]["TargetView"];
+            target?: components["schemas"]["TargetView"];
+            /** @description A workflow job's graph. */
+            steps?: components["schemas"]["StepView"][];
             retry: components["schemas"]["Retry"];
             timeoutMs: number;
             /** @enum {string} */
@@ -2948,6 +2950,7 @@ export interface components {
             /** @description cron/every: the job completes after this many fires. */
             maxRuns?: number;
         };
+        /** @description A single-target job's target (a workflow job has steps instead). */
         TargetView: {
             url: string;
             /** @enum {string} */
@@ -2955,6 +2958,15 @@ export interface components {
             headerNames: string[];
             /** @description A string is sent as is; JSON is sent as application/json. Stored encrypted. */
             body?: string | unknown[] | Record<string, unknown>;
+        };
+        StepView: {
+            id: string;
+            target: components["schemas"]["TargetView"];
+            after?: string[];
+            /** @enum {string} */
+            when?: "all_succeeded" | "all_done" | "any_failed";
+            retry?: components["schemas"]["Retry"];
+            timeoutMs?: number;
         };
         Retry: {
             /**
@@ -3017,7 +3029,9 @@ export interface components {
         CreateJob: {
             name?: string;
             schedule: components["schemas"]["Schedule"];
-            target: components["schemas"]["Target"];
+            target?: components["schemas"]["Target"];
+            /** @description A workflow: the run is a graph of HTTP steps instead of one target (give `steps` or `target`, not both). */
+            steps?: components["schemas"]["Step"][];
             retry?: components["schemas"]["Retry"];
             /** @default 30000 */
             timeoutMs?: number;
@@ -3072,6 +3086,21 @@ export interface components {
             /** @description A string is sent as is; JSON is sent as application/json. Stored encrypted. */
             body?: string | unknown[] | Record<string, unknown>;
         };
+        Step: {
+            /** @example extract */
+            id: string;
+            target: components["schemas"]["Target"] & unknown;
+            /** @description The steps this one runs after (its parents); none: it starts when the run starts. */
+            after?: string[];
+            /**
+             * @description all_succeeded (default): every parent succeeded; all_done: every parent ended, whatever the outcome; any_failed: a parent failed (or was skipped because something above it failed).
+             * @enum {string}
+             */
+            when?: "all_succeeded" | "all_done" | "any_failed";
+            retry?: components["schemas"]["Retry"] & unknown;
+            /** @description This step's timeout; default: the job's timeoutMs. */
+            timeoutMs?: number;
+        };
         /** @description A signed JSON POST (the Edgecron-Signature scheme of job requests, with the tenant's secret) to `url` on each event in `on`, delivered at least once with its own retries; it never holds up the job's runs. */
         Notify: {
             /**
@@ -3094,6 +3123,8 @@ export interface components {
             name?: string | null;
             schedule?: components["schemas"]["Schedule"];
             target?: components["schemas"]["Target"];
+            /** @description A workflow job's steps, replaced whole (a single-target job keeps its target). */
+            steps?: components["schemas"]["Step"][];
             retry?: components["schemas"]["Retry"];
             timeoutMs?: number;
             /** @enum {string} */
@@ -3157,6 +3188,8 @@ export interface components {
             /** @description What a long-running target sent with its completion. */
             result: string | null;
             attemptLog?: components["schemas"]["Attempt"][];
+            /** @description A workflow run read alone: every step of its job, in definition order. The run has no attempts of its own. */
+            steps?: components["schemas"]["StepRun"][];
         };
         Attempt: {
             attempt: number;
@@ -3181,6 +3214,32 @@ export interface components {
             durationMs: number | null;
             /** @description An outcome that arrived after this attempt was given up on (a zombie); it changed nothing. */
             late: string | null;
+        };
+        StepRun: {
+            /** @description The step's id in the job's steps. */
+            id: string;
+            /**
+             * @description blocked: not started, waiting for its parents.
+             * @enum {string}
+             */
+            state: "waiting" | "queued" | "running" | "retry_wait" | "buffered" | "succeeded" | "failed" | "dead" | "cancelled" | "skipped" | "blocked";
+            /** @description The current attempt's number (0 while blocked). */
+            attempt: number;
+            status: number | null;
+            /**
+             * Format: date-time
+             * @example 2026-12-01T09:00:00Z
+             */
+            startedAt: string | null;
+            /**
+             * Format: date-time
+             * @example 2026-12-01T09:00:00Z
+             */
+            finishedAt: string | null;
+            /** @description A succeeded step's result, as the steps below receive it: its response body (JSON when it parses, else text) or its 202 completion's result. */
+            result?: unknown;
+            error: string | null;
+            attemptLog: components["schemas"]["Attempt"][];
         };
         Explanation: {
             jobId: string;

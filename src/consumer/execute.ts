@@ -3,6 +3,7 @@ import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/s
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/contract";
+import { MAX_RESULT_BYTES } from "../workflow/steps";
 import type { ConnectionSlots } from "./connections";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
@@ -38,7 +39,9 @@ export function executeContext(env: Env): ExecuteContext {
  */
 export function edgecronHeaders(claim: Claimed, publicUrl?: string): Record<string, string> {
   return {
-    "Idempotency-Key": claim.runId,
+    // A workflow's step: the same key on every attempt of that step of that run (docs/workflows.md).
+    "Idempotency-Key": claim.step ? `${claim.step.runId}:${claim.step.stepId}` : claim.runId,
+    ...(claim.step && { "X-Edgecron-Step": claim.step.stepId }),
     "X-Edgecron-Run-Id": claim.runId,
     "X-Edgecron-Job-Id": claim.jobId,
     "X-Edgecron-Attempt": String(claim.attempt),
@@ -108,7 +111,7 @@ async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedReques
         url = next.href;
         continue;
       }
-      return await describe(base, response);
+      return await describe(base, response, claim.step !== undefined);
     }
   } catch (err) {
     const error = err as Error;
@@ -129,8 +132,9 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
   const headers = new Headers(secrets.headers);
   let body: string | undefined;
   if (typeof secrets.body === "string") body = secrets.body;
-  else if (secrets.body !== undefined) {
-    body = JSON.stringify(secrets.body);
+  else if (secrets.body !== undefined || (claim.input !== undefined && claim.target.method !== "GET")) {
+    // A workflow step without a body of its own is sent its parents' results (a GET sends none).
+    body = secrets.body !== undefined ? JSON.stringify(secrets.body) : claim.input;
     if (!headers.has("content-type")) headers.set("content-type", "application/json");
   }
   for (const [name, value] of Object.entries(edgecronHeaders(claim, ctx.publicUrl))) headers.set(name, value);
@@ -141,8 +145,17 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
   return { headers, body, sign };
 }
 
-async function describe(base: { runId: string; fence: number }, response: Response): Promise<Outcome> {
+async function describe(base: { runId: string; fence: number }, response: Response, keepResult: boolean): Promise<Outcome> {
   const ok = response.status >= 200 && response.status < 300;
+  // A workflow step's success keeps its body: the steps below receive it (a 202's comes with its completion).
+  if (ok && keepResult && response.status !== 202) {
+    const result = await readAtMost(response, MAX_RESULT_BYTES);
+    if (result === null) {
+      const error = `the step's response body is larger than ${MAX_RESULT_BYTES / 1024} KiB, the most a step's result may be`;
+      return { ...base, ok: false, status: response.status, error, kind: "permanent" };
+    }
+    return { ...base, ok, status: response.status, error: null, result };
+  }
   // A success's body is not kept: cancelling it frees the connection at once.
   if (ok) await response.body?.cancel();
   const text = ok ? "" : await response.text();
@@ -154,6 +167,31 @@ async function describe(base: { runId: string; fence: number }, response: Respon
     error: ok ? null : `HTTP ${response.status}${text ? `: ${text.slice(0, MAX_ERROR_CHARS)}` : ""}`,
     retryAfterMs: parseRetryAfter(response.headers.get("retry-after"), Date.now()),
   };
+}
+
+/** The response body as text, or null (and the rest unread) when it is longer than `max` bytes. */
+async function readAtMost(response: Response, max: number): Promise<string | null> {
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      await reader.cancel();
+      return null;
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return new TextDecoder().decode(bytes);
 }
 
 /** Retry-After as seconds or an HTTP date, in ms from now; undefined when absent or unreadable. */

@@ -79,13 +79,17 @@ export function record(b: Breaker, ok: boolean | null, now: number): Breaker {
   return { ...b, state: "open", failures, firstFailureAt, openedAt: now, retryAt: now + b.cooldownMs, held: 0 };
 }
 
-/** The breaker a job's dispatches name: its tenant's, for its target's origin; none if it opted out. */
+/**
+ * The breaker a run's dispatch names: its tenant's, for the origin of what the run calls (the
+ * job's target, or a workflow step's); none if the job opted out or the run calls nothing.
+ */
 export function breakerKey(
-  job: { tenantId: string; spec: Pick<JobSpec, "breaker" | "target"> } | null,
+  job: { tenantId: string; spec: Pick<JobSpec, "breaker"> } | null,
+  target: { url: string } | null,
 ): BreakerKey | Record<string, never> {
-  if (!job || job.spec.breaker === false) return {};
+  if (!job || !target || job.spec.breaker === false) return {};
   try {
-    return { tenantId: job.tenantId, origin: new URL(job.spec.target.url).origin };
+    return { tenantId: job.tenantId, origin: new URL(target.url).origin };
   } catch {
     return {}; // an URL the API accepted always parses; nothing to key a breaker on otherwise
   }

@@ -60,9 +60,33 @@ export function parseCompletionToken(token: string): { shard: string; fence: num
 /** A client-chosen trigger key (from its Idempotency-Key header) made safe for a run id. */
 export const TRIGGER_KEY = /^[0-9A-Za-z-]{1,64}$/;
 
-/** The job a run id belongs to, or null if the string is not a run id. */
+/** A workflow step's id (docs/workflows.md): safe in a run id, a header and a URL as it is. */
+export const STEP_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/**
+ * The run of one step of a workflow run: the run's id, a dot, the step's id. Derived, so a
+ * repeated decision makes nothing twice; inside the job's key range (`runKeyRange`), so the API
+ * finds its shard as for any run; and a run's steps are one range of keys of their own
+ * (`stepKeyRange`). Neither a scheduled nor a triggered run id holds a dot.
+ */
+export function stepRunId(runId: string, stepId: string): string {
+  return `${runId}.${stepId}`;
+}
+
+/** The keys of a workflow run's step runs: [from, to), exclusive of every other run (`/` follows `.`). */
+export function stepKeyRange(runId: string): [string, string] {
+  return [`${runId}.`, `${runId}/`];
+}
+
+/** The workflow run and step of a step run's id, or null for any other id. */
+export function stepOfRun(runId: string): { runId: string; stepId: string } | null {
+  const dot = runId.indexOf(".");
+  return dot < 0 ? null : { runId: runId.slice(0, dot), stepId: runId.slice(dot + 1) };
+}
+
+/** The job a run id (a workflow step's run's included) belongs to, or null if the string is not a run id. */
 export function jobIdOfRun(runId: string): string | null {
-  const match = /^run_([0-9a-z]{19})_[0-9A-Za-z-]+$/.exec(runId);
+  const match = /^run_([0-9a-z]{19})_[0-9A-Za-z-]+(?:\.[A-Za-z0-9_-]{1,64})?$/.exec(runId);
   return match ? `job_${match[1]}` : null;
 }
 

@@ -1,11 +1,27 @@
 import { z } from "@hono/zod-openapi";
-import { DEFAULT_BACKOFF } from "../schedule/backoff";
 import { cronError, isTimeZone } from "../schedule/cron";
 import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
-import type { Sealed } from "../security/sealing";
 import { Text } from "./common";
+import { DEFAULT_RETRY, RetrySchema } from "./retry";
+import { oneTargetOrSteps, StepsSchema, StepViewSchema, type StoredStep } from "./step";
+import { HttpUrl, type StoredTarget, TargetSchema, TargetViewSchema } from "./target";
+
+export { BackoffSchema, DEFAULT_RETRY, RetrySchema } from "./retry";
+export { type Step, StepSchema, type StepView, StepViewSchema, type StoredStep } from "./step";
+export {
+  HTTP_METHODS,
+  jsonDepth,
+  RESERVED_HEADERS,
+  type StoredTarget,
+  TARGET_LIMITS,
+  type Target,
+  TargetSchema,
+  type TargetSecrets,
+  type TargetView,
+  TargetViewSchema,
+} from "./target";
 
 /** The zod schemas are the single source of request/response types and of the OpenAPI document. */
 
@@ -95,56 +111,6 @@ export const ScheduleSchema = z
       'Exactly one of `{ "cron", "timezone"? }`, `{ "every" }`, `{ "at" }` or `{ "delay" }`; cron and every take optional `startAt`, `endAt`, `maxRuns`.',
   });
 
-export const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const;
-
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-/** Set by edgecron on every request; a job may not override them. */
-export const RESERVED_HEADERS = [
-  "idempotency-key",
-  "x-edgecron-run-id",
-  "x-edgecron-attempt",
-  "x-edgecron-scheduled-at",
-  "x-edgecron-job-id",
-  "x-edgecron-completion-token",
-  "x-edgecron-complete-url",
-  "edgecron-signature",
-];
-
-/** Bounds on what a target may carry, checked before anything is stored. */
-export const TARGET_LIMITS = { headers: 50, headerValueChars: 8_192, headerBytes: 32_768, bodyDepth: 32 };
-
-/** Nesting depth of a JSON value, without recursion (a hostile body must not blow the stack). */
-export function jsonDepth(value: unknown): number {
-  let deepest = 0;
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
-    if (v === null || typeof v !== "object") continue;
-    deepest = Math.max(deepest, depth);
-    if (depth > TARGET_LIMITS.bodyDepth) break;
-    for (const child of Object.values(v)) stack.push([child, depth + 1]);
-  }
-  return deepest;
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-/** Why a header cannot be sent as given, or null. Values must be Latin-1: fetch refuses others. */
-function headerProblem(name: string, value: unknown): string | null {
-  if (name.length > 256 || !HEADER_NAME.test(name) || name === "__proto__") return "not a valid HTTP header name";
-  if (RESERVED_HEADERS.includes(name.toLowerCase())) return `${name} is set by edgecron on every request`;
-  if (typeof value !== "string") return "must be a string";
-  if (value.length > TARGET_LIMITS.headerValueChars) return `must be at most ${TARGET_LIMITS.headerValueChars} characters`;
-  if (/[\r\n\0]/.test(value)) return "a header value may not contain CR, LF or NUL";
-  if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) return "a header value must be Latin-1 text without control characters";
-  return null;
-}
-
-/** Where a job calls or notifies: the SSRF guard (src/security/target-guard.ts) then checks the address. */
-const HttpUrl = z.url({ protocol: /^https?$/, error: "must be an absolute http or https URL" }).max(2048);
-
 /** What a job's notifications are about (README, Operations: Notifications). */
 export const NOTIFY_EVENTS = ["failed", "dead", "paused", "recovered"] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
@@ -170,110 +136,6 @@ export const NotifySchema = z
 
 export type Notify = z.infer<typeof NotifySchema>;
 
-export const TargetSchema = z
-  .strictObject({
-    url: HttpUrl.openapi({ example: "https://example.com/hooks/report" }),
-    method: z.enum(HTTP_METHODS).default("POST"),
-    // Checked by hand rather than with z.record, which drops a "__proto__" key silently (it
-    // rebuilds the object); here every own key of the parsed JSON is seen, and refused or kept.
-    headers: z
-      .custom<Record<string, string>>(isPlainObject, "must be an object of header names to string values")
-      .openapi({ type: "object", additionalProperties: { type: "string" } })
-      .superRefine((headers, ctx) => {
-        const names = Object.keys(headers);
-        if (names.length > TARGET_LIMITS.headers) ctx.addIssue({ code: "custom", message: `at most ${TARGET_LIMITS.headers} headers` });
-        let chars = 0;
-        for (const name of names) {
-          const value: unknown = headers[name];
-          chars += name.length + (typeof value === "string" ? value.length : 0);
-          const problem = headerProblem(name, value);
-          if (problem) ctx.addIssue({ code: "custom", message: problem, path: [name] });
-        }
-        if (chars > TARGET_LIMITS.headerBytes)
-          ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
-      })
-      .optional()
-      .openapi({ description: "Stored encrypted; responses show the names only." }),
-    body: z
-      .union([
-        Text(),
-        z.array(z.unknown()),
-        z.custom<Record<string, unknown>>(isPlainObject, "must be a string, an array or an object").openapi({ type: "object" }),
-      ])
-      .refine((b) => jsonDepth(b) <= TARGET_LIMITS.bodyDepth, `may nest at most ${TARGET_LIMITS.bodyDepth} levels deep`)
-      .optional()
-      .openapi({ description: "A string is sent as is; JSON is sent as application/json. Stored encrypted." }),
-  })
-  .superRefine((t, ctx) => {
-    if (t.body !== undefined && t.method === "GET") {
-      ctx.addIssue({ code: "custom", message: "a GET request has no body", path: ["body"] });
-    }
-  })
-  .openapi("Target");
-export type Target = z.infer<typeof TargetSchema>;
-
-/** The secret part of a target, sealed (AES-GCM) in D1 and in shard storage alike. */
-export interface TargetSecrets {
-  headers?: Record<string, string>;
-  body?: Target["body"];
-}
-
-/** A target as stored: what routing and display need in the clear, the rest sealed. */
-export interface StoredTarget {
-  url: string;
-  method: Target["method"];
-  headerNames: string[];
-  secrets: Sealed | null;
-}
-
-/** A target as responses show it: header names, never their values. */
-export const TargetViewSchema = z
-  .object({
-    url: z.string(),
-    method: z.enum(HTTP_METHODS),
-    headerNames: z.array(z.string()),
-    body: TargetSchema.shape.body,
-  })
-  .openapi("TargetView");
-export type TargetView = z.infer<typeof TargetViewSchema>;
-
-export const BackoffSchema = z
-  .strictObject({
-    initialMs: z
-      .int()
-      .min(100)
-      .max(3_600_000)
-      .default(DEFAULT_BACKOFF.initialMs)
-      .openapi({ description: "Cap of the first retry's delay." }),
-    maxMs: z.int().min(100).max(86_400_000).default(DEFAULT_BACKOFF.maxMs).openapi({ description: "No delay is longer." }),
-    factor: z
-      .number()
-      .min(1)
-      .max(10)
-      .default(DEFAULT_BACKOFF.factor)
-      .openapi({ description: "Each retry's cap is the previous one times this." }),
-  })
-  .refine((b) => b.maxMs >= b.initialMs, { message: "maxMs must be at least initialMs", path: ["maxMs"] })
-  .openapi("Backoff");
-
-export const RetrySchema = z
-  .strictObject({
-    maxAttempts: z.int().min(1).max(20).default(3).openapi({ description: "Attempts in all, the first included." }),
-    backoff: BackoffSchema.default(DEFAULT_BACKOFF),
-    jitter: z
-      .enum(["full", "none"])
-      .default("full")
-      .openapi({ description: "full: each delay is uniform in [0, cap], so failures that happened together do not retry together." }),
-    retryOn: z
-      .array(z.int().min(400).max(499))
-      .max(20)
-      .optional()
-      .openapi({ description: "4xx statuses to retry besides 408 and 429 (5xx, timeouts and network errors always are)." }),
-  })
-  .openapi("Retry");
-
-export const DEFAULT_RETRY: z.infer<typeof RetrySchema> = { maxAttempts: 3, backoff: DEFAULT_BACKOFF, jitter: "full" };
-
 export const OVERLAP_POLICIES = ["allow", "forbid", "buffer_one", "replace"] as const;
 
 /** Everything about a job but its name: what PATCH may change, and what the shard runs. */
@@ -292,7 +154,8 @@ export const RetentionSchema = z
 
 const JobFields = {
   schedule: ScheduleSchema,
-  target: TargetSchema,
+  target: TargetSchema.optional(),
+  steps: StepsSchema.optional(),
   retry: RetrySchema.default(DEFAULT_RETRY),
   timeoutMs: z.int().min(1_000).max(900_000).default(30_000),
   overlap: z.enum(OVERLAP_POLICIES).default("allow").openapi({
@@ -333,11 +196,17 @@ const JobFields = {
   }),
 };
 
-export const CreateJobSchema = z.strictObject({ name: Text(200).min(1).optional(), ...JobFields }).openapi("CreateJob");
+export const CreateJobSchema = z
+  .strictObject({ name: Text(200).min(1).optional(), ...JobFields })
+  .superRefine(oneTargetOrSteps)
+  .openapi("CreateJob");
 
 export type CreateJob = z.infer<typeof CreateJobSchema>;
-/** What the shard needs to run a job: the accepted definition minus presentation, its target sealed. */
-export type JobSpec = Omit<CreateJob, "name" | "target"> & { target: StoredTarget };
+/**
+ * What the shard needs to run a job: the accepted definition minus presentation, its target (or
+ * each step's) sealed. Exactly one of `target` and `steps` is there.
+ */
+export type JobSpec = Omit<CreateJob, "name" | "target" | "steps"> & { target?: StoredTarget; steps?: StoredStep[] };
 
 /** PATCH: any of the fields, replaced whole; the rest stay as they are. */
 export const PatchJobSchema = z
@@ -345,6 +214,9 @@ export const PatchJobSchema = z
     name: Text(200).min(1).nullable().optional(),
     schedule: ScheduleSchema.optional(),
     target: TargetSchema.optional(),
+    steps: StepsSchema.optional().openapi({
+      description: "A workflow job's steps, replaced whole (a single-target job keeps its target).",
+    }),
     retry: RetrySchema.optional(),
     timeoutMs: JobFields.timeoutMs.unwrap().optional(),
     overlap: z.enum(OVERLAP_POLICIES).optional(),
@@ -374,7 +246,8 @@ export const JobSchema = z
     name: z.string().nullable(),
     schedule: ScheduleSchema,
     description: ScheduleDescription,
-    target: TargetViewSchema,
+    target: TargetViewSchema.optional().openapi({ description: "A single-target job's target (a workflow job has steps instead)." }),
+    steps: z.array(StepViewSchema).optional().openapi({ description: "A workflow job's graph." }),
     retry: RetrySchema,
     timeoutMs: z.int(),
     overlap: z.enum(OVERLAP_POLICIES),

@@ -19,6 +19,24 @@ export const AttemptSchema = z
   })
   .openapi("Attempt");
 
+/** One step of a workflow run (docs/workflows.md). */
+export const StepRunSchema = z
+  .object({
+    id: z.string().openapi({ description: "The step's id in the job's steps." }),
+    state: z.enum([...RUN_STATES, "blocked"]).openapi({ description: "blocked: not started, waiting for its parents." }),
+    attempt: z.int().openapi({ description: "The current attempt's number (0 while blocked)." }),
+    status: z.int().nullable(),
+    startedAt: Instant.nullable(),
+    finishedAt: Instant.nullable(),
+    result: z.unknown().optional().openapi({
+      description:
+        "A succeeded step's result, as the steps below receive it: its response body (JSON when it parses, else text) or its 202 completion's result.",
+    }),
+    error: z.string().nullable(),
+    attemptLog: z.array(AttemptSchema),
+  })
+  .openapi("StepRun");
+
 export const RunSchema = z
   .object({
     id: z.string().openapi({ example: "run_0mihx2k3f8a1b2c3d4e5_mj3k2a00" }),
@@ -37,6 +55,9 @@ export const RunSchema = z
     error: z.string().nullable(),
     result: z.string().nullable().openapi({ description: "What a long-running target sent with its completion." }),
     attemptLog: z.array(AttemptSchema).optional(),
+    steps: z.array(StepRunSchema).optional().openapi({
+      description: "A workflow run read alone: every step of its job, in definition order. The run has no attempts of its own.",
+    }),
   })
   .openapi("Run");
 export type Run = z.infer<typeof RunSchema>;

@@ -1,4 +1,5 @@
-import { newCompletionToken, parseCompletionToken } from "../model/ids";
+import { newCompletionToken, parseCompletionToken, stepOfRun } from "../model/ids";
+import { stepPolicy, targetOfRun } from "../workflow/steps";
 import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "./attempt-states";
 import {
   type Answer,
@@ -12,8 +13,9 @@ import {
   refuse,
   type TokenRefusal,
 } from "./contract";
-import { describeOutcome, type RunLedger, stoppedReason } from "./ledger";
+import { describeOutcome, type RunLedger, stoppedFor } from "./ledger";
 import type { ShardStore } from "./store";
+import type { Workflows } from "./workflows";
 
 /**
  * Completion: the consumer's side of a run and the long-running target's. A claim starts an
@@ -26,13 +28,18 @@ export class Completions {
     private readonly store: ShardStore,
     private readonly ledger: RunLedger,
     private readonly shardName: () => string,
+    private readonly workflows: Pick<Workflows, "inputOf">,
   ) {}
 
   claim(dispatches: Dispatch[], now: number): ClaimResult[] {
     return dispatches.map((d): ClaimResult => {
       const run = this.ledger.currentQueued(d);
       const job = run && this.store.getJob(run.jobId);
-      if (!run || !job || stoppedReason(job)) return { result: "stale", runId: d.runId, fence: d.fence };
+      const target = job && targetOfRun(job.spec, d.runId);
+      // A step a PATCH took out of its job's graph has nothing to call: its run ends here.
+      if (run && job && !target && run.parentRunId !== null) this.ledger.cancel(run, "its step is no longer in the job's steps", now);
+      if (!run || !job || !target || stoppedFor(run, job)) return { result: "stale", runId: d.runId, fence: d.fence };
+      const step = stepOfRun(run.id);
       const completionToken = newCompletionToken(this.shardName(), run.fence);
       this.ledger.claim(run, job, now, completionToken);
       return {
@@ -44,9 +51,10 @@ export class Completions {
         signingGeneration: this.store.getTenant(job.tenantId)?.signingGeneration ?? 1,
         attempt: run.attempt,
         scheduledAt: run.scheduledAt,
-        target: job.spec.target,
-        timeoutMs: job.spec.timeoutMs,
+        target,
+        timeoutMs: stepPolicy(job.spec, run.id).timeoutMs,
         completionToken,
+        ...(step && { step, input: this.workflows.inputOf(run, job) ?? undefined }),
       };
     });
   }

@@ -117,6 +117,8 @@ export interface RunRow {
   permit: string | null;
   /** How often the current attempt's dispatch went out again unclaimed (0 on each new attempt). */
   redispatches: number;
+  /** A workflow step's run: the workflow run it is a step of (docs/workflows.md); null for any other run. */
+  parentRunId: string | null;
 }
 
 export interface AttemptRow {
@@ -136,6 +138,21 @@ export interface AttemptRow {
 export interface RunView extends RunRow {
   attempts: number;
   attemptLog?: AttemptRow[];
+  /** A workflow run read alone: each step of its job, in definition order. */
+  steps?: StepRunView[];
+}
+
+/** One step of a workflow run: `blocked` until it starts (it has no run yet), then its run's state. */
+export interface StepRunView {
+  id: string;
+  state: RunState | "blocked";
+  attempt: number;
+  status: number | null;
+  startedAt: number | null;
+  finishedAt: number | null;
+  result: string | null;
+  error: string | null;
+  attemptLog: AttemptRow[];
 }
 
 /** A shard's cost meter's counters of one operation over a window (meter.ts). */
@@ -232,6 +249,10 @@ export type ClaimResult =
       target: StoredTarget;
       timeoutMs: number;
       completionToken: string;
+      /** A workflow step's run: the workflow run's id and the step's (sent as headers). */
+      step?: { runId: string; stepId: string };
+      /** For a step whose target has no body: the JSON it is sent (the run and its parents' results). */
+      input?: string;
     };
 
 export interface Outcome {
@@ -247,6 +268,8 @@ export interface Outcome {
   retryAfterMs?: number;
   /** Set when the status alone does not say it (a target the SSRF guard refused will not improve). */
   kind?: FailureKind;
+  /** A workflow step's success: its response body (at most 64 KiB), which the steps below receive. */
+  result?: string;
 }
 
 /** What a long-running target reports through POST /v1/runs/:id/complete. */

@@ -9,6 +9,7 @@ import { type RunLedger, stoppedReason } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
+import type { Workflows } from "./workflows";
 
 /**
  * Due jobs fired per transaction by the alarm (TICK_BATCH in all per alarm). Each chunk's
@@ -31,6 +32,7 @@ export class Firing {
   constructor(
     private readonly store: ShardStore,
     private readonly ledger: RunLedger,
+    private readonly workflows: Pick<Workflows, "jobChanged">,
   ) {}
 
   /** Applies definitions newer than what the shard holds; older or equal versions change nothing. */
@@ -47,6 +49,9 @@ export class Firing {
       if (stopped) this.ledger.cancelPending(def.id, stopped, now);
       // A resume starts the count of failures in a row again (pauseAfterFailures).
       else if (held?.paused) this.store.endFailureStreak(def.id);
+      // Workflow runs under way: a resume starts the steps the pause held back, a delete cancels them.
+      const job = this.store.getJob(def.id);
+      if (job && held) this.workflows.jobChanged(job, held.paused, now);
     }
   }
 
@@ -145,7 +150,9 @@ export class Firing {
 
   /** Creates a run as the job's overlap policy decides (backfills always start). False if it existed. */
   private startRun(job: ShardJob, newRun: NewRun, now: number): boolean {
-    const run = { ...newRun, watched: watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId)) };
+    // A workflow run is always watched: a resume or a delete finds it among the job's open runs.
+    const watched = job.spec.steps !== undefined || watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId));
+    const run = { ...newRun, watched };
     const policy = run.trigger === "backfill" ? "allow" : (job.spec.overlap ?? "allow");
     const unfinished = policy === "allow" ? [] : this.store.unfinishedRuns(job.id);
     const decision = decideOverlap(policy, unfinished, policy === "buffer_one" && this.store.bufferedRuns(job.id).length > 0);

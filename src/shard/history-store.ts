@@ -31,12 +31,14 @@ export class HistoryStore {
   /**
    * The scheduled instant of the job's `keep`-th newest run, or null when it has fewer: runs
    * before it are beyond the job's cap. Reads the job's runs (one range of the runs' key, which
-   * retention keeps near the cap), never another job's.
+   * retention keeps near the cap), never another job's. A workflow's step runs do not count:
+   * they share their run's instant, so they leave with it.
    */
   keptFrom(jobId: string, keep: number): number | null {
     const row = this.sql
       .exec(
-        "SELECT scheduled_at FROM runs WHERE id > ? AND id < ? AND job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT 1 OFFSET ?",
+        `SELECT scheduled_at FROM runs WHERE id > ? AND id < ? AND job_id = ? AND parent_run_id IS NULL
+         ORDER BY scheduled_at DESC, id DESC LIMIT 1 OFFSET ?`,
         ...runKeyRange(jobId),
         jobId,
         keep - 1,

@@ -1,6 +1,7 @@
 import { breakerKey } from "../gate/breaker";
 import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
+import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import {
   type Answer,
@@ -39,6 +40,12 @@ export interface Settled {
  * a run (firing, admission, completion); this module is *how* it is written down.
  */
 export class RunLedger {
+  /**
+   * Begins a workflow run's steps where another run would be dispatched (workflows.ts); set by
+   * the shard once its workflows exist, since they write their step runs through this ledger.
+   */
+  beginSteps: (runId: string, now: number) => void = () => {};
+
   constructor(
     private readonly store: ShardStore,
     private readonly claimTimeoutMs: () => number,
@@ -48,9 +55,16 @@ export class RunLedger {
     private readonly send: (dispatch: Dispatch & Partial<BreakerKey>) => void,
   ) {}
 
-  /** A run's dispatch, naming its target's breaker unless the job opted out. */
+  /**
+   * A run's dispatch, naming its target's breaker unless the job opted out. A workflow run has no
+   * target of its own: it begins its steps instead, in this same transaction.
+   */
   private dispatch(runId: string, fence: number, job: Pick<ShardJob, "tenantId" | "spec"> | null): void {
-    this.send({ runId, fence, ...breakerKey(job) });
+    if (job && isWorkflowRun(job.spec, runId)) {
+      this.beginSteps(runId, Date.now());
+      return;
+    }
+    this.send({ runId, fence, ...breakerKey(job, job && targetOfRun(job.spec, runId)) });
   }
 
   /**
@@ -64,7 +78,7 @@ export class RunLedger {
   ): boolean {
     if (as.state !== "queued") return this.store.createRun(run, now, as);
     const created = this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
-    if (created) this.dispatch(run.id, 1, as.job);
+    if (created) this.dispatch(run.id, run.fence ?? 1, as.job);
     return created;
   }
 
@@ -79,7 +93,8 @@ export class RunLedger {
    */
   sendOn(run: RunRow, event: "start" | "requeue" | "revive", changes: RunChanges, now: number): void {
     const job = this.store.getJob(run.jobId);
-    if (job && this.mustWait(job)) {
+    // A workflow's step is part of a run flow control already let through: it never waits.
+    if (job && run.parentRunId === null && this.mustWait(job)) {
       this.store.moveRun(run, "hold", { ...changes, dueAt: now });
       return;
     }
@@ -106,13 +121,23 @@ export class RunLedger {
    * A dispatch of it still unsent goes out and is stale at its claim.
    */
   cancel(run: RunRow, reason: string, now: number): void {
-    const attempt = run.state === "running" ? finished("cancelled", now, null, reason) : undefined;
+    // A running workflow run has no attempt of its own: its steps have theirs.
+    const attempt =
+      run.state === "running" && !isWorkflowRun(this.store.getJob(run.jobId)?.spec ?? {}, run.id)
+        ? finished("cancelled", now, null, reason)
+        : undefined;
     this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason }, attempt);
   }
 
-  /** A paused or deleted job: every run of it that has not begun an attempt ends now. */
+  /**
+   * A paused or deleted job: every run of it that has not begun an attempt ends now. A pause
+   * leaves a workflow's steps under way to finish, retries included (docs/workflows.md).
+   */
   cancelPending(jobId: string, reason: string, now: number): void {
-    for (const run of this.store.pendingRuns(jobId)) this.cancel(run, reason, now);
+    const deleted = this.store.getJob(jobId)?.deleted ?? true;
+    for (const run of this.store.pendingRuns(jobId)) {
+      if (deleted || run.parentRunId === null) this.cancel(run, reason, now);
+    }
   }
 
   /**
@@ -125,7 +150,11 @@ export class RunLedger {
     this.store.moveRun(
       run,
       "claim",
-      { leaseUntil: now + job.spec.timeoutMs + LEASE_GRACE_MS, startedAt: run.startedAt ?? now, jobVersion: job.version },
+      {
+        leaseUntil: now + stepPolicy(job.spec, run.id).timeoutMs + LEASE_GRACE_MS,
+        startedAt: run.startedAt ?? now,
+        jobVersion: job.version,
+      },
       { start: { attempt: run.attempt, fence: run.fence, startedAt: now, completionToken } },
     );
   }
@@ -172,9 +201,15 @@ export class RunLedger {
   revive(runId: string, now: number): Answer<RunRow, "unknown_run" | "not_retryable"> {
     const run = this.store.getRun(runId);
     if (!run) return refuse("unknown_run");
-    if (stoppedReason(this.store.getJob(run.jobId)) || !DEAD_LETTER_STATES.includes(run.state)) return refuse("not_retryable");
+    // A workflow's step is retried with its run (POST /v1/runs/<the run>/retry), never alone.
+    if (!this.revivable(run)) return refuse("not_retryable");
     this.sendOn(run, "revive", { attempt: 1, fence: run.fence + 1, finishedAt: null, status: null, error: null }, now);
     return done(run);
+  }
+
+  /** A dead or failed run of a live job, not a workflow's step: what a retry may revive. */
+  revivable(run: RunRow): boolean {
+    return run.parentRunId === null && !stoppedReason(this.store.getJob(run.jobId)) && DEAD_LETTER_STATES.includes(run.state);
   }
 
   /**
@@ -192,6 +227,9 @@ export class RunLedger {
     const run = this.store.getRun(runId);
     const attempt = this.store.getAttempt(runId, fence);
     if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
+    // A workflow's step stays dead: the graph has already decided on it (steps below skipped or
+    // started), and a step that changed its outcome now would contradict those decisions.
+    if (run.parentRunId !== null) return false;
     if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
     this.store.moveRun(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null });
     return true;
@@ -206,7 +244,7 @@ export class RunLedger {
   advanceDue(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) {
       const job = this.store.getJob(run.jobId);
-      const stopped = stoppedReason(job);
+      const stopped = stoppedFor(run, job);
       if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
         // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
         this.cancel(run, stopped, now);
@@ -259,9 +297,9 @@ export class RunLedger {
   ): void {
     // Job rows outlive deletion (tombstones), so the policy is always there.
     const job = this.store.getJob(run.jobId);
-    const retry = job?.spec.retry ?? DEFAULT_RETRY;
+    const retry = (job && stepPolicy(job.spec, run.id).retry) ?? DEFAULT_RETRY;
     const decision = afterFailure(kind ?? classifyStatus(status, retry.retryOn), run.attempt, retry.maxAttempts);
-    const stopped = stoppedReason(job);
+    const stopped = stoppedFor(run, job);
     if (decision === "retry" && stopped) {
       const changes = { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` };
       this.store.moveRun(run, "cancel", changes, attempt);
@@ -278,7 +316,8 @@ export class RunLedger {
   }
 
   timeoutOf(run: RunRow): number {
-    return this.store.getJob(run.jobId)?.spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const job = this.store.getJob(run.jobId);
+    return job ? stepPolicy(job.spec, run.id).timeoutMs : DEFAULT_TIMEOUT_MS;
   }
 }
 
@@ -300,6 +339,15 @@ export function claimWait(claimTimeoutMs: number, redispatches: number): number 
 export function stoppedReason(job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {
   if (!job || job.deleted) return "job deleted";
   return job.paused ? "job paused" : null;
+}
+
+/**
+ * Why nothing more may run for this run: a workflow's step goes on while its job is paused (the
+ * steps in flight finish, with their retries), and ends only with the job.
+ */
+export function stoppedFor(run: Pick<RunRow, "parentRunId">, job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {
+  const stopped = stoppedReason(job);
+  return run.parentRunId !== null && stopped === "job paused" ? null : stopped;
 }
 
 /** The running attempt ends with `outcome`. */

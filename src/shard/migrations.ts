@@ -342,6 +342,15 @@ ALTER TABLE cost_minutes ADD COLUMN alarm_lag_sum_ms INTEGER NOT NULL DEFAULT 0;
     sql: `
 ALTER TABLE tenants ADD COLUMN notify TEXT;`,
   },
+  {
+    version: 12,
+    name: "workflow steps as runs",
+    // A step of a workflow run is a run of its own (docs/workflows.md): this names the workflow
+    // run it belongs to (NULL for every other run). No index: a run's steps are one range of the
+    // primary key (stepKeyRange), and an ordinary run writes nothing more than before.
+    sql: `
+ALTER TABLE runs ADD COLUMN parent_run_id TEXT;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

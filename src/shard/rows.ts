@@ -34,8 +34,11 @@ export interface NotificationRow {
 /** A run about to be created. */
 export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
 
-/** A run about to be written: whether it goes into `runs_open` while unfinished (`watchesOpenRuns`). */
-export type RunToWrite = NewRun & { watched: boolean };
+/**
+ * A run about to be written: whether it goes into `runs_open` while unfinished (`watchesOpenRuns`);
+ * for a workflow step's run, the workflow run it belongs to and its first fence.
+ */
+export type RunToWrite = NewRun & { watched: boolean; parentRunId?: string; fence?: number };
 
 export type Row = Record<string, SqlStorageValue>;
 
@@ -82,6 +85,7 @@ export const toRun = (r: Row): RunRow => ({
   result: r.result as string | null,
   permit: (r.permit as string | null) ?? null,
   redispatches: (r.redispatches as number | null) ?? 0,
+  parentRunId: (r.parent_run_id as string | null) ?? null,
 });
 
 /** A row of `attempt_log` (the attempts table, and each run's latest attempt kept on its row). */

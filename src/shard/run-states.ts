@@ -19,6 +19,9 @@
  *   queued ──hold──▶ waiting      (a circuit breaker is open for the target's origin: the run
  *                                 waits, its attempt unspent, until a probe may go)
  *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
+ *   queued ──begin_steps──▶ running   (a workflow run: instead of a dispatch it starts its
+ *                                 steps, each a run of its own; it ends succeeded, or failed
+ *                                 (reject) when a step failed, once every step has ended)
  * A lease that expires counts as a retryable failure of the running attempt.
  * docs/architecture.md draws this table; `npm run docs:diagrams` redraws it after a change.
  */
@@ -50,11 +53,12 @@ export type RunEvent =
   | "succeed_late"
   | "start"
   | "hold"
-  | "admit";
+  | "admit"
+  | "begin_steps";
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
   waiting: { admit: "queued", cancel: "cancelled" },
-  queued: { claim: "running", redispatch: "queued", abandon: "queued", hold: "waiting", cancel: "cancelled" },
+  queued: { claim: "running", begin_steps: "running", redispatch: "queued", abandon: "queued", hold: "waiting", cancel: "cancelled" },
   running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
   retry_wait: { requeue: "queued", hold: "waiting", cancel: "cancelled" },
   buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },

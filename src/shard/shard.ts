@@ -36,6 +36,7 @@ import { Retention } from "./retention";
 import { ShardStore } from "./store";
 import { ViewStore } from "./view-store";
 import { Views } from "./views";
+import { Workflows } from "./workflows";
 
 /** A shard with nothing due within this long counts as going idle (see `metered`). */
 const IDLE_AFTER_MS = 5_000;
@@ -59,6 +60,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly meter: ShardMeter;
   private readonly retention: Retention;
   private readonly outcomes: Outcomes;
+  private readonly workflows: Workflows;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -73,6 +75,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.meter.countStart();
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     this.store = new ShardStore(this.meter.sql, (run) => {
+      // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
+      if (this.workflows.ended(run, Date.now()) === "step") return;
       this.meter.count("runsFinished");
       this.outcomes.noteFinished(run);
     });
@@ -84,7 +88,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
       (dispatch) => this.dispatcher.send(dispatch),
     );
-    this.firing = new Firing(this.store, this.ledger);
+    this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
+    this.firing = new Firing(this.store, this.ledger, this.workflows);
     this.outcomes = new Outcomes(
       this.store,
       this.meter.sql,
@@ -98,8 +103,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         }),
     );
     this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
-    this.completions = new Completions(this.store, this.ledger, name);
-    this.views = new Views(this.store, new ViewStore(this.meter.sql));
+    this.completions = new Completions(this.store, this.ledger, name, this.workflows);
+    this.views = new Views(this.store, new ViewStore(this.meter.sql), this.workflows.steps);
     // Without a bucket bound, expired history is only deleted.
     const bucket = (env as Partial<Env>).ARCHIVE;
     const history = new HistoryStore(this.meter.sql);
@@ -295,7 +300,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /** Gives a dead or failed run of a live job a fresh set of attempts. */
   async retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">> {
     return this.metered("retryRun", async (here) => {
-      const answer = this.change((now) => this.ledger.revive(runId, now));
+      const answer = this.change((now) => this.workflows.revive(runId, now));
       if (!answer.ok) return answer;
       await this.settle();
       return here(() => done(this.views.run(runId)!));
@@ -373,10 +378,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     }
   }
 
-  /**
-   * One atomic change of the shard's state: the single writer's transaction. Dispatches it
-   * made are forgotten with it if it throws.
-   */
+  /** One atomic change of the shard's state: the single writer's transaction; dispatches it made go with it if it throws. */
   private change<T>(apply: (now: number) => T): T {
     const mark = this.dispatcher.mark();
     const notifications = this.outcomes.notifier.mark();

@@ -163,8 +163,8 @@ export class ShardStore {
   ): boolean {
     const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
     const inserted = this.sql.exec(
-      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched, parent_run_id)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -172,11 +172,13 @@ export class ShardStore {
       run.scheduledAt,
       run.catchUp ? 1 : 0,
       as.state,
+      run.fence ?? 1,
       dueAt,
       now,
       as.state === "skipped" ? now : null,
       as.state === "skipped" ? as.reason : null,
       run.watched ? 1 : 0,
+      run.parentRunId ?? null,
     ).rowsWritten;
     return inserted > 0;
   }
@@ -219,12 +221,12 @@ export class ShardStore {
     return [...watched.toArray(), ...due.toArray()].map(toRun);
   }
 
-  /**
-   * A job's policies now watch its open runs (a PATCH set an overlap policy or a limit): its
-   * unwatched open runs, each with a due time, join runs_open, so the policy sees them.
-   */
+  /** A PATCH set an overlap policy or a limit: the job's open runs join runs_open (not a workflow's steps: their run does). */
   watchOpenRuns(jobId: string): void {
-    this.sql.exec("UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL", jobId);
+    this.sql.exec(
+      "UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL AND parent_run_id IS NULL",
+      jobId,
+    );
   }
 
   /** Runs whose due time has come (claim deadline, lease expiry or retry time). */
@@ -277,8 +279,6 @@ export class ShardStore {
     // runs_open holds the runs without finished_at: exactly the runs not final.
     if (FINAL_STATES.includes(to) === (next.finishedAt === null))
       throw new Error(`run ${run.id}: ${to} with finished_at ${next.finishedAt}`);
-    // A run that was final already (a late success of a dead run) does not finish twice.
-    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished(next);
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
@@ -329,6 +329,9 @@ export class ShardStore {
     if (set.size > 0) {
       this.sql.exec(`UPDATE runs SET ${[...set.keys()].map((column) => `${column} = ?`).join(", ")} WHERE id = ?`, ...set.values(), run.id);
     }
+    // After the row is written, so that whoever hears of it (a workflow reading its steps) reads it
+    // as it now is. A run that was final already (a late success of a dead run) does not finish twice.
+    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished(next);
     return next;
   }
 

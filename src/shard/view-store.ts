@@ -24,8 +24,8 @@ export class ViewStore {
     const [from, to] = runKeyRange(jobId);
     const rows = before
       ? this.sql.exec(
-          `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?))
-           ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
+          `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND parent_run_id IS NULL
+           AND (scheduled_at < ? OR (scheduled_at = ? AND id < ?)) ORDER BY scheduled_at DESC, id DESC LIMIT ?`,
           from,
           to,
           jobId,
@@ -35,7 +35,7 @@ export class ViewStore {
           limit,
         )
       : this.sql.exec(
-          "SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?",
+          "SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND parent_run_id IS NULL ORDER BY scheduled_at DESC, id DESC LIMIT ?",
           from,
           to,
           jobId,
@@ -51,7 +51,8 @@ export class ViewStore {
     before?: { finishedAt: number; id: string },
   ): RunRow[] {
     // Only the filters asked are written, so that SQLite can pick the index that fits them.
-    const where = [`state IN (${DEAD_LETTERS})`];
+    // A workflow's failed step is not a dead letter of its own: its run is (and a retry takes the run).
+    const where = [`state IN (${DEAD_LETTERS})`, "parent_run_id IS NULL"];
     const args: SqlStorageValue[] = [];
     const filter = (condition: string, ...values: SqlStorageValue[]) => {
       where.push(condition);
@@ -93,7 +94,7 @@ export class ViewStore {
       `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;
     const byState = Object.fromEntries(
       this.sql
-        .exec(`SELECT state, COUNT(*) AS n FROM runs WHERE ${ofTenant("id")} GROUP BY state`, tenantId)
+        .exec(`SELECT state, COUNT(*) AS n FROM runs WHERE parent_run_id IS NULL AND ${ofTenant("id")} GROUP BY state`, tenantId)
         .toArray()
         .map((r) => [r.state as string, r.n as number]),
     );
@@ -110,7 +111,7 @@ export class ViewStore {
     // Lag: first claim minus scheduled instant, both read on the shard's clock.
     const lagsMs = this.sql
       .exec(
-        `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND ${ofTenant("id")}
+        `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND parent_run_id IS NULL AND ${ofTenant("id")}
          ORDER BY started_at DESC LIMIT ?3`,
         tenantId,
         since,

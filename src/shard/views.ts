@@ -1,4 +1,6 @@
-import type { CatalogEntry, JobComparison, JobRuntime, RunRow, RunView, ShardMetrics } from "./contract";
+import { stepRunId } from "../model/ids";
+import type { CatalogEntry, JobComparison, JobRuntime, RunRow, RunView, ShardMetrics, StepRunView } from "./contract";
+import type { StepStore } from "./step-store";
 import type { ShardStore } from "./store";
 import type { ViewStore } from "./view-store";
 
@@ -10,13 +12,43 @@ export class Views {
   constructor(
     private readonly store: ShardStore,
     private readonly reads: ViewStore,
+    private readonly steps: StepStore,
   ) {}
 
   run(runId: string): RunView | null {
     const run = this.store.getRun(runId);
     if (!run) return null;
     const attemptLog = this.reads.attempts(runId);
-    return { ...run, attempts: attemptLog.length, attemptLog };
+    const steps = run.parentRunId === null ? this.stepsOf(run) : null;
+    return { ...run, attempts: attemptLog.length, attemptLog, ...(steps && { steps }) };
+  }
+
+  /** A workflow run's steps in definition order, each as its run stands (blocked: no run yet); null for other runs. */
+  private stepsOf(run: RunRow): StepRunView[] | null {
+    const job = this.store.getJob(run.jobId);
+    if (!job?.spec.steps) return null;
+    const rows = new Map(this.steps.stepRuns(run.id).map((r) => [r.id, r]));
+    const attempts = this.steps.stepAttempts(run.id);
+    return job.spec.steps.map((step) => {
+      const id = stepRunId(run.id, step.id);
+      const row = rows.get(id);
+      // A retry keeps the attempts of a step it starts again: they are shown until the step starts anew.
+      const attemptLog = attempts.get(id) ?? [];
+      if (!row)
+        return {
+          id: step.id,
+          state: "blocked",
+          attempt: 0,
+          status: null,
+          startedAt: null,
+          finishedAt: null,
+          result: null,
+          error: null,
+          attemptLog,
+        };
+      const { state, attempt, status, startedAt, finishedAt, result, error } = row;
+      return { id: step.id, state, attempt, status, startedAt, finishedAt, result, error, attemptLog };
+    });
   }
 
   runs(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): RunView[] {

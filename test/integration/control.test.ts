@@ -183,7 +183,11 @@ describe("the reconciliation sweep", () => {
     const id = newJobId(now);
     const url = receiverPath("sweep");
     const shard = shardFor(id, Number(env.SHARD_COUNT));
-    const { target, ...spec } = CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } });
+    const {
+      target,
+      steps: _steps,
+      ...spec
+    } = CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } });
     await insertJob(
       env.DB,
       {
@@ -192,7 +196,7 @@ describe("the reconciliation sweep", () => {
         name: "orphan",
         shard,
         version: 1,
-        spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
+        spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) },
         paused: false,
         pausedReason: null,
         createdAt: now,

@@ -58,7 +58,7 @@ describe("several dispatch queues", () => {
     await Promise.all(jobs.map((job) => fireNow(job)));
     const runs = await Promise.all(jobs.map(async (job) => (await listRuns(job.id))[0]!));
     for (const run of runs) await waitForRun(run.id, ["succeeded"]);
-    for (const job of jobs) expect(await hitsOf(job.target.url)).toHaveLength(1);
+    for (const job of jobs) expect(await hitsOf(job.target!.url)).toHaveLength(1);
 
     // Which queue delivered each run: always its shard's.
     const deliveredFrom = new Map<string, Set<string>>();

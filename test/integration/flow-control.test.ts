@@ -174,7 +174,7 @@ describe("admission under interleaving and backlog", () => {
     const shard = `shard-t${crypto.randomUUID().slice(0, 8)}`;
     const stub = env.SHARD.get(env.SHARD.idFromName(shard));
     const url = receiverPath("admission", "delayMs=1000");
-    const { target, ...rest } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url }, ...spec });
+    const { target, steps: _steps, ...rest } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url }, ...spec });
     const defs = await Promise.all(
       ["a", "b"].map(async (suffix) => {
         const id = `job_${Date.now().toString(36).padStart(9, "0")}${suffix}${crypto.randomUUID().replace(/-/g, "").slice(0, 9)}`;
@@ -182,7 +182,7 @@ describe("admission under interleaving and backlog", () => {
           id,
           tenantId: tenant.id,
           version: 1,
-          spec: { ...rest, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) },
+          spec: { ...rest, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) },
           paused: false,
           deleted: false,
           createdAt: Date.now(),

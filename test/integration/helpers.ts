@@ -182,8 +182,8 @@ export async function sweepFully(maxInvocations = 50): Promise<number> {
 /** A job in the catalog whose shard call was lost, last changed at `updatedAt`. */
 export async function lostJob(shard: string, updatedAt: number) {
   const id = newJobId(updatedAt);
-  const { target, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("sweep-lost") } });
-  const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) };
+  const { target, steps: _steps, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("sweep-lost") } });
+  const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) };
   await insertJob(
     env.DB,
     {

@@ -257,7 +257,7 @@ describe("target secrets at rest", () => {
       const shown = "items" in parsed ? parsed.items.find((j) => j.id === job.id) : parsed;
       expect(shown, what).toBeDefined();
       expect(shown!.target, what).toEqual({ url, method: "POST", headerNames: ["Authorization"], body });
-      expect(Object.keys(shown!.target), what).not.toContain("headers");
+      expect(Object.keys(shown!.target!), what).not.toContain("headers");
     }
 
     // Executing: the target gets both in clear.
@@ -280,7 +280,7 @@ describe("target secrets at rest", () => {
     const patchText = await patchRes.text();
     expect(patchRes.status, patchText).toBe(200);
     expectNoSecret(patchText, [rotatedToken, "extra-secret-value"], "PATCH target");
-    expect((JSON.parse(patchText) as Job).target.headerNames).toEqual(["Authorization", "X-Extra"]);
+    expect((JSON.parse(patchText) as Job).target!.headerNames).toEqual(["Authorization", "X-Extra"]);
     for (const [where, text] of [
       ["D1", await catalogSpec(job.id)],
       ["shard", await shardSpec(job)],
@@ -551,7 +551,7 @@ describe("always refused at creation, even with ALLOW_PRIVATE_TARGETS on", () =>
     }
     const after = (await (await api(`/v1/jobs/${job.id}`)).json()) as Job;
     expect(after.version).toBe(1);
-    expect(after.target.url).toBe(url);
+    expect(after.target!.url).toBe(url);
     expect(await catalogSpec(job.id)).toBe(catalogBefore);
     expect(await shardSpec(job)).toBe(shardBefore);
     // And the job still runs where it pointed.

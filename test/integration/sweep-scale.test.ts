@@ -47,9 +47,9 @@ it("sweeps 250,000 jobs over many invocations, each within the budget, visiting 
   for (const s of [0, 17, 40, 63]) {
     const id = newJobId(YEAR_AGO);
     const shard = `shard-${s}`;
-    const { target, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("scale-lost") } });
+    const { target, steps: _steps, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("scale-lost") } });
     const job = { id, tenantId: DEFAULT_TENANT, name: null, shard, version: 1, paused: false, pausedReason: null, deletedAt: null };
-    const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target, id) };
+    const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) };
     await insertJob(env.DB, { ...job, spec: sealed, createdAt: YEAR_AGO, updatedAt: YEAR_AGO }, null);
     lost.push({ id, shard });
   }

@@ -105,7 +105,7 @@ describe("the new-job form", () => {
       target: { url: "https://example.com/x", method: "POST", body: { a: 1 } },
       retry: { maxAttempts: 3 },
     });
-    expect(toCreateJob({ ...EMPTY_FORM, kind: "every", value: "5m", url: "https://example.com/x", body: "plain" }).target.body).toBe(
+    expect(toCreateJob({ ...EMPTY_FORM, kind: "every", value: "5m", url: "https://example.com/x", body: "plain" }).target!.body).toBe(
       "plain",
     );
     expect(toCreateJob({ ...EMPTY_FORM, kind: "every", value: "5m", url: "https://example.com/x" }).schedule).toEqual({ every: "5m" });

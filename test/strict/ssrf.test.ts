@@ -120,7 +120,7 @@ describe("SSRF guard with ALLOW_PRIVATE_TARGETS off", () => {
       await expectRefused(res, fragment, `PATCH ${url}`);
       const after = (await (await api(`/v1/jobs/${job.id}`)).json()) as Job;
       expect(after.version).toBe(1);
-      expect(after.target.url).toBe("https://example.com/x");
+      expect(after.target!.url).toBe("https://example.com/x");
       expect(await jobCount()).toBe(before);
     });
 

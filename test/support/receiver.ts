@@ -8,7 +8,8 @@ export type { Hit };
  * A real HTTP target on 127.0.0.1 for tests and benchmarks. Any request to /hit/<name>
  * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0; for both, a
  * comma-separated list is used in turn, by order of arrival), with a
- * Location header when ?location= is given (a redirect); GET /log/<name> returns what <name>
+ * Location header when ?location= is given (a redirect), and the body ?body= (default "ok"), or
+ * ?bodyBytes= bytes of it; GET /log/<name> returns what <name>
  * received, in order of arrival; GET /peak/<name> how many of <name>'s requests were open at
  * once, at most (from arrival to answer), and how many are open now.
  */
@@ -54,7 +55,9 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
         res.statusCode = statuses[(list.length - 1) % statuses.length]!;
         const location = url.searchParams.get("location");
         if (location !== null) res.setHeader("location", location);
-        res.end("ok");
+        // ?body= is answered as the response body (a workflow step's result); ?bodyBytes= with that many bytes.
+        const size = url.searchParams.get("bodyBytes");
+        res.end(size !== null ? "x".repeat(Number(size)) : (url.searchParams.get("body") ?? "ok"));
       }, delay);
     });
   });

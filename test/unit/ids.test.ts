@@ -1,7 +1,18 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseRetryAfter } from "../../src/consumer/execute";
-import { JOB_ID, jobIdOfRun, newJobId, scheduledRunId, shardFor, triggeredRunId } from "../../src/model/ids";
+import {
+  JOB_ID,
+  jobIdOfRun,
+  newJobId,
+  runKeyRange,
+  scheduledRunId,
+  shardFor,
+  stepKeyRange,
+  stepOfRun,
+  stepRunId,
+  triggeredRunId,
+} from "../../src/model/ids";
 
 describe("ids", () => {
   it("job ids are well formed and sort by creation", () => {
@@ -23,6 +34,28 @@ describe("ids", () => {
     const job = newJobId(0);
     expect(scheduledRunId(job, 1_000)).not.toBe(scheduledRunId(job, 1_001));
     expect(triggeredRunId(job, "a")).not.toBe(scheduledRunId(job, 1_000));
+  });
+
+  it("a workflow step's run id leads back to its job and its run, and stays in both key ranges", () => {
+    const step = fc.stringMatching(/^[A-Za-z0-9_-]{1,64}$/);
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 2 ** 45 }), fc.integer({ min: 0, max: 2 ** 45 }), step, (created, at, stepId) => {
+        const job = newJobId(created);
+        for (const run of [scheduledRunId(job, at), triggeredRunId(job, "deploy-42")]) {
+          const id = stepRunId(run, stepId);
+          expect(jobIdOfRun(id)).toBe(job);
+          expect(stepOfRun(id)).toEqual({ runId: run, stepId });
+          expect(stepOfRun(run)).toBeNull();
+          const [from, to] = runKeyRange(job);
+          expect(id > from && id < to).toBe(true);
+          const [sFrom, sTo] = stepKeyRange(run);
+          expect(id > sFrom && id < sTo).toBe(true);
+          // Another run's steps are outside this run's range, even one whose id starts with this one's.
+          const other = stepRunId(`${run}0`, stepId);
+          expect(other > sFrom && other < sTo).toBe(false);
+        }
+      }),
+    );
   });
 
   it("the shard of a job never changes (pinned values) and spreads jobs evenly", () => {

@@ -1,0 +1,123 @@
+import { z } from "@hono/zod-openapi";
+import type { Sealed } from "../security/sealing";
+import { Text } from "./common";
+
+/** A target: where a job (or a workflow step) calls, and what it sends. */
+
+export const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const;
+
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Set by edgecron on every request; a job may not override them. */
+export const RESERVED_HEADERS = [
+  "idempotency-key",
+  "x-edgecron-run-id",
+  "x-edgecron-attempt",
+  "x-edgecron-scheduled-at",
+  "x-edgecron-job-id",
+  "x-edgecron-completion-token",
+  "x-edgecron-complete-url",
+  "x-edgecron-step",
+  "edgecron-signature",
+];
+
+/** Bounds on what a target may carry, checked before anything is stored. */
+export const TARGET_LIMITS = { headers: 50, headerValueChars: 8_192, headerBytes: 32_768, bodyDepth: 32 };
+
+/** Nesting depth of a JSON value, without recursion (a hostile body must not blow the stack). */
+export function jsonDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    deepest = Math.max(deepest, depth);
+    if (depth > TARGET_LIMITS.bodyDepth) break;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Why a header cannot be sent as given, or null. Values must be Latin-1: fetch refuses others. */
+function headerProblem(name: string, value: unknown): string | null {
+  if (name.length > 256 || !HEADER_NAME.test(name) || name === "__proto__") return "not a valid HTTP header name";
+  if (RESERVED_HEADERS.includes(name.toLowerCase())) return `${name} is set by edgecron on every request`;
+  if (typeof value !== "string") return "must be a string";
+  if (value.length > TARGET_LIMITS.headerValueChars) return `must be at most ${TARGET_LIMITS.headerValueChars} characters`;
+  if (/[\r\n\0]/.test(value)) return "a header value may not contain CR, LF or NUL";
+  if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) return "a header value must be Latin-1 text without control characters";
+  return null;
+}
+
+/** Where a job calls or notifies: the SSRF guard (src/security/target-guard.ts) then checks the address. */
+export const HttpUrl = z.url({ protocol: /^https?$/, error: "must be an absolute http or https URL" }).max(2048);
+
+export const TargetSchema = z
+  .strictObject({
+    url: HttpUrl.openapi({ example: "https://example.com/hooks/report" }),
+    method: z.enum(HTTP_METHODS).default("POST"),
+    // Checked by hand rather than with z.record, which drops a "__proto__" key silently (it
+    // rebuilds the object); here every own key of the parsed JSON is seen, and refused or kept.
+    headers: z
+      .custom<Record<string, string>>(isPlainObject, "must be an object of header names to string values")
+      .openapi({ type: "object", additionalProperties: { type: "string" } })
+      .superRefine((headers, ctx) => {
+        const names = Object.keys(headers);
+        if (names.length > TARGET_LIMITS.headers) ctx.addIssue({ code: "custom", message: `at most ${TARGET_LIMITS.headers} headers` });
+        let chars = 0;
+        for (const name of names) {
+          const value: unknown = headers[name];
+          chars += name.length + (typeof value === "string" ? value.length : 0);
+          const problem = headerProblem(name, value);
+          if (problem) ctx.addIssue({ code: "custom", message: problem, path: [name] });
+        }
+        if (chars > TARGET_LIMITS.headerBytes)
+          ctx.addIssue({ code: "custom", message: `names and values may add up to at most ${TARGET_LIMITS.headerBytes} characters` });
+      })
+      .optional()
+      .openapi({ description: "Stored encrypted; responses show the names only." }),
+    body: z
+      .union([
+        Text(),
+        z.array(z.unknown()),
+        z.custom<Record<string, unknown>>(isPlainObject, "must be a string, an array or an object").openapi({ type: "object" }),
+      ])
+      .refine((b) => jsonDepth(b) <= TARGET_LIMITS.bodyDepth, `may nest at most ${TARGET_LIMITS.bodyDepth} levels deep`)
+      .optional()
+      .openapi({ description: "A string is sent as is; JSON is sent as application/json. Stored encrypted." }),
+  })
+  .superRefine((t, ctx) => {
+    if (t.body !== undefined && t.method === "GET") {
+      ctx.addIssue({ code: "custom", message: "a GET request has no body", path: ["body"] });
+    }
+  })
+  .openapi("Target");
+export type Target = z.infer<typeof TargetSchema>;
+
+/** The secret part of a target, sealed (AES-GCM) in D1 and in shard storage alike. */
+export interface TargetSecrets {
+  headers?: Record<string, string>;
+  body?: Target["body"];
+}
+
+/** A target as stored: what routing and display need in the clear, the rest sealed. */
+export interface StoredTarget {
+  url: string;
+  method: Target["method"];
+  headerNames: string[];
+  secrets: Sealed | null;
+}
+
+/** A target as responses show it: header names, never their values. */
+export const TargetViewSchema = z
+  .object({
+    url: z.string(),
+    method: z.enum(HTTP_METHODS),
+    headerNames: z.array(z.string()),
+    body: TargetSchema.shape.body,
+  })
+  .openapi("TargetView");
+export type TargetView = z.infer<typeof TargetViewSchema>;
