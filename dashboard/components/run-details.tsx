@@ -1,11 +1,14 @@
 import type { EdgecronClient } from "../../src/client/index.ts";
+import type { StepNode } from "../../src/workflow/graph.ts";
 import { localTime } from "../lib/time.ts";
 import { useApi } from "../lib/use-api.ts";
 import { ErrorText } from "./messages.tsx";
 import { RunState } from "./state.tsx";
+import { WorkflowGraph } from "./workflow-graph.tsx";
 
 /** One run with each of its attempts: when, how long, what the target answered. */
-export function RunDetails({ client, runId }: { client: EdgecronClient; runId: string }) {
+/** `graph`: the job's steps, for a workflow run: its steps' states are shown on the graph. */
+export function RunDetails({ client, runId, graph }: { client: EdgecronClient; runId: string; graph?: readonly StepNode[] }) {
   const run = useApi(() => client.runs.get(runId), [client, runId]);
   if (run.error) return <ErrorText message={run.error} />;
   if (!run.data) return <p aria-live="polite">Loading…</p>;
@@ -16,7 +19,10 @@ export function RunDetails({ client, runId }: { client: EdgecronClient; runId: s
         <RunState state={run.data.state} /> {run.data.error && <span class="error-text">{run.data.error}</span>}
         {run.data.result && <span> result: {run.data.result}</span>}
       </p>
-      {attempts.length === 0 ? (
+      {graph && run.data.steps && (
+        <WorkflowGraph steps={graph} states={Object.fromEntries(run.data.steps.map((step) => [step.id, step.state]))} />
+      )}
+      {run.data.steps ? null : attempts.length === 0 ? (
         <p class="muted">No attempt yet.</p>
       ) : (
         <table>

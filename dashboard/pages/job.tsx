@@ -5,6 +5,7 @@ import { ErrorText, type Notice, NoticeText } from "../components/messages.tsx";
 import { RunDetails } from "../components/run-details.tsx";
 import { JobState, RunState } from "../components/state.tsx";
 import { Timeline } from "../components/timeline.tsx";
+import { WorkflowGraph } from "../components/workflow-graph.tsx";
 import { ZonedInstants } from "../components/zoned-instants.tsx";
 import { failuresOverTime, fireLag } from "../lib/series.ts";
 import { fromLocalInput, localTime, relative } from "../lib/time.ts";
@@ -48,14 +49,16 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
         <dd>
           <code>{j.id}</code>
         </dd>
-        <dt>{j.target ? "Target" : "Steps"}</dt>
-        <dd>
-          <code>
-            {j.target
-              ? `${j.target.method} ${j.target.url}`
-              : (j.steps ?? []).map((step) => `${step.id}: ${step.target.method} ${step.target.url}`).join("; ")}
-          </code>
-        </dd>
+        {j.target && (
+          <>
+            <dt>Target</dt>
+            <dd>
+              <code>
+                {j.target.method} {j.target.url}
+              </code>
+            </dd>
+          </>
+        )}
         <dt>Next run</dt>
         <dd>
           {relative(j.nextRunAt)} <span class="muted">{localTime(j.nextRunAt)}</span>
@@ -111,6 +114,13 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
       />
       <NoticeText notice={notice} />
 
+      {j.steps && (
+        <section aria-labelledby="graph-title">
+          <h2 id="graph-title">Workflow</h2>
+          <WorkflowGraph steps={j.steps} />
+        </section>
+      )}
+
       <h2>Runs</h2>
       <ErrorText message={runs.error} />
       <Timeline runs={items} onPick={(runId) => setOpen(runId)} />
@@ -154,7 +164,7 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
                   {open === run.id && (
                     <tr key={`${run.id}-details`}>
                       <td colSpan={5}>
-                        <RunDetails client={client} runId={run.id} />
+                        <RunDetails client={client} runId={run.id} graph={j.steps} />
                       </td>
                     </tr>
                   )}

@@ -158,6 +158,38 @@ describe("dashboard", () => {
   });
 });
 
+describe("workflow jobs", () => {
+  it("shows the graph, and a run's steps on it with their states", async () => {
+    const hit = (name: string) => ({ url: `${receiver!.url}/hit/${name}` });
+    const created = await stack!.api(
+      "POST",
+      "/v1/jobs",
+      {
+        name: "browser-workflow",
+        schedule: { delay: "1s" },
+        steps: [
+          { id: "extract", target: hit("wf-extract") },
+          { id: "transform", target: hit("wf-transform"), after: ["extract"] },
+          { id: "alert", target: hit("wf-alert"), after: ["transform"], when: "any_failed" },
+        ],
+      },
+      { token: tenantKey },
+    );
+    expect(created.status, JSON.stringify(created.json)).toBe(201);
+    const page = await signedIn();
+    await page.goto(`${stack!.base}/#/jobs/${created.json.id}`);
+    await page.getByRole("heading", { name: "Workflow", exact: true }).waitFor();
+    await expect
+      .poll(() => page.locator(".graph > li").allTextContents())
+      .toEqual(["extract", "transformafter extract", "alertafter transform, when any failed"]);
+    await page.locator(".runs .state-succeeded").first().waitFor({ timeout: 60_000 });
+    await page.locator(".runs button.link").first().click();
+    await expect.poll(() => page.locator(".run-details .graph .badge").allTextContents()).toEqual(["succeeded", "succeeded", "skipped"]);
+    await checkPage(page, "workflow");
+    await page.close();
+  });
+});
+
 describe("API reference", () => {
   it("renders every section of /openapi.json from the Worker's own script, reaching no other host", async () => {
     const page = await browser!.newPage();

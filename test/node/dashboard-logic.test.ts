@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { layers } from "../../dashboard/lib/graph-layout.ts";
 import { EMPTY_FORM, toCreateJob } from "../../dashboard/lib/job-form.ts";
 import { failuresOverTime, fireLag, niceBucket } from "../../dashboard/lib/series.ts";
 import { formatOffset, offsetMinutes, zoned } from "../../dashboard/lib/zone.ts";
@@ -109,5 +110,24 @@ describe("the new-job form", () => {
       "plain",
     );
     expect(toCreateJob({ ...EMPTY_FORM, kind: "every", value: "5m", url: "https://example.com/x" }).schedule).toEqual({ every: "5m" });
+  });
+});
+
+describe("the workflow graph's columns", () => {
+  it("puts each step right of every step it runs after, in as few columns as the longest chain", () => {
+    const steps = [
+      { id: "load", after: ["transform", "validate"] },
+      { id: "extract" },
+      { id: "transform", after: ["extract"] },
+      { id: "validate", after: ["extract"] },
+      { id: "alert", after: ["load"], when: "any_failed" as const },
+      { id: "audit" },
+    ];
+    expect(layers(steps).map((column) => column.map((s) => s.id))).toEqual([
+      ["extract", "audit"],
+      ["transform", "validate"],
+      ["load"],
+      ["alert"],
+    ]);
   });
 });
