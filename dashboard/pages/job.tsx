@@ -67,31 +67,17 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
         <dd>{j.retry.maxAttempts ?? 1} attempts at most</dd>
       </dl>
       <div class="actions">
-        {j.paused ? (
-          <button
-            type="button"
-            onClick={() =>
-              act(
-                () => client.jobs.resume(id),
-                () => "Resumed.",
-              )
-            }
-          >
-            Resume
-          </button>
-        ) : (
-          <button
-            type="button"
-            onClick={() =>
-              act(
-                () => client.jobs.pause(id),
-                () => "Paused.",
-              )
-            }
-          >
-            Pause
-          </button>
-        )}
+        <button
+          type="button"
+          onClick={() =>
+            act(
+              () => (j.paused ? client.jobs.resume(id) : client.jobs.pause(id)),
+              () => (j.paused ? "Resumed." : "Paused."),
+            )
+          }
+        >
+          {j.paused ? "Resume" : "Pause"}
+        </button>
         <button
           type="button"
           onClick={() =>
