@@ -59,9 +59,9 @@ export class RunLedger {
    * A run's dispatch, naming its target's breaker unless the job opted out. A workflow run has no
    * target of its own: it begins its steps instead, in this same transaction.
    */
-  private dispatch(runId: string, fence: number, job: Pick<ShardJob, "tenantId" | "spec"> | null): void {
+  private dispatch(runId: string, fence: number, job: Pick<ShardJob, "tenantId" | "spec"> | null, now: number): void {
     if (job && isWorkflowRun(job.spec, runId)) {
-      this.beginSteps(runId, Date.now());
+      this.beginSteps(runId, now);
       return;
     }
     this.send({ runId, fence, ...breakerKey(job, job && targetOfRun(job.spec, runId)) });
@@ -78,7 +78,7 @@ export class RunLedger {
   ): boolean {
     if (as.state !== "queued") return this.store.createRun(run, now, as);
     const created = this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
-    if (created) this.dispatch(run.id, run.fence ?? 1, as.job);
+    if (created) this.dispatch(run.id, run.fence ?? 1, as.job, now);
     return created;
   }
 
@@ -99,7 +99,7 @@ export class RunLedger {
       return;
     }
     const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs(), redispatches: 0 });
-    this.dispatch(next.id, next.fence, job);
+    this.dispatch(next.id, next.fence, job, now);
   }
 
   /**
@@ -108,7 +108,7 @@ export class RunLedger {
    */
   admit(run: RunRow, job: ShardJob, permit: string | null, now: number): void {
     const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit, redispatches: 0, error: null });
-    this.dispatch(next.id, next.fence, job);
+    this.dispatch(next.id, next.fence, job, now);
   }
 
   /** A circuit breaker is open for the run's origin: it waits until `until`, its attempt unspent (its dispatch is stale now). */
@@ -257,7 +257,7 @@ export class RunLedger {
         const redispatches = run.redispatches + 1;
         const wait = claimWait(this.claimTimeoutMs(), redispatches);
         const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
-        this.dispatch(next.id, next.fence, job);
+        this.dispatch(next.id, next.fence, job, now);
         this.renewPermit(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
       } else if (run.state === "retry_wait") {
         this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
