@@ -1,4 +1,5 @@
 import type { CatalogJob } from "../catalog/jobs";
+import { chainedFromOf } from "../model/ids";
 import type { Job, StepView, TargetView } from "../model/job";
 import type { Run } from "../model/run";
 import { describeSchedule } from "../schedule/describe";
@@ -40,7 +41,8 @@ export function presentRun(run: Omit<RunView, "attemptLog"> & { attemptLog?: Arr
     id: run.id,
     jobId: run.jobId,
     jobVersion: run.jobVersion,
-    trigger: run.trigger,
+    // A chained run is stored as a manual one; its id names the run that triggered it (src/model/ids.ts).
+    ...chainOf(run.id, run.trigger),
     scheduledAt: iso(run.scheduledAt),
     catchUp: run.catchUp,
     state: run.state,
@@ -65,6 +67,11 @@ export function presentRun(run: Omit<RunView, "attemptLog"> & { attemptLog?: Arr
       })),
     }),
   };
+}
+
+function chainOf(runId: string, stored: RunView["trigger"]): Pick<Run, "trigger" | "chainedFrom"> {
+  const from = chainedFromOf(runId);
+  return from === null ? { trigger: stored } : { trigger: "chain", chainedFrom: from };
 }
 
 function presentAttempt(a: Omit<AttemptRow, "completionToken">) {

@@ -21,6 +21,7 @@ import { sealTarget } from "../security/targets";
 import type { BackfillResult, JobRuntime, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { type Caller, ownsTenant, scopeOf } from "./caller";
+import { checkChains } from "./chains";
 import { acceptNotify } from "./notify";
 import { jobCursor, type Page, paged } from "./pagination";
 
@@ -63,6 +64,7 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
     updatedAt: now,
     deletedAt: null,
   };
+  await checkChains(env.DB, job, job.spec);
   if (!(await insertJob(env.DB, job, tenant.limits.maxJobs))) {
     throw new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
   }
@@ -142,7 +144,8 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
   const { name, ...fields } = patch;
   const current = await loadJob(env, caller, id);
   const now = Date.now();
-  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, target, steps, ...rest } = fields;
+  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, onSuccess, onFailure, target, steps, ...rest } =
+    fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
   if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
   // A job stays what it was made: one target, or a workflow (a run in flight keeps its meaning).
@@ -158,10 +161,13 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
     ["retention", retention],
     ["pauseAfterFailures", pauseAfterFailures],
     ["notify", notify && acceptNotify(env, notify)],
+    ["onSuccess", onSuccess],
+    ["onFailure", onFailure],
   ] as const) {
     if (value === null) delete spec[key];
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
   }
+  if (onSuccess || onFailure) await checkChains(env.DB, current, spec);
   const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now);
   if (!job) throw notFound("job", id);
   return { job, runtime: await confirmWithShard(env, job) };

@@ -2892,6 +2892,8 @@ export interface components {
                 on: ("failed" | "dead" | "paused" | "recovered")[];
             };
             breaker?: boolean;
+            onSuccess?: string[];
+            onFailure?: string[];
             paused: boolean;
             /** @description Why edgecron paused the job itself (pauseAfterFailures); null when a person paused it, or it is not paused. */
             pausedReason: string | null;
@@ -3067,6 +3069,20 @@ export interface components {
             breaker?: boolean;
             /** @description Pause the job after this many runs in a row ended dead or failed (cancelled and skipped runs do not count, a success starts the count again); `pausedReason` says why, and resume clears it. */
             pauseAfterFailures?: number;
+            /**
+             * @description Jobs of the same tenant to trigger once each when a run of this job ends succeeded: a run of each, with trigger "chain" and chainedFrom naming this run, whatever the shard, however often the end is reported.
+             * @example [
+             *       "job_0mihx2k3f8a1b2c3d4e5"
+             *     ]
+             */
+            onSuccess?: string[];
+            /**
+             * @description Jobs of the same tenant to trigger once each when a run of this job ends failed or dead: a run of each, with trigger "chain" and chainedFrom naming this run, whatever the shard, however often the end is reported.
+             * @example [
+             *       "job_0mihx2k3f8a1b2c3d4e5"
+             *     ]
+             */
+            onFailure?: string[];
         };
         Target: {
             /**
@@ -3141,6 +3157,8 @@ export interface components {
             pauseAfterFailures?: number | null;
             notify?: components["schemas"]["Notify"] & (Record<string, unknown> | null);
             breaker?: boolean;
+            onSuccess?: string[] | null;
+            onFailure?: string[] | null;
         };
         Backfill: {
             /**
@@ -3159,8 +3177,13 @@ export interface components {
             id: string;
             jobId: string;
             jobVersion: number;
-            /** @enum {string} */
-            trigger: "schedule" | "manual" | "backfill";
+            /**
+             * @description What made the run: its schedule, a person (trigger), a backfill, or a run of another job that ended (chain: see chainedFrom).
+             * @enum {string}
+             */
+            trigger: "schedule" | "manual" | "backfill" | "chain";
+            /** @description For a chained run: the run whose end triggered it (onSuccess/onFailure). */
+            chainedFrom?: string;
             /**
              * Format: date-time
              * @example 2026-12-01T09:00:00Z

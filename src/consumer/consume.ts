@@ -1,10 +1,10 @@
 import { failpoint } from "../faults";
-import { type ClaimResult, type DispatchMessage, isNotifyMessage, type NotifyMessage, type QueueMessage } from "../shard/contract";
+import { type ClaimResult, type DispatchMessage, isOutboxMessage, type OutboxMessage, type QueueMessage } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { ConnectionSlots } from "./connections";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
-import { deliverNotifications } from "./notify";
+import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
 
 /** Redelivery waits this long after a first failure, doubling per attempt: a shard that is briefly away gets time to come back. */
@@ -12,7 +12,7 @@ const REDELIVERY_BASE_SECONDS = 2;
 const REDELIVERY_MAX_SECONDS = 60;
 
 /**
- * The Queue consumer. Jobs' notifications go to `deliverNotifications`; run dispatches are
+ * The Queue consumer. Jobs' notifications and chained triggers go to `deliverOutbox`; run dispatches are
  * grouped by shard: one claim call per shard; the claimed
  * targets then share the invocation's connection slots, and each outcome is reported as it
  * finishes (docs/architecture.md, invariant 6). A message is acked once the shard has the
@@ -24,27 +24,27 @@ export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: 
   const context = executeContext(env);
   // One set of slots for the whole batch: the platform's limit is per invocation, not per shard.
   const connections = new ConnectionSlots();
-  const { dispatches, notifications } = split(batch.messages);
+  const { dispatches, outbox } = split(batch.messages);
   // Runs whose origin's breaker is open are held before they are claimed: no attempt is spent.
   const { go, held } = await screenDispatches(env, dispatches);
   const breakers = new BreakerLog();
   await settleAll([
     ...[...groupByShard(go)].map(([shard, messages]) => runShardGroup(env, context, connections, breakers, shard, messages)),
     holdDispatches(env, held, redeliverLater),
-    deliverNotifications(env, context, connections, notifications),
+    deliverOutbox(env, context, connections, outbox),
   ]);
   await breakers.flush(env);
 }
 
-/** A batch's run dispatches, and its jobs' notifications (src/shard/notifier.ts). */
+/** A batch's run dispatches, and its outbox messages: notifications and chained triggers (src/shard/notifier.ts). */
 function split(messages: readonly Message<QueueMessage>[]) {
   const dispatches: Message<DispatchMessage>[] = [];
-  const notifications: Message<NotifyMessage>[] = [];
+  const outbox: Message<OutboxMessage>[] = [];
   for (const m of messages) {
-    if (isNotifyMessage(m.body)) notifications.push(m as Message<NotifyMessage>);
+    if (isOutboxMessage(m.body)) outbox.push(m as Message<OutboxMessage>);
     else dispatches.push(m as Message<DispatchMessage>);
   }
-  return { dispatches, notifications };
+  return { dispatches, outbox };
 }
 
 function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string, Message<DispatchMessage>[]> {
@@ -107,9 +107,9 @@ async function settleAll(tasks: Promise<unknown>[]): Promise<void> {
  * claim deadline sends its dispatch again regardless (docs/architecture.md, invariant 5).
  */
 export async function consumeDeadLetters(batch: MessageBatch<QueueMessage>, env: Env): Promise<void> {
-  const { dispatches, notifications } = split(batch.messages);
-  // A notification the Queue gave up on stays in its shard's outbox, which sends it again later.
-  for (const m of notifications) m.ack();
+  const { dispatches, outbox } = split(batch.messages);
+  // An outbox message the Queue gave up on stays in its shard's outbox, which sends it again later.
+  for (const m of outbox) m.ack();
   await Promise.all(
     [...groupByShard(dispatches)].map(async ([shard, messages]) => {
       await shardStub(env, shard).abandonDispatches(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));

@@ -38,6 +38,24 @@ export function triggeredRunId(jobId: string, triggerKey: string): string {
   return `run_${jobPart(jobId)}_m${triggerKey}`;
 }
 
+/**
+ * The run a finished run of another job triggers (`onSuccess`/`onFailure`): one per (job, run
+ * that ended), so that a repeated report or a resent trigger, from whichever shard, makes it
+ * once. `c`, the source run's job and its own part, joined by a dash, which no scheduled run's
+ * base-36 instant holds and no manual trigger's `m` starts.
+ */
+export function chainedRunId(jobId: string, fromRunId: string): string {
+  const from = /^run_([0-9a-z]{19})_([0-9A-Za-z-]+)$/.exec(fromRunId);
+  if (!from) throw new Error(`not a run id to chain from: ${fromRunId}`);
+  return `run_${jobPart(jobId)}_c${from[1]}-${from[2]}`;
+}
+
+/** The run that triggered a chained run (`chainedRunId`), or null for any other run. */
+export function chainedFromOf(runId: string): string | null {
+  const match = /^run_[0-9a-z]{19}_c([0-9a-z]{19})-([0-9A-Za-z-]+)$/.exec(runId);
+  return match ? `run_${match[1]}_${match[2]}` : null;
+}
+
 export function newTriggerKey(): string {
   return randomChars(16);
 }

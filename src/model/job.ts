@@ -4,6 +4,7 @@ import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
 import { Text } from "./common";
+import { JOB_ID } from "./ids";
 import { DEFAULT_RETRY, RetrySchema } from "./retry";
 import { oneTargetOrSteps, StepsSchema, StepViewSchema, type StoredStep } from "./step";
 import { HttpUrl, type StoredTarget, TargetSchema, TargetViewSchema } from "./target";
@@ -152,6 +153,23 @@ export const RetentionSchema = z
   })
   .openapi("Retention");
 
+/** At most this many jobs chained to one outcome of a job. */
+export const MAX_CHAINED_JOBS = 10;
+
+/** Jobs of the same tenant to trigger when a run of this job ends `outcome` (src/shard/notifier.ts). */
+function Chain(outcome: string) {
+  return z
+    .array(z.string().regex(JOB_ID, "not a job id (job_ and 19 letters or digits)"))
+    .min(1)
+    .max(MAX_CHAINED_JOBS)
+    .refine((ids) => new Set(ids).size === ids.length, "names a job more than once")
+    .optional()
+    .openapi({
+      description: `Jobs of the same tenant to trigger once each when a run of this job ends ${outcome}: a run of each, with trigger "chain" and chainedFrom naming this run, whatever the shard, however often the end is reported.`,
+      example: ["job_0mihx2k3f8a1b2c3d4e5"],
+    });
+}
+
 const JobFields = {
   schedule: ScheduleSchema,
   target: TargetSchema.optional(),
@@ -194,6 +212,8 @@ const JobFields = {
     description:
       "Pause the job after this many runs in a row ended dead or failed (cancelled and skipped runs do not count, a success starts the count again); `pausedReason` says why, and resume clears it.",
   }),
+  onSuccess: Chain("succeeded"),
+  onFailure: Chain("failed or dead"),
 };
 
 export const CreateJobSchema = z
@@ -229,6 +249,8 @@ export const PatchJobSchema = z
     pauseAfterFailures: JobFields.pauseAfterFailures.unwrap().nullable().optional(),
     notify: NotifySchema.nullable().optional(),
     breaker: z.boolean().optional(),
+    onSuccess: JobFields.onSuccess.unwrap().nullable().optional(),
+    onFailure: JobFields.onFailure.unwrap().nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "give at least one field to change")
   .openapi("PatchJob");
@@ -260,6 +282,8 @@ export const JobSchema = z
     pauseAfterFailures: z.int().optional(),
     notify: z.object({ url: z.string(), on: z.array(z.enum(NOTIFY_EVENTS)) }).optional(),
     breaker: z.boolean().optional(),
+    onSuccess: z.array(z.string()).optional(),
+    onFailure: z.array(z.string()).optional(),
     paused: z.boolean(),
     pausedReason: z.string().nullable().openapi({
       description: "Why edgecron paused the job itself (pauseAfterFailures); null when a person paused it, or it is not paused.",

@@ -42,7 +42,11 @@ export const RunSchema = z
     id: z.string().openapi({ example: "run_0mihx2k3f8a1b2c3d4e5_mj3k2a00" }),
     jobId: z.string(),
     jobVersion: z.int(),
-    trigger: z.enum(RUN_TRIGGERS),
+    trigger: z.enum([...RUN_TRIGGERS, "chain"]).openapi({
+      description:
+        "What made the run: its schedule, a person (trigger), a backfill, or a run of another job that ended (chain: see chainedFrom).",
+    }),
+    chainedFrom: z.string().optional().openapi({ description: "For a chained run: the run whose end triggered it (onSuccess/onFailure)." }),
     scheduledAt: Instant,
     catchUp: z
       .boolean()

@@ -226,10 +226,25 @@ export interface NotifyMessage {
   body: string;
 }
 
-/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), and notifications. */
-export type QueueMessage = DispatchMessage | NotifyMessage;
+/**
+ * A job to trigger because a run of another job of its tenant ended (onSuccess/onFailure,
+ * notifier.ts): the consumer finds the job's shard and asks it for the chained run.
+ */
+export interface ChainMessage {
+  kind: "chain";
+  /** The shard of the run that ended, which confirms the message. */
+  shard: string;
+  id: string;
+  tenantId: string;
+  jobId: string;
+  fromRunId: string;
+}
 
-export const isNotifyMessage = (m: QueueMessage): m is NotifyMessage => "kind" in m && m.kind === "notify";
+/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications and chained triggers. */
+export type QueueMessage = DispatchMessage | NotifyMessage | ChainMessage;
+export type OutboxMessage = NotifyMessage | ChainMessage;
+
+export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m;
 
 /** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;
@@ -298,6 +313,11 @@ export interface ShardApi {
   jobRuntimes(ids: string[]): Promise<JobRuntime[]>;
   /** One extra run now; the same trigger key always names the same run. */
   trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
+  /**
+   * The run that `fromRunId`, a run of another job of the tenant that ended, triggers (its
+   * onSuccess/onFailure): one per (job, run), however often asked. Its id, not a view.
+   */
+  triggerChained(jobId: string, fromRunId: string): Promise<Answer<string, "unknown_job" | "job_paused">>;
   backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">>;
   claim(dispatches: Dispatch[]): Promise<ClaimResult[]>;
   report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">>;

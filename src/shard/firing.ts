@@ -1,4 +1,4 @@
-import { scheduledRunId, triggeredRunId } from "../model/ids";
+import { chainedRunId, scheduledRunId, triggeredRunId } from "../model/ids";
 import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
@@ -105,12 +105,18 @@ export class Firing {
     return jobs.length;
   }
 
-  /** One extra run now; the same trigger key always names the same run. */
-  trigger(jobId: string, triggerKey: string, now: number): Answer<string, "unknown_job" | "job_paused"> {
+  /**
+   * One extra run now: by hand (`triggerKey`), or because a run of another job ended
+   * (`chainedFrom`, its onSuccess/onFailure). The same key, or the same run that ended, always
+   * names the same run, so a repeat makes nothing.
+   */
+  trigger(jobId: string, by: { triggerKey: string } | { chainedFrom: string }, now: number): Answer<string, "unknown_job" | "job_paused"> {
     const job = this.store.getJob(jobId);
     if (!job || job.deleted) return refuse("unknown_job");
     if (job.paused) return refuse("job_paused"); // nothing runs for a paused job, not even by hand
-    const runId = triggeredRunId(jobId, triggerKey);
+    const runId = "triggerKey" in by ? triggeredRunId(jobId, by.triggerKey) : chainedRunId(jobId, by.chainedFrom);
+    // A chained run is stored as a manual one (the runs table's CHECK names three triggers, and
+    // widening it would rebuild the table); its id says what it is, and the API shows "chain".
     this.startRun(job, { id: runId, jobId, jobVersion: job.version, trigger: "manual", scheduledAt: now, catchUp: false }, now);
     return done(runId);
   }

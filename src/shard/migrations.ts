@@ -351,6 +351,15 @@ ALTER TABLE tenants ADD COLUMN notify TEXT;`,
     sql: `
 ALTER TABLE runs ADD COLUMN parent_run_id TEXT;`,
   },
+  {
+    version: 13,
+    name: "chained jobs in the outbox",
+    // The outbox carries a second kind of message: a job to trigger because a run ended
+    // (onSuccess/onFailure, notifier.ts). For a 'chain' row `url` holds that job's id
+    // and `body` is empty; it is resent and confirmed exactly as a notification is.
+    sql: `
+ALTER TABLE notifications ADD COLUMN kind TEXT NOT NULL DEFAULT 'notify' CHECK (kind IN ('notify', 'chain'));`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

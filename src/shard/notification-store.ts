@@ -10,9 +10,10 @@ export class NotificationStore {
     return (
       this.sql
         .exec(
-          `INSERT INTO notifications (id, job_id, tenant_id, url, body, due_at) VALUES (?, ?, ?, ?, ?, ?)
+          `INSERT INTO notifications (id, kind, job_id, tenant_id, url, body, due_at) VALUES (?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO NOTHING RETURNING id`,
           n.id,
+          n.kind,
           n.jobId,
           n.tenantId,
           n.url,
@@ -28,6 +29,7 @@ export class NotificationStore {
       .exec("SELECT * FROM notifications WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit)
       .toArray()
       .map((r) => ({
+        kind: r.kind as NotificationRow["kind"],
         id: r.id as string,
         jobId: r.job_id as string,
         tenantId: r.tenant_id as string,

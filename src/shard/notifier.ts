@@ -1,8 +1,8 @@
 import { failpoint } from "../faults";
 import type { NotifyEvent } from "../model/job";
-import type { NotifyMessage, RunRow } from "./contract";
+import type { NotifyMessage, OutboxMessage, RunRow } from "./contract";
 import type { NotificationStore } from "./notification-store";
-import type { ShardJob } from "./rows";
+import type { NotificationRow, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
 
 /** A notification whose delivery is not confirmed by then is sent again; the wait doubles each time. */
@@ -13,21 +13,24 @@ const RESEND_BATCH = 100;
 const QUEUE_BATCH = 100;
 
 /**
- * A job's notifications (`notify`): the shard's outbox for them. A notification is written in
- * the same transaction as the step it tells of (a run ending failed or dead, one succeeding
- * after such runs, edgecron pausing the job), and sent through the dispatch queue once that
- * commits. The consumer delivers it and confirms (`delivered`), which removes the row; one not
- * confirmed in time is sent again by the alarm, so delivery is at least once, with its own
- * retries, and never holds up the job's runs (README, Operations).
+ * A job's notifications (`notify`) and chained jobs (`onSuccess`/`onFailure`): the shard's
+ * outbox for them. A message is written in the same transaction as the step it tells of (a run
+ * ending failed or dead, one succeeding after such runs, edgecron pausing the job; for a chain,
+ * a run ending), and sent through the dispatch queue once that commits. The consumer delivers
+ * it (a POST to the receiver; for a chain, the chained job's shard asked for its run) and
+ * confirms (`delivered`), which removes the row; one not confirmed in time is sent again by the
+ * alarm, so delivery is at least once, with its own retries, and never holds up the job's runs
+ * (README, Operations). A chained run's id is derived from the run that ended, so a repeated
+ * delivery triggers nothing twice.
  */
 export class Notifier {
   /** Committed (or about to be) and not yet handed to the Queue. */
-  #unsent: NotifyMessage[] = [];
+  #unsent: OutboxMessage[] = [];
 
   constructor(
     private readonly store: ShardStore,
     private readonly outbox: NotificationStore,
-    private readonly queueOf: (shard: string) => Queue<NotifyMessage>,
+    private readonly queueOf: (shard: string) => Queue<OutboxMessage>,
     private readonly shardName: () => string,
   ) {}
 
@@ -52,8 +55,28 @@ export class Notifier {
       },
       ...(detail !== undefined && { detail }),
     });
-    const row = { id, jobId: job.id, tenantId: job.tenantId, url: notify.url, body, dueAt: now + NOTIFY_RESEND_MS };
-    if (this.outbox.add(row)) this.#unsent.push(this.message(row, event));
+    this.add({ kind: "notify", id, jobId: job.id, tenantId: job.tenantId, url: notify.url, body, dueAt: now + NOTIFY_RESEND_MS });
+  }
+
+  /** Within the step's transaction: the jobs a finished run triggers (onSuccess, onFailure), one message each. */
+  chain(job: ShardJob, run: RunRow, now: number): void {
+    const chained =
+      run.state === "succeeded" ? job.spec.onSuccess : run.state === "failed" || run.state === "dead" ? job.spec.onFailure : undefined;
+    for (const jobId of chained ?? []) {
+      this.add({
+        kind: "chain",
+        id: `${run.id}:chain:${jobId}`,
+        jobId: job.id,
+        tenantId: job.tenantId,
+        url: jobId,
+        body: "",
+        dueAt: now + NOTIFY_RESEND_MS,
+      });
+    }
+  }
+
+  private add(row: Omit<NotificationRow, "sends">): void {
+    if (this.outbox.add(row)) this.#unsent.push(this.message(row));
   }
 
   /** Within the alarm's transaction: notifications not confirmed in time go out again, or are given up. */
@@ -66,7 +89,7 @@ export class Notifier {
         continue;
       }
       this.outbox.sent(n.id, now + NOTIFY_RESEND_MS * 2 ** (n.sends + 1));
-      this.#unsent.push(this.message(n, n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent));
+      this.#unsent.push(this.message(n));
     }
     this.outbox.remove(given);
   }
@@ -104,12 +127,17 @@ export class Notifier {
     this.#unsent.length = Math.min(mark, this.#unsent.length);
   }
 
-  private message(n: { id: string; tenantId: string; url: string; body: string }, event: NotifyEvent): NotifyMessage {
+  private message(n: Omit<NotificationRow, "sends">): OutboxMessage {
+    if (n.kind === "chain") {
+      const fromRunId = n.id.slice(0, n.id.indexOf(":chain:"));
+      return { kind: "chain", shard: this.shardName(), id: n.id, tenantId: n.tenantId, jobId: n.url, fromRunId };
+    }
     return {
       kind: "notify",
       shard: this.shardName(),
       id: n.id,
-      event,
+      // A notification's id ends with its event (`note`).
+      event: n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent,
       url: n.url,
       tenantId: n.tenantId,
       signingGeneration: this.store.getTenant(n.tenantId)?.signingGeneration ?? 1,

@@ -1,13 +1,13 @@
 import { AutoPause } from "./auto-pause";
-import type { JobDefinition, NotifyMessage, RunRow } from "./contract";
+import type { JobDefinition, OutboxMessage, RunRow } from "./contract";
 import { NotificationStore } from "./notification-store";
 import { Notifier } from "./notifier";
 import type { ShardStore } from "./store";
 
 /**
  * What a run's end sets off, for the jobs that watch their outcomes (pauseAfterFailures,
- * notify): the job's streak of failures moves (auto-pause), and the events its notifications ask
- * for are noted (notifier). Only such jobs are read when a run finishes, from a list kept in
+ * notify, onSuccess/onFailure): the job's streak of failures moves (auto-pause), the events its
+ * notifications ask for are noted, and so are the jobs it triggers (notifier). Only such jobs are read when a run finishes, from a list kept in
  * memory (`ShardStore.watchesOutcomes`): other runs finish with no extra read or write.
  */
 export class Outcomes {
@@ -18,7 +18,7 @@ export class Outcomes {
     private readonly store: ShardStore,
     sql: Pick<SqlStorage, "exec">,
     catalog: () => D1Database,
-    queueOf: (shard: string) => Queue<NotifyMessage>,
+    queueOf: (shard: string) => Queue<OutboxMessage>,
     shardName: () => string,
     /** Applies an auto-paused job's new catalog version as one change of the shard, in which `then` runs too. */
     applyPause: (definition: JobDefinition, then: (now: number) => void) => void,
@@ -39,6 +39,7 @@ export class Outcomes {
     if (!job) return;
     const endedStreak = this.autoPause.noteFinished(run, job);
     const now = Date.now();
+    this.notifier.chain(job, run, now);
     if (run.state === "failed" || run.state === "dead") this.notifier.note(run.state, job, run, now);
     else if (run.state === "succeeded" && endedStreak > 0)
       this.notifier.note("recovered", job, run, now, `after ${endedStreak} runs in a row that ended failed or dead`);

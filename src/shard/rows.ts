@@ -15,13 +15,17 @@ export interface ShardJob extends JobDefinition {
   failureStreak: number;
 }
 
-/** A job asks how its runs end when it pauses itself after failures or sends notifications. */
-export function watchesOutcomes(spec: Pick<JobSpec, "pauseAfterFailures" | "notify">): boolean {
-  return spec.pauseAfterFailures !== undefined || spec.notify !== undefined;
+/** A job asks how its runs end when it pauses itself after failures, sends notifications or triggers other jobs. */
+export function watchesOutcomes(spec: Pick<JobSpec, "pauseAfterFailures" | "notify" | "onSuccess" | "onFailure">): boolean {
+  return spec.pauseAfterFailures !== undefined || spec.notify !== undefined || spec.onSuccess !== undefined || spec.onFailure !== undefined;
 }
 
-/** A notification in the shard's outbox (notifier.ts). */
+/**
+ * A message in the shard's outbox (notifier.ts): a notification to a URL, or a job to trigger
+ * (`chain`, whose `url` is that job's id and `body` empty).
+ */
 export interface NotificationRow {
+  kind: "notify" | "chain";
   id: string;
   jobId: string;
   tenantId: string;

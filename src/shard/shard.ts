@@ -223,10 +223,18 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   async trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
     return this.metered("trigger", async (here) => {
-      const answer = this.change((now) => this.firing.trigger(jobId, triggerKey, now));
+      const answer = this.change((now) => this.firing.trigger(jobId, { triggerKey }, now));
       if (!answer.ok) return answer;
       await this.settle();
       return here(() => done(this.views.run(answer.value)!));
+    });
+  }
+
+  async triggerChained(jobId: string, fromRunId: string): Promise<Answer<string, "unknown_job" | "job_paused">> {
+    return this.metered("triggerChained", async () => {
+      const answer = this.change((now) => this.firing.trigger(jobId, { chainedFrom: fromRunId }, now));
+      if (answer.ok) await this.settle();
+      return answer;
     });
   }
 

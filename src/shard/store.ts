@@ -362,7 +362,8 @@ export class ShardStore {
     if (written > 0 && Boolean(before?.notify) !== Boolean(t.notify)) {
       this.sql.exec(
         `UPDATE jobs SET watches_outcomes = CASE WHEN ?2 OR json_extract(spec, '$.notify') IS NOT NULL
-           OR json_extract(spec, '$.pauseAfterFailures') IS NOT NULL THEN 1 ELSE 0 END
+           OR json_extract(spec, '$.pauseAfterFailures') IS NOT NULL OR json_extract(spec, '$.onSuccess') IS NOT NULL
+           OR json_extract(spec, '$.onFailure') IS NOT NULL THEN 1 ELSE 0 END
          WHERE tenant_id = ?1`,
         t.id,
         t.notify ? 1 : 0,

@@ -2,6 +2,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseRetryAfter } from "../../src/consumer/execute";
 import {
+  chainedFromOf,
+  chainedRunId,
   JOB_ID,
   jobIdOfRun,
   newJobId,
@@ -56,6 +58,29 @@ describe("ids", () => {
         }
       }),
     );
+  });
+
+  it("a chained run's id is its job's, names the run that ended, and is no other kind of run's", () => {
+    const key = fc.stringMatching(/^[0-9A-Za-z-]{1,64}$/);
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 4_000_000_000_000 }), fc.integer({ min: 0, max: 4_000_000_000_000 }), key, (t1, t2, k) => {
+        const [target, source] = [newJobId(t1), newJobId(t2)];
+        for (const from of [scheduledRunId(source, t2), triggeredRunId(source, k)]) {
+          const id = chainedRunId(target, from);
+          expect(jobIdOfRun(id)).toBe(target);
+          expect(chainedFromOf(id)).toBe(from);
+          const [lo, hi] = runKeyRange(target);
+          expect(id >= lo && id < hi).toBe(true);
+          expect(stepOfRun(id)).toBeNull();
+          // Neither a scheduled run nor a manual one of the job can have this id.
+          expect(id).not.toBe(scheduledRunId(target, t1));
+          expect(id).not.toBe(triggeredRunId(target, k));
+        }
+        expect(chainedFromOf(scheduledRunId(target, t1))).toBeNull();
+        expect(chainedFromOf(triggeredRunId(target, k))).toBeNull();
+      }),
+    );
+    expect(() => chainedRunId(newJobId(0), stepRunId(scheduledRunId(newJobId(0), 0), "a"))).toThrow(/not a run id/);
   });
 
   it("the shard of a job never changes (pinned values) and spreads jobs evenly", () => {

@@ -1,0 +1,113 @@
+import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
+import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
+import { targetRefusal } from "../security/target-guard";
+import type { ChainMessage, NotifyMessage, OutboxMessage } from "../shard/contract";
+import { shardStub } from "../stubs";
+import type { ConnectionSlots } from "./connections";
+import type { ExecuteContext } from "./execute";
+
+/** A receiver gets this long to answer; a notification is small and nothing waits on it. */
+const NOTIFY_TIMEOUT_MS = 10_000;
+/** The Queue's own retries of a message not delivered: 5 s, 10 s, 20 s … */
+const RETRY_BASE_SECONDS = 5;
+const RETRY_MAX_SECONDS = 300;
+
+/**
+ * Delivers a batch's outbox messages (src/shard/notifier.ts): each notification is a signed JSON
+ * POST under the invocation's connection slots; each chained job is asked of its own shard for
+ * the run the ended run triggers. Those delivered are confirmed to their shards, then acked; a
+ * failed one goes back to the Queue with a delay. A confirmation that fails leaves the message
+ * unacked too: a receiver may hear a notification twice (at least once, with Idempotency-Key),
+ * never not at all; a chained job is asked again, and its run's derived id makes that harmless.
+ */
+export async function deliverOutbox(
+  env: Env,
+  context: ExecuteContext,
+  connections: ConnectionSlots,
+  messages: Message<OutboxMessage>[],
+): Promise<void> {
+  const jobs = await chainedJobs(env, messages);
+  const results = await Promise.all(
+    messages.map((m) =>
+      m.body.kind === "chain" ? triggerChained(env, m.body, jobs) : connections.hold(() => deliver(m.body as NotifyMessage, context)),
+    ),
+  );
+  const delivered = messages.filter((_, i) => results[i] === null);
+  messages.forEach((m, i) => {
+    const error = results[i];
+    if (error === null) return;
+    console.error(`${m.body.kind === "chain" ? "chained trigger" : "notification"} ${m.body.id}: ${error}`);
+    m.retry({ delaySeconds: Math.min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (m.attempts - 1)) });
+  });
+  await Promise.all(
+    [...Map.groupBy(delivered, (m) => m.body.shard)].map(async ([shard, list]) => {
+      try {
+        await shardStub(env, shard).notificationsDelivered(list.map((m) => m.body.id));
+        for (const m of list) m.ack();
+      } catch (err) {
+        console.error(`shard ${shard}: delivered outbox messages not confirmed; they may be sent again`, err);
+        for (const m of list) m.retry({ delaySeconds: RETRY_BASE_SECONDS });
+      }
+    }),
+  );
+}
+
+/** The catalog's rows of the batch's chained jobs, in one read; null when D1 could not answer (they are retried). */
+async function chainedJobs(env: Env, messages: Message<OutboxMessage>[]): Promise<Map<string, CatalogJob> | null> {
+  const ids = [...new Set(messages.flatMap((m) => (m.body.kind === "chain" ? [m.body.jobId] : [])))];
+  if (ids.length === 0) return new Map();
+  try {
+    return new Map((await getJobsByIds(env.DB, ids)).map((job) => [job.id, job]));
+  } catch (err) {
+    console.error("chained jobs not read from the catalog; their triggers are retried", err);
+    return null;
+  }
+}
+
+/**
+ * Asks a chained job's shard for the run a finished run triggers; null once that is settled:
+ * the run exists, or it never will (the job is gone, another tenant's, or paused, which is
+ * logged), else what went wrong. Never throws.
+ */
+async function triggerChained(env: Env, m: ChainMessage, jobs: Map<string, CatalogJob> | null): Promise<string | null> {
+  if (jobs === null) return "the catalog could not be read";
+  const job = jobs.get(m.jobId);
+  // Checked again here, not only when the chain was saved: the job may have been deleted since.
+  if (!job || job.deletedAt !== null || job.tenantId !== m.tenantId) {
+    console.warn(`run ${m.fromRunId}: chained job ${m.jobId} no longer exists; nothing triggered`);
+    return null;
+  }
+  try {
+    const answer = await shardStub(env, job.shard).triggerChained(job.id, m.fromRunId);
+    if (!answer.ok) console.warn(`run ${m.fromRunId}: chained job ${m.jobId} not triggered (${answer.refusal})`);
+    return null;
+  } catch (err) {
+    return `shard ${job.shard} did not answer: ${(err as Error).message}`;
+  }
+}
+
+/** Sends one notification; null when the receiver took it (2xx), else what went wrong. Never throws. */
+async function deliver(n: NotifyMessage, context: ExecuteContext): Promise<string | null> {
+  const refusal = targetRefusal(n.url, context.policy);
+  if (refusal) return `refused: ${refusal}`;
+  try {
+    const { current, next } = await signingSecrets(context.signingSecret, n.tenantId, n.signingGeneration);
+    const response = await fetch(n.url, {
+      method: "POST",
+      headers: {
+        "Content-Type": "application/json",
+        "Idempotency-Key": n.id,
+        "X-Edgecron-Event": n.event,
+        [SIGNATURE_HEADER]: await signatureHeader([current, next], n.id, n.body, Date.now()),
+      },
+      body: n.body,
+      // A redirect is not followed: the receiver named is the one that must answer.
+      redirect: "manual",
+      signal: AbortSignal.timeout(NOTIFY_TIMEOUT_MS),
+    });
+    await response.body?.cancel();
+    return response.ok ? null : `HTTP ${response.status}`;
+  } catch (err) {
+    return `request failed: ${(err as Error).message}`;
+  }
+}

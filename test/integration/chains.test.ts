@@ -1,0 +1,192 @@
+import { createExecutionContext, createMessageBatch, env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it, vi } from "vitest";
+import worker from "../../src/index";
+import type { Job } from "../../src/model/job";
+import type { Run } from "../../src/model/run";
+import type { ChainMessage, QueueMessage } from "../../src/shard/contract";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+
+/**
+ * Chained jobs (issue 11, part 6): a job's onSuccess/onFailure jobs are triggered once per run
+ * that ends so, through the shard's outbox, the real queue and consumer, and the chained job's
+ * own shard, whatever shard that is.
+ */
+
+const handler = worker as ExportedHandler<Env, QueueMessage>;
+
+async function newJob(name: string, extra: Record<string, unknown> = {}, query = ""): Promise<Job> {
+  return createJob({ schedule: FAR_CRON, target: { url: receiverPath(name, query) }, retry: { maxAttempts: 1 }, ...extra });
+}
+
+async function trigger(job: Job): Promise<Run> {
+  const res = await api(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
+  expect(res.status, await res.clone().text()).toBe(202);
+  return res.json();
+}
+
+async function chainedRuns(job: Job): Promise<Run[]> {
+  return (await listRuns(job.id)).filter((r) => r.trigger === "chain");
+}
+
+/** The chain messages still in a shard's outbox (confirmed ones are removed). */
+async function outboxChains(job: Job): Promise<string[]> {
+  return runInDurableObject(shardOf(job), (_s: Shard, state) =>
+    state.storage.sql
+      .exec("SELECT id FROM notifications WHERE kind = 'chain' AND job_id = ?", job.id)
+      .toArray()
+      .map((r) => r.id as string),
+  );
+}
+
+async function expectRefused(res: Response, path: string, reason: RegExp): Promise<void> {
+  expect(res.status, await res.clone().text()).toBe(400);
+  const body = (await res.json()) as { error: { code: string; issues: Array<{ path: string; message: string }> } };
+  expect(body.error.code).toBe("invalid_request");
+  expect(body.error.issues[0]!.path).toBe(path);
+  expect(body.error.issues[0]!.message).toMatch(reason);
+}
+
+/** Delivers one chain message through the Worker's queue handler, as the Queue would. */
+async function deliver(message: ChainMessage): Promise<void> {
+  const batch = createMessageBatch<QueueMessage>("edgecron-dispatch", [
+    { id: crypto.randomUUID(), timestamp: new Date(), attempts: 1, body: message },
+  ]);
+  await handler.queue!(batch, env, createExecutionContext());
+}
+
+describe("chained jobs: onSuccess and onFailure", () => {
+  it("a run that succeeds triggers its onSuccess jobs once each, and not its onFailure ones", async () => {
+    const [next, alsoNext, alert] = await Promise.all([newJob("next"), newJob("also-next"), newJob("alert")]);
+    const job = await newJob("first", { onSuccess: [next.id, alsoNext.id], onFailure: [alert.id] });
+    expect(job).toMatchObject({ onSuccess: [next.id, alsoNext.id], onFailure: [alert.id] });
+
+    const run = await trigger(job);
+    await waitForRun(run.id, ["succeeded"]);
+    for (const chained of [next, alsoNext]) {
+      const [triggered] = await vi.waitFor(async () => {
+        const runs = await chainedRuns(chained);
+        expect(runs).toHaveLength(1);
+        return runs;
+      });
+      expect(triggered).toMatchObject({ trigger: "chain", chainedFrom: run.id });
+      const ended = await waitForRun(triggered!.id, ["succeeded"]);
+      expect(ended.chainedFrom).toBe(run.id);
+    }
+    // Delivered and confirmed: the outbox is empty, and the alert job never ran.
+    await vi.waitFor(async () => expect(await outboxChains(job)).toEqual([]));
+    expect(await listRuns(alert.id)).toEqual([]);
+  });
+
+  it("a run that fails triggers its onFailure jobs, and a workflow run's failure does too", async () => {
+    const [next, alert] = await Promise.all([newJob("next"), newJob("alert")]);
+    const job = await newJob("failing", { onSuccess: [next.id], onFailure: [alert.id] }, "status=500");
+    const run = await trigger(job);
+    await waitForRun(run.id, ["dead", "failed"]);
+    const [triggered] = await vi.waitFor(async () => {
+      const runs = await chainedRuns(alert);
+      expect(runs).toHaveLength(1);
+      return runs;
+    });
+    expect(triggered!.chainedFrom).toBe(run.id);
+    expect(await listRuns(next.id)).toEqual([]);
+
+    const workflow = await createJob({
+      schedule: FAR_CRON,
+      steps: [
+        { id: "a", target: { url: receiverPath("wf-a") } },
+        { id: "b", after: ["a"], target: { url: receiverPath("wf-b", "status=400") }, retry: { maxAttempts: 1 } },
+      ],
+      onFailure: [alert.id],
+    });
+    const wfRun = await trigger(workflow);
+    await waitForRun(wfRun.id, ["failed"]);
+    await vi.waitFor(async () => expect((await chainedRuns(alert)).map((r) => r.chainedFrom)).toContain(wfRun.id));
+    // The workflow's steps ending triggers nothing: only the run as a whole chains.
+    expect((await chainedRuns(alert)).map((r) => r.chainedFrom).sort()).toEqual([run.id, wfRun.id].sort());
+  });
+
+  it("a repeated delivery of a chain, from any consumer, makes one run", async () => {
+    const next = await newJob("next");
+    const job = await newJob("first", { onSuccess: [next.id] });
+    const run = await trigger(job);
+    await waitForRun(run.id, ["succeeded"]);
+    await vi.waitFor(async () => expect(await chainedRuns(next)).toHaveLength(1));
+
+    const message: ChainMessage = {
+      kind: "chain",
+      shard: job.shard,
+      id: `${run.id}:chain:${next.id}`,
+      tenantId: job.tenantId,
+      jobId: next.id,
+      fromRunId: run.id,
+    };
+    await deliver(message);
+    await deliver(message);
+    const again = await shardOf(next).triggerChained(next.id, run.id);
+    expect(again.ok).toBe(true);
+    const runs = await chainedRuns(next);
+    expect(runs).toHaveLength(1);
+    expect(again.ok && again.value).toBe(runs[0]!.id);
+  });
+
+  it("a chained job paused or deleted since is not triggered, and the chain is settled all the same", async () => {
+    const [paused, deleted, live] = await Promise.all([newJob("paused"), newJob("deleted"), newJob("live")]);
+    const job = await newJob("first", { onSuccess: [paused.id, deleted.id, live.id] });
+    expect((await api(`/v1/jobs/${paused.id}/pause`, { method: "POST" })).status).toBe(200);
+    expect((await api(`/v1/jobs/${deleted.id}`, { method: "DELETE" })).status).toBe(200);
+
+    const run = await trigger(job);
+    await waitForRun(run.id, ["succeeded"]);
+    await vi.waitFor(async () => expect(await chainedRuns(live)).toHaveLength(1));
+    await vi.waitFor(async () => expect(await outboxChains(job)).toEqual([]));
+    expect(await listRuns(paused.id)).toEqual([]);
+  });
+
+  it("refuses chains to unknown, deleted, other tenants' jobs, to itself and around a loop (400, nothing changed)", async () => {
+    const [a, b, gone] = await Promise.all([newJob("a"), newJob("b"), newJob("gone")]);
+    expect((await api(`/v1/jobs/${gone.id}`, { method: "DELETE" })).status).toBe(200);
+    const other = await createTenant();
+    const theirs = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("theirs") } }, other.api);
+    const body = { schedule: FAR_CRON, target: { url: receiverPath("x") } };
+
+    await expectRefused(
+      await api("/v1/jobs", { method: "POST", json: { ...body, onSuccess: ["job_nope"] } }),
+      "onSuccess.0",
+      /not a job id/,
+    );
+    await expectRefused(
+      await api("/v1/jobs", { method: "POST", json: { ...body, onFailure: [a.id, a.id] } }),
+      "onFailure",
+      /more than once/,
+    );
+    await expectRefused(await api("/v1/jobs", { method: "POST", json: { ...body, onFailure: [a.id, gone.id] } }), "onFailure.1", /no job/);
+    await expectRefused(await api("/v1/jobs", { method: "POST", json: { ...body, onSuccess: [theirs.id] } }), "onSuccess.0", /no job/);
+    await expectRefused(
+      await other.api(`/v1/jobs/${theirs.id}`, { method: "PATCH", json: { onSuccess: [a.id] } }),
+      "onSuccess.0",
+      /no job/,
+    );
+    await expectRefused(
+      await api(`/v1/jobs/${a.id}`, { method: "PATCH", json: { onSuccess: [a.id] } }),
+      "onSuccess.0",
+      /cannot trigger itself/,
+    );
+
+    // a → b is fine; b → a would close a loop.
+    const chained = await api(`/v1/jobs/${a.id}`, { method: "PATCH", json: { onSuccess: [b.id] } });
+    expect(chained.status).toBe(200);
+    await expectRefused(
+      await api(`/v1/jobs/${b.id}`, { method: "PATCH", json: { onFailure: [a.id] } }),
+      "onFailure.0",
+      new RegExp(`loop: ${b.id} → ${a.id} → ${b.id}`),
+    );
+    const bNow = (await (await api(`/v1/jobs/${b.id}`)).json()) as Job;
+    expect(bNow.onFailure).toBeUndefined();
+    expect(bNow.version).toBe(b.version);
+
+    // null takes a chain away.
+    const cleared = (await (await api(`/v1/jobs/${a.id}`, { method: "PATCH", json: { onSuccess: null } })).json()) as Job;
+    expect(cleared.onSuccess).toBeUndefined();
+  });
+});
