@@ -1,3 +1,4 @@
+import { Fragment } from "preact";
 import { useState } from "preact/hooks";
 import type { EdgecronClient, Job as JobRecord } from "../../src/client/index.ts";
 import { FailureChart, LagChart } from "../components/charts.tsx";
@@ -7,6 +8,7 @@ import { JobState, RunState } from "../components/state.tsx";
 import { Timeline } from "../components/timeline.tsx";
 import { WorkflowGraph } from "../components/workflow-graph.tsx";
 import { ZonedInstants } from "../components/zoned-instants.tsx";
+import { hrefOf } from "../lib/route.ts";
 import { failuresOverTime, fireLag } from "../lib/series.ts";
 import { fromLocalInput, localTime, relative } from "../lib/time.ts";
 import { messageOf, useApi } from "../lib/use-api.ts";
@@ -65,6 +67,8 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
         </dd>
         <dt>Retries</dt>
         <dd>{j.retry.maxAttempts ?? 1} attempts at most</dd>
+        <ChainedJobs label="On success, triggers" ids={j.onSuccess} />
+        <ChainedJobs label="On failure, triggers" ids={j.onFailure} />
       </dl>
       <div class="actions">
         <button
@@ -200,5 +204,25 @@ function SchedulePreview({ client, job }: { client: EdgecronClient; job: JobReco
       {preview.error && <p class="muted">{preview.error}</p>}
       {preview.data && <ZonedInstants instants={preview.data.instants} timeZone={job.schedule.timezone ?? "UTC"} />}
     </section>
+  );
+}
+
+/** The jobs a job triggers when its runs end one way (onSuccess/onFailure), each a link to its page. */
+function ChainedJobs({ label, ids }: { label: string; ids: string[] | undefined }) {
+  if (!ids?.length) return null;
+  return (
+    <>
+      <dt>{label}</dt>
+      <dd>
+        {ids.map((id, i) => (
+          <Fragment key={id}>
+            {i > 0 && ", "}
+            <a href={hrefOf({ page: "job", id })}>
+              <code>{id}</code>
+            </a>
+          </Fragment>
+        ))}
+      </dd>
+    </>
   );
 }
