@@ -84,7 +84,8 @@ export class Notifier {
     const given: string[] = [];
     for (const n of this.outbox.due(now, RESEND_BATCH)) {
       if (n.sends + 1 >= NOTIFY_MAX_SENDS) {
-        console.error(`notification ${n.id} to ${n.url}: not confirmed after ${n.sends + 1} sends, given up`);
+        const what = n.kind === "chain" ? `chained trigger ${n.id}` : `notification ${n.id} to ${n.url}`;
+        console.error(`${what}: not confirmed after ${n.sends + 1} sends, given up`);
         given.push(n.id);
         continue;
       }
