@@ -157,18 +157,27 @@ export class RunLedger {
       },
       { start: { attempt: run.attempt, fence: run.fence, startedAt: now, completionToken } },
     );
+    // A run's own permit was leased for its first attempt when it was admitted; a workflow run
+    // holds one while its steps run, so each step's claim extends it by that step's lease.
+    if (run.parentRunId !== null) this.renewCover(run, stepPolicy(job.spec, run.id).timeoutMs + LEASE_GRACE_MS);
+  }
+
+  /** Extends the tenant permit that covers `run`: its own, or a step's workflow run's. */
+  private renewCover(run: RunRow, leaseMs: number): void {
+    const holder = run.parentRunId === null ? run : this.store.getRun(run.parentRunId);
+    if (holder?.permit) this.renewPermit(holder, leaseMs);
   }
 
   /** The target answered 202: the lease restarts from its answer, and heartbeats extend it. */
   accept(run: RunRow, status: number, now: number): void {
     const leaseMs = this.timeoutOf(run) + LEASE_GRACE_MS;
     this.store.acceptAttempt(run.id, run.fence, status, now + leaseMs);
-    this.renewPermit(run, leaseMs);
+    this.renewCover(run, leaseMs);
   }
 
   extendLease(run: RunRow, until: number, permitLeaseMs: number): void {
     this.store.extendLease(run.id, until);
-    this.renewPermit(run, permitLeaseMs);
+    this.renewCover(run, permitLeaseMs);
   }
 
   /** The outcome of the running attempt: success ends the run; a failure retries or ends it. */
@@ -258,7 +267,7 @@ export class RunLedger {
         const wait = claimWait(this.claimTimeoutMs(), redispatches);
         const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
         this.dispatch(next.id, next.fence, job, now);
-        this.renewPermit(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
+        this.renewCover(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
       } else if (run.state === "retry_wait") {
         this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
       } else if (run.state === "running" && run.leaseUntil !== null && run.leaseUntil > now) {

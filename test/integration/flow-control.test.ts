@@ -167,6 +167,43 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
   });
 });
 
+describe("a workflow run under a tenant's maxRunsInFlight", () => {
+  it("holds one permit while its steps run, each step's claim extending it by that step's lease", async () => {
+    const tenant = await createTenant({ maxRunsInFlight: 1 });
+    const slow = receiverPath("wf-permit-slow", "delayMs=1500");
+    // The job's own timeout (what the admission leased the permit for) is short; step b's is long.
+    const job = await createJob(
+      {
+        schedule: FAR_CRON,
+        timeoutMs: 1_000,
+        steps: [
+          { id: "a", target: { url: receiverPath("wf-permit-a") } },
+          { id: "b", after: ["a"], target: { url: slow }, timeoutMs: 600_000 },
+        ],
+      },
+      tenant.api,
+    );
+    const runId = await trigger(job, tenant.api);
+    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
+    const permitExpiry = () =>
+      runInDurableObject(
+        gate,
+        (_g, state) =>
+          state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as
+            | number
+            | undefined,
+      );
+
+    await vi.waitFor(async () => expect((await hitsOf(slow)).length).toBe(1));
+    // b is claimed: the permit now lasts b's 600 s, not the admission's 1 s job timeout.
+    await expect.poll(permitExpiry).toBeGreaterThan(Date.now() + 550_000);
+    expect((await getRun(await trigger(job, tenant.api))).state).toBe("waiting");
+
+    await waitForRun(runId, ["succeeded"]);
+    await expect.poll(permitExpiry).toBeUndefined();
+  });
+});
+
 describe("admission under interleaving and backlog", () => {
   /** Two jobs of one tenant on one shard of the test's choosing, handed to it as the API would. */
   async function twoJobsOnOneShard(limit: number | null, spec: Record<string, unknown> = {}) {
