@@ -12,6 +12,7 @@ export const FAULT_POINTS = [
   "shard.betweenChunks", // the alarm committed a chunk of fires and started its sends, then died before the next chunk
   "shard.queueSend", // the Queue refuses a sendBatch
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
+  "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)
   "consumer.beforeClaim", // the consumer dies before claiming its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting
   "consumer.report", // a report call fails (the shard briefly unreachable); the consumer lives on

@@ -1,3 +1,4 @@
+import { failpoint } from "../faults";
 import { stepOfRun, stepRunId } from "../model/ids";
 import { advance, runOutcome, type StepStatus, stepsToRerun, topologicalOrder } from "../workflow/graph";
 import { SKIPPED_CONDITION, SKIPPED_UPSTREAM_FAILED, statusOfStepRun, upstreamInput } from "../workflow/steps";
@@ -51,6 +52,7 @@ export class Workflows {
     if (run.parentRunId !== null) {
       const parent = this.store.getRun(run.parentRunId);
       if (parent) this.advance(parent, now);
+      failpoint("shard.stepEnded", run.jobId);
       return "step";
     }
     // Only a workflow job's runs have steps: any other run ends without a read of them.

@@ -7,7 +7,8 @@ import { type Hit, startReceiver } from "../support/receiver";
  * End to end: the real stack as `npm start` runs it (scripts/start.mjs: local D1 migrations,
  * `wrangler dev` with the Worker, the Shard Durable Objects and their alarms, the local Queue
  * and its consumer, and the periodic sweep), driven only through the public HTTP API, with a
- * real loopback HTTP receiver as the jobs' target.
+ * real loopback HTTP receiver as the jobs' target. The workflow case shares the stack: a
+ * stack costs 10 to 20 s to start, the case well under one.
  */
 
 const TOKEN = "e2e-token-7f3c";
@@ -252,6 +253,89 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
       expect(hitsOf("at")).toHaveLength(1);
       const runIds = [...hitsOf("every"), ...hitsOf("at")].map((hit) => hit.headers["x-edgecron-run-id"]);
       expect(new Set(runIds).size).toBe(runIds.length);
+    });
+  });
+});
+
+describe("a workflow job under wrangler dev", () => {
+  it("runs a diamond a → b, c → d through the local queue, each step receiving its parents' results", async () => {
+    const ids = ["a", "b", "c", "d"] as const;
+    type Id = (typeof ids)[number];
+    const results: Record<Id, unknown> = {
+      a: { rows: 3, source: "extract" },
+      b: { cleaned: 3 },
+      c: { enriched: ["x", "y"] },
+      d: { loaded: true },
+    };
+    const name = (id: Id) => `workflow-${id}`;
+    const target = (id: Id) => ({ url: `${receiver!.url}/hit/${name(id)}?body=${encodeURIComponent(JSON.stringify(results[id]))}` });
+    const created = await api("POST", "/v1/jobs", {
+      name: "e2e-diamond",
+      schedule: { cron: "0 0 1 1 *" },
+      steps: [
+        { id: "a", target: target("a") },
+        { id: "b", after: ["a"], target: target("b") },
+        { id: "c", after: ["a"], target: target("c") },
+        { id: "d", after: ["b", "c"], target: target("d") },
+      ],
+    });
+    expect(created.status, JSON.stringify(created.json)).toBe(201);
+    const job = created.json;
+    expect(job.steps.map((s: { id: string; after?: string[] }) => [s.id, s.after ?? []])).toEqual([
+      ["a", []],
+      ["b", ["a"]],
+      ["c", ["a"]],
+      ["d", ["b", "c"]],
+    ]);
+
+    const triggered = await api("POST", `/v1/jobs/${job.id}/trigger`);
+    expect(triggered.status, JSON.stringify(triggered.json)).toBe(202);
+    const runId: string = triggered.json.id;
+
+    await explained([{ id: job.id, name: name("d") }], async () => {
+      const run = await until(`workflow run ${runId} to end`, 30_000, async () => {
+        const res = await api("GET", `/v1/runs/${runId}`);
+        expect(res.status).toBe(200);
+        return ["succeeded", "failed", "cancelled"].includes(res.json.state) ? res.json : undefined;
+      });
+      expect(run.state, JSON.stringify(run)).toBe("succeeded");
+      expect(run.error).toBeNull();
+      expect(run.steps.map((s: { id: string; state: string }) => [s.id, s.state])).toEqual(ids.map((id) => [id, "succeeded"]));
+      for (const step of run.steps) {
+        expect(step.result, `result of step ${step.id}`).toEqual(results[step.id as Id]);
+        expect(step).toMatchObject({ attempt: 1, status: 200, error: null });
+        expect(step.attemptLog).toHaveLength(1);
+        expect(step.attemptLog[0]).toMatchObject({ attempt: 1, outcome: "succeeded", status: 200 });
+      }
+
+      const upstream: Record<Id, Partial<Record<Id, unknown>>> = {
+        a: {},
+        b: { a: results.a },
+        c: { a: results.a },
+        d: { b: results.b, c: results.c },
+      };
+      for (const id of ids) {
+        const hits = hitsOf(name(id));
+        expect(hits, `requests to step ${id}`).toHaveLength(1);
+        const [hit] = hits;
+        expect(hit!.method).toBe("POST");
+        expect(hit!.headers).toMatchObject({
+          "x-edgecron-step": id,
+          "idempotency-key": `${runId}:${id}`,
+          "x-edgecron-run-id": `${runId}.${id}`,
+          "x-edgecron-job-id": job.id,
+          "x-edgecron-attempt": "1",
+        });
+        expect(hit!.headers["content-type"]).toMatch(/^application\/json/);
+        expect(JSON.parse(hit!.body), `input of step ${id}`).toEqual({ runId, scheduledAt: run.scheduledAt, upstream: upstream[id] });
+      }
+      // d started only once both its parents had answered.
+      const [b, c, d] = (["b", "c", "d"] as const).map((id) => hitsOf(name(id))[0]!);
+      expect(d.receivedAt).toBeGreaterThanOrEqual(Math.max(b.receivedAt, c.receivedAt));
+
+      // The job's runs are its workflow runs, not their steps.
+      const runs = await api("GET", `/v1/jobs/${job.id}/runs`);
+      expect(runs.json.items.map((r: { id: string }) => r.id)).toEqual([runId]);
     });
   });
 });
