@@ -119,8 +119,32 @@ export class ShardMeter {
     if (lag !== null && !info?.isRetry) countLag(this.lags, lag);
   }
 
+  /** Counts made inside a change of the shard's state: kept apart until it commits (`inChange`). */
+  private pending: Array<[Counter, number, string]> | null = null;
+
+  /**
+   * Runs `change` (the shard's transaction) so that what it counts stands only if it commits: a
+   * run that ended in a transaction that rolled back and then ends again is counted once.
+   */
+  inChange<T>(change: () => T): T {
+    const pending: Array<[Counter, number, string]> = [];
+    this.pending = pending;
+    try {
+      const result = change();
+      this.pending = null;
+      for (const [counter, n, operation] of pending) this.count(counter, n, operation);
+      return result;
+    } finally {
+      this.pending = null;
+    }
+  }
+
   /** Adds to a counter of the operation running now (or `operation`). */
   count(counter: Counter, n = 1, operation = this.label): void {
+    if (this.pending) {
+      this.pending.push([counter, n, operation]);
+      return;
+    }
     const c = this.of(operation);
     c[counter] += n;
   }

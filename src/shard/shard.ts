@@ -24,6 +24,7 @@ import {
   type ShardMetrics,
   type TenantSettings,
   type TokenRefusal,
+  type TriggeredBy,
 } from "./contract";
 import { Dispatcher } from "./dispatch";
 import { FIRE_CHUNK, Firing } from "./firing";
@@ -221,20 +222,12 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.metered("jobRuntimes", async () => this.views.jobRuntimes(ids));
   }
 
-  async trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
+  async trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
     return this.metered("trigger", async (here) => {
-      const answer = this.change((now) => this.firing.trigger(jobId, { triggerKey }, now));
+      const answer = this.change((now) => this.firing.trigger(jobId, by, now));
       if (!answer.ok) return answer;
       await this.settle();
       return here(() => done(this.views.run(answer.value)!));
-    });
-  }
-
-  async triggerChained(jobId: string, fromRunId: string): Promise<Answer<string, "unknown_job" | "job_paused">> {
-    return this.metered("triggerChained", async () => {
-      const answer = this.change((now) => this.firing.trigger(jobId, { chainedFrom: fromRunId }, now));
-      if (answer.ok) await this.settle();
-      return answer;
     });
   }
 
@@ -391,7 +384,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const mark = this.dispatcher.mark();
     const notifications = this.outcomes.notifier.mark();
     try {
-      return this.ctx.storage.transactionSync(() => apply(Date.now()));
+      return this.meter.inChange(() => this.ctx.storage.transactionSync(() => apply(Date.now())));
     } catch (err) {
       this.dispatcher.rollBack(mark);
       this.outcomes.notifier.rollBack(notifications);

@@ -501,14 +501,10 @@ describe("workflow runs under faults: a crash between steps loses nothing and re
     await checkFlow(flow, runId, { hits: { z: 2 }, outcomes: { z: ["timed_out", "succeeded"] } });
   });
 
-  // A bug this suite found (src, not fixed here): the shard's cost meter counts a run as finished
-  // in memory (`meter.count("runsFinished")`, src/shard/shard.ts, the store's onFinished hook),
-  // inside the transaction that ends it; when that transaction then throws, `change()` rolls
-  // back the SQL, the unsent dispatches and the notifications, but not the meter's count. The
-  // retried report ends the run again and counts it again: GET /v1/cost's runsFinished (and so
-  // perRun and usdPerMillionRuns) count such a run twice. Any run whose ending transaction rolls
-  // back is affected, not only a workflow's. Unskip once the meter's counts follow the rollback.
-  it.skip("the cost meter counts a run that ended once as finished once, after a rolled-back end", async () => {
+  // The shard's cost meter counts a run as finished from inside the transaction that ends it;
+  // a rolled-back end must not count, or the retried report counts the run twice (found by this
+  // suite: GET /v1/cost's runsFinished, perRun and usdPerMillionRuns were off).
+  it("the cost meter counts a run that ended once as finished once, after a rolled-back end", async () => {
     const flow = await newFlow("meter", { z: 400 });
     const runId = await trigger(flow);
     await onlyInFlight(flow, runId, "z", ["c", "p"]);
@@ -516,7 +512,7 @@ describe("workflow runs under faults: a crash between steps loses nothing and re
     armFault("shard.stepEnded", 1, flow.job.id); // z's end, and with it the run's, rolls back once
     await faultFired("shard.stepEnded", before);
     await checkFlow(flow, runId);
-    expect(await runsFinished(flow)).toBe(1); // 2: the rolled-back end is counted as well
+    expect(await runsFinished(flow)).toBe(1);
   });
 });
 
