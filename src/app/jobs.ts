@@ -186,6 +186,6 @@ export async function backfill(env: Env, caller: Caller, id: string, range: { fr
 /** One run now; the same idempotency key always yields the same run. */
 export async function trigger(env: Env, caller: Caller, id: string, idempotencyKey: string | undefined): Promise<RunView> {
   const job = await loadJob(env, caller, id);
-  const answer = await shardStub(env, job.shard).trigger(job.id, idempotencyKey ?? newTriggerKey());
+  const answer = await shardStub(env, job.shard).trigger(job.id, { triggerKey: idempotencyKey ?? newTriggerKey() });
   return answered(answer, { call: "trigger", id: job.id });
 }

@@ -78,7 +78,7 @@ async function triggerChained(env: Env, m: ChainMessage, jobs: Map<string, Catal
     return null;
   }
   try {
-    const answer = await shardStub(env, job.shard).triggerChained(job.id, m.fromRunId);
+    const answer = await shardStub(env, job.shard).trigger(job.id, { chainedFrom: m.fromRunId });
     if (!answer.ok) console.warn(`run ${m.fromRunId}: chained job ${m.jobId} not triggered (${answer.refusal})`);
     return null;
   } catch (err) {

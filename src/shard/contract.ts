@@ -27,6 +27,9 @@ export type Refusal =
   /** The token is of an attempt that has ended (timed out, cancelled or already reported). */
   | "stale";
 
+/** What makes a run by request: a person's trigger key, or a run of another job that ended. */
+export type TriggeredBy = { triggerKey: string } | { chainedFrom: string };
+
 export type Answer<T, R extends Refusal> = { ok: true; value: T } | { ok: false; refusal: R };
 
 export const done = <T>(value: T): { ok: true; value: T } => ({ ok: true, value });
@@ -311,13 +314,12 @@ export interface ShardApi {
   /** A tenant gate says capacity freed: waiting runs are looked at now. */
   admitWaiting(): Promise<void>;
   jobRuntimes(ids: string[]): Promise<JobRuntime[]>;
-  /** One extra run now; the same trigger key always names the same run. */
-  trigger(jobId: string, triggerKey: string): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
   /**
-   * The run that `fromRunId`, a run of another job of the tenant that ended, triggers (its
-   * onSuccess/onFailure): one per (job, run), however often asked. Its id, not a view.
+   * One extra run now, by hand (the same trigger key always names the same run) or chained: the
+   * run a run of another job of the tenant that ended triggers (onSuccess/onFailure), one per
+   * (job, run that ended), however often asked.
    */
-  triggerChained(jobId: string, fromRunId: string): Promise<Answer<string, "unknown_job" | "job_paused">>;
+  trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
   backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">>;
   claim(dispatches: Dispatch[]): Promise<ClaimResult[]>;
   report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">>;

@@ -4,7 +4,16 @@ import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { watchesOpenRuns } from "./admission";
-import { type Answer, type BackfillResult, done, type JobDefinition, MAX_BACKFILL, refuse, type TenantSettings } from "./contract";
+import {
+  type Answer,
+  type BackfillResult,
+  done,
+  type JobDefinition,
+  MAX_BACKFILL,
+  refuse,
+  type TenantSettings,
+  type TriggeredBy,
+} from "./contract";
 import { type RunLedger, stoppedReason } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
@@ -110,7 +119,7 @@ export class Firing {
    * (`chainedFrom`, its onSuccess/onFailure). The same key, or the same run that ended, always
    * names the same run, so a repeat makes nothing.
    */
-  trigger(jobId: string, by: { triggerKey: string } | { chainedFrom: string }, now: number): Answer<string, "unknown_job" | "job_paused"> {
+  trigger(jobId: string, by: TriggeredBy, now: number): Answer<string, "unknown_job" | "job_paused"> {
     const job = this.store.getJob(jobId);
     if (!job || job.deleted) return refuse("unknown_job");
     if (job.paused) return refuse("job_paused"); // nothing runs for a paused job, not even by hand

@@ -123,11 +123,11 @@ describe("chained jobs: onSuccess and onFailure", () => {
     };
     await deliver(message);
     await deliver(message);
-    const again = await shardOf(next).triggerChained(next.id, run.id);
+    const again = await shardOf(next).trigger(next.id, { chainedFrom: run.id });
     expect(again.ok).toBe(true);
     const runs = await chainedRuns(next);
     expect(runs).toHaveLength(1);
-    expect(again.ok && again.value).toBe(runs[0]!.id);
+    expect(again.ok && again.value.id).toBe(runs[0]!.id);
   });
 
   it("a chained job paused or deleted since is not triggered, and the chain is settled all the same", async () => {
