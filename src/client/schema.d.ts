@@ -3072,14 +3072,14 @@ export interface components {
             /**
              * @description Jobs of the same tenant to trigger once each when a run of this job ends succeeded: a run of each, with trigger "chain" and chainedFrom naming this run, whatever the shard, however often the end is reported.
              * @example [
-             *       "job_0mihx2k3f8a1b2c3d4e5"
+             *       "job_0mihx2k3f8a1b2c3d4e"
              *     ]
              */
             onSuccess?: string[];
             /**
              * @description Jobs of the same tenant to trigger once each when a run of this job ends failed or dead: a run of each, with trigger "chain" and chainedFrom naming this run, whatever the shard, however often the end is reported.
              * @example [
-             *       "job_0mihx2k3f8a1b2c3d4e5"
+             *       "job_0mihx2k3f8a1b2c3d4e"
              *     ]
              */
             onFailure?: string[];

@@ -166,7 +166,7 @@ function Chain(outcome: string) {
     .optional()
     .openapi({
       description: `Jobs of the same tenant to trigger once each when a run of this job ends ${outcome}: a run of each, with trigger "chain" and chainedFrom naming this run, whatever the shard, however often the end is reported.`,
-      example: ["job_0mihx2k3f8a1b2c3d4e5"],
+      example: ["job_0mihx2k3f8a1b2c3d4e"],
     });
 }
 
