@@ -41,8 +41,10 @@ function workerdProject(name: string, include: string[], allowPrivateTargets: bo
 }
 
 /**
- * Three layers:
- * - `workers`: pure unit tests and integration tests inside workerd. Every receiver is on
+ * Layers:
+ * - `unit`: pure logic, in Node (the zone rules' tests run in workerd, whose time zone data
+ *   production uses);
+ * - `workers`, `workers-2`: integration tests inside workerd. Every receiver is on
  *   127.0.0.1, so private targets are allowed here, as `npm start` allows them;
  * - `strict`: the same workerd stack as deployed, private targets refused (the SSRF guard);
  * - `e2e`: Node tests that start the real `wrangler dev` the way `npm start` does, and Node
@@ -57,15 +59,31 @@ export default defineConfig({
     // so it alone is ignored; any other unhandled error still fails the run.
     onUnhandledError: (error) => !(error.name === "EnvironmentTeardownError" && /Closing rpc while/.test(error.message)),
     projects: [
-      workerdProject("workers", ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"], true),
+      // npm test runs these in three processes side by side (scripts/test.mjs), since one vitest
+      // process here runs one file at a time: the workerd tests in two halves of about the same
+      // length (the zone rules, which are the runtime's, the fuzzers and files a–f; the rest),
+      // and the Node tests.
+      workerdProject(
+        "workers",
+        ["test/unit/cron-zones.test.ts", "test/integration/fuzz/**/*.test.ts", "test/integration/[a-f]*.test.ts"],
+        true,
+      ),
+      workerdProject("workers-2", ["test/integration/[g-z]*.test.ts"], true),
       workerdProject("strict", ["test/strict/**/*.test.ts"], false),
       // Not part of npm test: `npm run bench:history` (figures, no assertion on time).
       workerdProject("bench-history", ["bench/history/**/*.test.ts"], true),
+      {
+        // Pure logic (no binding, no storage): in Node, where a file starts in milliseconds
+        // rather than the seconds a workerd file's isolate and migrated D1 take.
+        test: { name: "unit", include: ["test/unit/**/*.test.ts"], exclude: ["test/unit/cron-zones.test.ts"], environment: "node" },
+      },
       {
         test: {
           name: "e2e",
           include: ["test/e2e/**/*.test.ts", "test/node/**/*.test.ts"],
           environment: "node",
+          // Each e2e file starts its own stack (wrangler, workerd): one at a time is load enough.
+          fileParallelism: false,
           testTimeout: 180_000,
           hookTimeout: 120_000,
         },
