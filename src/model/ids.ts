@@ -33,16 +33,21 @@ export function runKeyRange(jobId: string): [string, string] {
   return [`run_${jobPart(jobId)}_`, `run_${jobPart(jobId)}\``];
 }
 
-/** The run of a manual trigger: one per (job, trigger key); the key is the client's or random. */
+/**
+ * The run of a manual trigger: one per (job, trigger key); the key is the client's or random.
+ * `m-` and then the key: the dash keeps it apart from every scheduled run's id, whose base-36
+ * instant has none (with `m` alone, the key "ihx2k3f" named the fire at "mihx2k3f" and could
+ * take that fire's run). Runs triggered before keep their `m<key>` ids.
+ */
 export function triggeredRunId(jobId: string, triggerKey: string): string {
-  return `run_${jobPart(jobId)}_m${triggerKey}`;
+  return `run_${jobPart(jobId)}_m-${triggerKey}`;
 }
 
 /**
  * The run a finished run of another job triggers (`onSuccess`/`onFailure`): one per (job, run
  * that ended), so that a repeated report or a resent trigger, from whichever shard, makes it
  * once. `c`, the source run's job and its own part, joined by a dash, which no scheduled run's
- * base-36 instant holds and no manual trigger's `m` starts.
+ * base-36 instant holds and no manual trigger's `m-` starts.
  */
 export function chainedRunId(jobId: string, fromRunId: string): string {
   const from = /^run_([0-9a-z]{19})_([0-9A-Za-z-]+)$/.exec(fromRunId);

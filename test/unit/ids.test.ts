@@ -38,6 +38,21 @@ describe("ids", () => {
     expect(triggeredRunId(job, "a")).not.toBe(scheduledRunId(job, 1_000));
   });
 
+  it("no trigger key names a scheduled run, so a client's key can never take a fire's run", () => {
+    const job = newJobId(0);
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 2 ** 45 }), fc.stringMatching(/^[0-9A-Za-z-]{1,64}$/), (at, key) => {
+        const scheduled = scheduledRunId(job, at);
+        expect(triggeredRunId(job, key)).not.toBe(scheduled);
+        // The key that would spell the fire's id after a manual run's prefix, as a client could send it.
+        const suffix = scheduled.slice(scheduled.lastIndexOf("_") + 2);
+        if (suffix.length > 0) expect(triggeredRunId(job, suffix)).not.toBe(scheduled);
+      }),
+    );
+    // Today's instants are 8 base-36 digits starting with "m": the key "ihx2k3f" once named one.
+    expect(triggeredRunId(job, "ihx2k3f")).not.toBe(scheduledRunId(job, Number.parseInt("mihx2k3f", 36)));
+  });
+
   it("a workflow step's run id leads back to its job and its run, and stays in both key ranges", () => {
     const step = fc.stringMatching(/^[A-Za-z0-9_-]{1,64}$/);
     fc.assert(
