@@ -27,6 +27,18 @@ function maxOverlap(spans: Array<[number, number]>): number {
   return most;
 }
 
+/** When the tenant's gate lets the run's permit lapse (undefined: it holds none). */
+async function permitExpiryOf(tenantId: string, runId: string): Promise<number | undefined> {
+  const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenantId));
+  return runInDurableObject(
+    gate,
+    (_g, state) =>
+      state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as
+        | number
+        | undefined,
+  );
+}
+
 async function trigger(job: Job, as: typeof api = api): Promise<string> {
   const res = await as(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
   expect(res.status, await res.clone().text()).toBe(202);
@@ -135,15 +147,7 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
     const url = receiverPath("inflight-202", "status=202");
     const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
     const runId = await trigger(job, tenant.api);
-    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
-    const permitExpiry = () =>
-      runInDurableObject(
-        gate,
-        (_g, state) =>
-          state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as
-            | number
-            | undefined,
-      );
+    const permitExpiry = () => permitExpiryOf(tenant.id, runId);
 
     const hit = await vi.waitFor(async () => {
       const [first] = await hitsOf(url);
@@ -184,15 +188,7 @@ describe("a workflow run under a tenant's maxRunsInFlight", () => {
       tenant.api,
     );
     const runId = await trigger(job, tenant.api);
-    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
-    const permitExpiry = () =>
-      runInDurableObject(
-        gate,
-        (_g, state) =>
-          state.storage.sql.exec("SELECT expires_at FROM permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as
-            | number
-            | undefined,
-      );
+    const permitExpiry = () => permitExpiryOf(tenant.id, runId);
 
     await vi.waitFor(async () => expect((await hitsOf(slow)).length).toBe(1));
     // b is claimed: the permit now lasts b's 600 s, not the admission's 1 s job timeout.
