@@ -159,8 +159,15 @@ describe("dashboard", () => {
 });
 
 describe("workflow jobs", () => {
-  it("shows the graph, and a run's steps on it with their states", async () => {
+  it("shows the graph, a run's steps on it with their states, and links the job it triggers on success", async () => {
     const hit = (name: string) => ({ url: `${receiver!.url}/hit/${name}` });
+    const report = await stack!.api(
+      "POST",
+      "/v1/jobs",
+      { name: "browser-report", schedule: { cron: "0 0 1 1 *" }, target: hit("wf-report") },
+      { token: tenantKey },
+    );
+    expect(report.status, JSON.stringify(report.json)).toBe(201);
     const created = await stack!.api(
       "POST",
       "/v1/jobs",
@@ -172,6 +179,7 @@ describe("workflow jobs", () => {
           { id: "transform", target: hit("wf-transform"), after: ["extract"] },
           { id: "alert", target: hit("wf-alert"), after: ["transform"], when: "any_failed" },
         ],
+        onSuccess: [report.json.id],
       },
       { token: tenantKey },
     );
@@ -185,6 +193,13 @@ describe("workflow jobs", () => {
     await page.locator(".runs .state-succeeded").first().waitFor({ timeout: 60_000 });
     await page.locator(".runs button.link").first().click();
     await expect.poll(() => page.locator(".run-details .graph .badge").allTextContents()).toEqual(["succeeded", "succeeded", "skipped"]);
+    // The job it triggers on success: a link to its page, where the chained run shows.
+    await page.getByRole("link", { name: report.json.id }).click();
+    await page.getByRole("heading", { name: "browser-report" }).waitFor();
+    await page.locator(".runs .state-succeeded").first().waitFor({ timeout: 60_000 });
+    expect(await page.locator(".runs td", { hasText: "chain" }).count()).toBeGreaterThan(0);
+    await page.goBack();
+    await page.getByRole("heading", { name: "Workflow", exact: true }).waitFor();
     await checkPage(page, "workflow");
     await page.close();
   });
