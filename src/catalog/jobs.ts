@@ -3,7 +3,12 @@ import type { JobDefinition } from "../shard/contract";
 import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
 
-/** The catalog in D1: job definitions as accepted. Nothing here is on the fire → record path. */
+/**
+ * The catalog in D1: job definitions as accepted. Nothing here is on the fire → record path.
+ * Every change of a job bumps its version and sets updated_at: that is how the sweep's change
+ * feed finds it (jobs_changed, `changedSince`), so a change that did not would reach its shard
+ * only through the consistency pass.
+ */
 
 export interface CatalogJob {
   id: string;
@@ -149,28 +154,71 @@ export async function autoPauseJob(db: D1Database, id: string, reason: string, n
   return row ? toJob(row) : null;
 }
 
-/** Every shard name the catalog has recorded (of one tenant's jobs, or of all), deleted jobs included. */
-export async function shardsInUse(db: D1Database, tenantId: string | null = null): Promise<string[]> {
-  const { results } = await guard("shards", () =>
-    db.prepare("SELECT DISTINCT shard FROM jobs WHERE ?1 IS NULL OR tenant_id = ?1").bind(tenantId).all<{ shard: string }>(),
-  );
-  return results.map((r) => r.shard);
+/** Every shard in use, of one tenant's jobs or of all: kept with the other shard queries. */
+export { shardsInUse } from "./shards";
+
+/** A catalog row as the sweep compares it with its shard. */
+export interface ShardEntry {
+  id: string;
+  shard: string;
+  version: number;
+  deleted: boolean;
 }
 
-/** One page of a shard's catalog entries, by id, for the sweep to compare with the shard. */
-export async function shardEntries(
-  db: D1Database,
-  shard: string,
-  afterId: string,
-  limit: number,
-): Promise<Array<{ id: string; version: number; deleted: boolean }>> {
-  const { results } = await guard("entries", () =>
-    db
-      .prepare("SELECT id, version, deleted_at FROM jobs WHERE shard = ? AND id > ? ORDER BY id LIMIT ?")
-      .bind(shard, afterId, limit)
-      .all<Row>(),
-  );
-  return results.map((r) => ({ id: r.id as string, version: r.version as number, deleted: r.deleted_at !== null }));
+/**
+ * The jobs after `afterId` in id order, deleted ones included: the consistency pass walks the
+ * whole catalog this way, and the change feed finds new jobs this way (an id starts with its
+ * job's creation instant, `firstIdAt`). A range of the primary key: a test checks the plan.
+ */
+export const JOBS_AFTER_SQL = "SELECT id, shard, version, deleted_at FROM jobs WHERE id > ?1 ORDER BY id LIMIT ?2";
+
+export async function jobsAfter(db: D1Database, afterId: string, limit: number): Promise<ShardEntry[]> {
+  const { results } = await guard("entries", () => db.prepare(JOBS_AFTER_SQL).bind(afterId, limit).all<Row>());
+  return results.map((r) => ({
+    id: r.id as string,
+    shard: r.shard as string,
+    version: r.version as number,
+    deleted: r.deleted_at !== null,
+  }));
+}
+
+/**
+ * The first id a job created at `ms` (or later) can have: every job created earlier sorts
+ * before it. Job ids are job_, the creation instant in base 36 over 9 digits, then random
+ * characters (newJobId in src/model/ids.ts).
+ */
+export function firstIdAt(ms: number): string {
+  return `job_${Math.max(0, ms).toString(36).padStart(9, "0")}`;
+}
+
+/** The creation instant a job id (or a cursor among job ids) starts with; 0 for the empty cursor. */
+export function instantOfId(id: string): number {
+  return Number.parseInt(id.slice("job_".length, "job_".length + 9), 36) || 0;
+}
+
+/** A changed catalog row as the change feed sees it. */
+export interface ChangedEntry extends ShardEntry {
+  updatedAt: number;
+}
+
+/**
+ * Jobs changed after (updated_at, id) = (?1, ?2), in that order. Only changed jobs are in the
+ * partial index jobs_changed (version > 1: a creation is version 1), and the row-value
+ * comparison lets SQLite seek it; the `version > 1` term is what allows the partial index at
+ * all, so it is written out as the index's own (a test checks the plan).
+ */
+export const CHANGED_SINCE_SQL =
+  "SELECT id, shard, version, deleted_at, updated_at FROM jobs WHERE version > 1 AND (updated_at, id) > (?1, ?2) ORDER BY updated_at, id LIMIT ?3";
+
+export async function changedSince(db: D1Database, after: { at: number; id: string }, limit: number): Promise<ChangedEntry[]> {
+  const { results } = await guard("changes", () => db.prepare(CHANGED_SINCE_SQL).bind(after.at, after.id, limit).all<Row>());
+  return results.map((r) => ({
+    id: r.id as string,
+    shard: r.shard as string,
+    version: r.version as number,
+    deleted: r.deleted_at !== null,
+    updatedAt: r.updated_at as number,
+  }));
 }
 
 /**
@@ -186,42 +234,6 @@ export async function purgeTombstones(db: D1Database, ids: string[]): Promise<nu
       .run(),
   );
   return result.meta.changes;
-}
-
-/** Of the next shard after `after` in name order that holds any job (deleted ones included), or null. */
-export async function nextShardInUse(db: D1Database, after: string): Promise<string | null> {
-  // MIN over the (shard, id) index is one seek, where DISTINCT would read every row.
-  const row = await guard("shards", () =>
-    db.prepare("SELECT MIN(shard) AS shard FROM jobs WHERE shard > ?").bind(after).first<{ shard: string | null }>(),
-  );
-  return row?.shard ?? null;
-}
-
-/** A catalog row as the change feed sees it: enough to ask its shard whether it is behind. */
-export interface ChangedEntry {
-  id: string;
-  shard: string;
-  version: number;
-  deleted: boolean;
-  updatedAt: number;
-}
-
-/**
- * Rows changed after (updated_at, id) = (?1, ?2), in that order: the row-value comparison lets
- * SQLite seek the jobs_by_updated index (a test checks the plan).
- */
-export const CHANGED_SINCE_SQL =
-  "SELECT id, shard, version, deleted_at, updated_at FROM jobs WHERE (updated_at, id) > (?1, ?2) ORDER BY updated_at, id LIMIT ?3";
-
-export async function changedSince(db: D1Database, after: { at: number; id: string }, limit: number): Promise<ChangedEntry[]> {
-  const { results } = await guard("changes", () => db.prepare(CHANGED_SINCE_SQL).bind(after.at, after.id, limit).all<Row>());
-  return results.map((r) => ({
-    id: r.id as string,
-    shard: r.shard as string,
-    version: r.version as number,
-    deleted: r.deleted_at !== null,
-    updatedAt: r.updated_at as number,
-  }));
 }
 
 export async function getJobsByIds(db: D1Database, ids: string[]): Promise<CatalogJob[]> {

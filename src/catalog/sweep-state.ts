@@ -5,9 +5,15 @@ import { guard } from "./d1";
  * reads it once and writes it once, so the sweep's cost does not grow with how often it ran.
  */
 export interface SweepState {
-  /** The change feed has compared every row up to this (updated_at, id). */
+  /** The change feed has compared every changed job (version > 1) up to this (updated_at, id). */
   changes: { at: number; id: string };
-  /** The consistency pass: the shard it is in ("" before the first) and the last job id compared there. */
+  /** The change feed has compared every job whose id is up to this one: new jobs, by id. */
+  created: string;
+  /**
+   * The consistency pass: `shard` is "" when none is under way, the shard it is finishing
+   * (tenants, alarm) while it goes through the shards, and PAST_SHARDS once it goes through the
+   * jobs by id, `after` being the last id compared.
+   */
   pass: { shard: string; after: string; startedAt: number | null; completed: number };
   /** No target stored in clear remains: the sealing pass has nothing left to look for. */
   targetsSealed: boolean;
@@ -31,6 +37,9 @@ export interface SweepInvocation {
   repairs: Record<string, number>;
 }
 
+/** `pass.shard` once every shard is finished: no shard name ("shard-…") sorts after it. */
+export const PAST_SHARDS = "~";
+
 type Row = Record<string, unknown>;
 
 export async function readSweepState(db: D1Database): Promise<SweepState> {
@@ -38,6 +47,7 @@ export async function readSweepState(db: D1Database): Promise<SweepState> {
   if (!r) throw new Error("sweep_state is empty: are the D1 migrations applied?");
   return {
     changes: { at: r.changes_at as number, id: r.changes_id as string },
+    created: r.created_after as string,
     pass: {
       shard: r.pass_shard as string,
       after: r.pass_after as string,
@@ -60,12 +70,13 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
   await guard("sweep state", () =>
     db
       .prepare(
-        `UPDATE sweep_state SET changes_at = ?, changes_id = ?, pass_shard = ?, pass_after = ?, pass_started_at = ?,
+        `UPDATE sweep_state SET changes_at = ?, changes_id = ?, created_after = ?, pass_shard = ?, pass_after = ?, pass_started_at = ?,
            passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ? WHERE id = 1`,
       )
       .bind(
         s.changes.at,
         s.changes.id,
+        s.created,
         s.pass.shard,
         s.pass.after,
         s.pass.startedAt,

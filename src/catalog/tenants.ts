@@ -218,11 +218,15 @@ export async function updateTenant(
   return row ? toTenant(row) : null;
 }
 
-/** Settings of every tenant with jobs on a shard: what the sweep hands that shard. */
+/** The SQL of `tenantsOfShard`, for the test of its plan. */
+export const TENANTS_OF_SHARD_SQL = "SELECT t.* FROM shard_tenants s JOIN tenants t ON t.id = s.tenant_id WHERE s.shard = ?";
+
+/**
+ * Settings of every tenant with jobs on a shard (deleted ones included): what the sweep hands
+ * that shard. From the registry of shards (src/catalog/shards.ts), not from the jobs.
+ */
 export async function tenantsOfShard(db: D1Database, shard: string): Promise<TenantSettings[]> {
-  const { results } = await guard("tenants of shard", () =>
-    db.prepare("SELECT * FROM tenants WHERE id IN (SELECT DISTINCT tenant_id FROM jobs WHERE shard = ?)").bind(shard).all<Row>(),
-  );
+  const { results } = await guard("tenants of shard", () => db.prepare(TENANTS_OF_SHARD_SQL).bind(shard).all<Row>());
   return results.map((r) => settingsOf(toTenant(r)));
 }
 

@@ -8,14 +8,16 @@ import { shardStub } from "../stubs";
  * sweep of a large catalog). `wrangler dev` and miniflare enforce neither, so the sweep
  * counts for itself, on the bindings, and stops well short: the rest is headroom for a
  * platform retry, and keeps one invocation to a few seconds, well inside the minute between
- * cron triggers and the 30 s of CPU a cron invocation may use.
+ * cron triggers and the 30 s of CPU a cron invocation may use. The consistency pass calls every
+ * shard in use about once per invocation (it reads the jobs by id and groups them by shard), so
+ * the calls must outnumber the shards: 400 leave room for about 300 shards (README, "Sizing").
  */
 export interface SweepBudget {
   d1Queries: number;
   shardCalls: number;
 }
 
-export const SWEEP_BUDGET: SweepBudget = { d1Queries: 250, shardCalls: 200 };
+export const SWEEP_BUDGET: SweepBudget = { d1Queries: 250, shardCalls: 400 };
 
 /** A query or call past the budget: a bug in the sweep's arithmetic, refused before it reaches the platform. */
 export class BudgetExceeded extends Error {}

@@ -33,12 +33,13 @@ const STATE_WRITE = 1;
 /**
  * The reconciliation sweep (the cron trigger), doing a bounded part of the work per invocation
  * whatever the catalog's size (SWEEP_BUDGET):
- * - the change feed: rows changed since the last invocation are compared with their shards and
- *   re-delivered where the API's shard call was lost (a crash between the D1 write and the
- *   shard call loses nothing), within a minute or two;
- * - the consistency pass, resumed from where the last invocation stopped: every job compared
- *   with its shard, every shard's tenants' settings re-applied (a rotation or limit change it
- *   missed) and its alarm re-asserted (alarms can be lost or late);
+ * - the change feed: jobs created (found by id) or changed (found through jobs_changed) since
+ *   the last invocation are compared with their shards and re-delivered where the API's shard
+ *   call was lost (a crash between the D1 write and the shard call loses nothing), within a
+ *   minute or two;
+ * - the consistency pass, resumed from where the last invocation stopped: every shard's
+ *   tenants' settings re-applied (a rotation or limit change it missed) and its alarm
+ *   re-asserted (alarms can be lost or late), then every job compared with its shard, by id;
  * - until none is left, the sealing of targets stored in clear before sealing.
  * Its place is kept in D1 (sweep_state), read once and written once per invocation.
  */

@@ -6,20 +6,23 @@ import { env } from "cloudflare:test";
  */
 export interface Spent {
   queries: string[];
+  /** Each query's bound parameters, in the same order as `queries`: to ask SQLite for its plan. */
+  params: unknown[][];
   shardCalls: Array<{ shard: string; method: string }>;
 }
 
 export function meteredEnv(): { env: Env; spent: Spent } {
-  const spent: Spent = { queries: [], shardCalls: [] };
-  const statement = (sql: string, stmt: D1PreparedStatement): D1PreparedStatement =>
+  const spent: Spent = { queries: [], params: [], shardCalls: [] };
+  const statement = (sql: string, stmt: D1PreparedStatement, params: unknown[] = []): D1PreparedStatement =>
     new Proxy(stmt, {
       get(target, prop) {
         const value = Reflect.get(target, prop, target) as unknown;
         if (typeof value !== "function") return value;
-        if (prop === "bind") return (...args: unknown[]) => statement(sql, target.bind(...args));
+        if (prop === "bind") return (...args: unknown[]) => statement(sql, target.bind(...args), args);
         if (prop === "first" || prop === "all" || prop === "run" || prop === "raw") {
           return (...args: unknown[]) => {
             spent.queries.push(sql);
+            spent.params.push(params);
             return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
           };
         }

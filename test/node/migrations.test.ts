@@ -38,10 +38,96 @@ describe("D1 migrations on a catalog with data", () => {
     expect(db.prepare("SELECT sql FROM sqlite_master WHERE name = 'jobs'").get()).toMatchObject({
       sql: expect.stringContaining("WITHOUT ROWID"),
     });
+    // Since 0010 a creation enters jobs_by_tenant only; the sweep's indexes are gone (docs/cost.md).
     expect(db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name").all()).toEqual([
-      { name: "jobs_by_shard" },
       { name: "jobs_by_tenant" },
-      { name: "jobs_by_updated" },
+      { name: "jobs_changed" },
+    ]);
+  });
+});
+
+/** The first id a job created at `ms` can have, as newJobId (src/model/ids.ts) makes ids. */
+const firstIdAt = (ms: number) => `job_${ms.toString(36).padStart(9, "0")}`;
+
+describe("0010: two catalog rows per job created", () => {
+  const upgrade = migrations.indexOf("0010_catalog_two_rows.sql");
+  const changesAt = Date.UTC(2026, 5, 1, 12, 0, 0, 123);
+
+  /** A catalog as the release before 0010 left it: jobs of two tenants, some changed, a pass under way. */
+  function catalogBefore(): DatabaseSync {
+    const db = new DatabaseSync(":memory:");
+    db.exec("PRAGMA foreign_keys = ON");
+    for (const file of migrations.slice(0, upgrade)) apply(db, file);
+    db.exec("INSERT INTO tenants (id, name, created_at) VALUES ('ten_aaaaaaaaaaaaaaaaaaaa', 'a', 0)");
+    const insert = db.prepare(
+      `INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at)
+       VALUES (?, ?, NULL, ?, ?, '{}', 0, ?, ?)`,
+    );
+    insert.run("job_000000001aaaaaaaaaa", "default", "shard-1", 1, 1, 1);
+    insert.run("job_000000002aaaaaaaaaa", "default", "shard-1", 3, 2, changesAt - 5);
+    insert.run("job_000000003aaaaaaaaaa", "ten_aaaaaaaaaaaaaaaaaaaa", "shard-1", 1, 3, 3);
+    insert.run("job_000000004aaaaaaaaaa", "ten_aaaaaaaaaaaaaaaaaaaa", "shard-2", 2, 4, changesAt + 5);
+    db.prepare(
+      "UPDATE sweep_state SET changes_at = ?, changes_id = 'job_000000002aaaaaaaaaa', pass_shard = 'shard-1', pass_after = ?, pass_started_at = 7, passes_completed = 4",
+    ).run(changesAt, "job_000000001aaaaaaaaaa");
+    return db;
+  }
+
+  it("keeps every job, indexes the changed ones in jobs_changed and registers each tenant's shards", () => {
+    const db = catalogBefore();
+    apply(db, migrations[upgrade]!);
+    expect(db.prepare("SELECT COUNT(*) AS n FROM jobs").get()).toEqual({ n: 4 });
+    // The jobs a change made version > 1, in the feed's order, through the index itself.
+    expect(db.prepare("SELECT id FROM jobs INDEXED BY jobs_changed WHERE version > 1 ORDER BY updated_at, id").all()).toEqual([
+      { id: "job_000000002aaaaaaaaaa" },
+      { id: "job_000000004aaaaaaaaaa" },
+    ]);
+    expect(db.prepare("SELECT shard, tenant_id FROM shard_tenants ORDER BY shard, tenant_id").all()).toEqual([
+      { shard: "shard-1", tenant_id: "default" },
+      { shard: "shard-1", tenant_id: "ten_aaaaaaaaaaaaaaaaaaaa" },
+      { shard: "shard-2", tenant_id: "ten_aaaaaaaaaaaaaaaaaaaa" },
+    ]);
+  });
+
+  it("starts the feed of new jobs where the old feed stood, keeps its cursor over changes, and starts a new pass", () => {
+    const db = catalogBefore();
+    apply(db, migrations[upgrade]!);
+    const state = db.prepare("SELECT * FROM sweep_state").get() as Record<string, unknown>;
+    expect(state).toMatchObject({
+      created_after: firstIdAt(changesAt),
+      changes_at: changesAt,
+      changes_id: "job_000000002aaaaaaaaaa",
+      pass_shard: "",
+      pass_after: "",
+      pass_started_at: null,
+      passes_completed: 4,
+    });
+    // Every job created at the old cursor's instant or later sorts after the new one; earlier ones before.
+    const created = state.created_after as string;
+    expect(`${firstIdAt(changesAt)}0000000000` > created).toBe(true);
+    expect(`${firstIdAt(changesAt - 1)}zzzzzzzzzz` < created).toBe(true);
+  });
+
+  it("an empty feed's cursor at 0 becomes the smallest id", () => {
+    const db = new DatabaseSync(":memory:");
+    for (const file of migrations.slice(0, upgrade)) apply(db, file);
+    db.exec("UPDATE sweep_state SET changes_at = 0");
+    apply(db, migrations[upgrade]!);
+    expect(db.prepare("SELECT created_after FROM sweep_state").get()).toEqual({ created_after: "job_000000000" });
+  });
+
+  it("registers a pair at a tenant's first job on a shard, once", () => {
+    const db = catalogBefore();
+    apply(db, migrations[upgrade]!);
+    const insert = db.prepare(
+      "INSERT INTO jobs (id, tenant_id, shard, version, spec, created_at, updated_at) VALUES (?, 'default', ?, 1, '{}', 9, 9)",
+    );
+    expect(insert.run("job_000000009aaaaaaaaaa", "shard-3").changes).toBe(1);
+    expect(insert.run("job_000000009bbbbbbbbbb", "shard-3").changes).toBe(1);
+    expect(insert.run("job_000000009cccccccccc", "shard-1").changes).toBe(1);
+    expect(db.prepare("SELECT shard FROM shard_tenants WHERE tenant_id = 'default' ORDER BY shard").all()).toEqual([
+      { shard: "shard-1" },
+      { shard: "shard-3" },
     ]);
   });
 });

@@ -1,0 +1,26 @@
+import { guard } from "./d1";
+
+/**
+ * The shards in use, from `shard_tenants` (migrations/0010_catalog_two_rows.sql): a pair per
+ * tenant and shard that ever held one of its jobs, written by a trigger at the first such job.
+ * Small (tenants × shards at most) and keyed both ways, so none of these reads the jobs.
+ */
+
+/** Every shard that holds or held a job (of one tenant, or of any: null). */
+export async function shardsInUse(db: D1Database, tenantId: string | null = null): Promise<string[]> {
+  const stmt =
+    tenantId === null
+      ? db.prepare("SELECT DISTINCT shard FROM shard_tenants ORDER BY shard")
+      : db.prepare("SELECT shard FROM shard_tenants WHERE tenant_id = ? ORDER BY shard").bind(tenantId);
+  const { results } = await guard("shards", () => stmt.all<{ shard: string }>());
+  return results.map((r) => r.shard);
+}
+
+/** The SQL of `nextShardInUse`, for the test of its plan. */
+export const NEXT_SHARD_SQL = "SELECT MIN(shard) AS shard FROM shard_tenants WHERE shard > ?";
+
+/** The first shard in use after `after` in name order, or null: one seek, for the sweep's pass. */
+export async function nextShardInUse(db: D1Database, after: string): Promise<string | null> {
+  const row = await guard("shards", () => db.prepare(NEXT_SHARD_SQL).bind(after).first<{ shard: string | null }>());
+  return row?.shard ?? null;
+}
