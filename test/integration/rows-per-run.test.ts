@@ -1,10 +1,10 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { newJobId, scheduledRunId } from "../../src/model/ids";
-import type { JobSpec } from "../../src/model/job";
+import type { Job, JobSpec } from "../../src/model/job";
 import type { JobDefinition, ShardCost } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, receiverPath, shardOf } from "./helpers";
 
 /**
  * SQLite rows written per successful run, as a shard's cost meter counts them (each index entry
@@ -15,6 +15,9 @@ import { api, createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
  * The jobs are applied to one shard of the test's own, so that they share it as a deployment's
  * jobs share its shards (a shard's first job writes rows once: its tenant, its retention
  * schedule); their runs go through the real queue, consumer and a local target.
+ *
+ * D1 rows are counted by the Worker's cost meter per API route, each statement's `rows_written`
+ * (a trigger's writes included), through the real API.
  */
 
 /** The spec the API stored for a job (its target sealed as the API seals it), with `schedule`. */
@@ -53,31 +56,85 @@ function perRun(before: ShardCost, after: ShardCost, runs: number): { all: numbe
 
 const costOf = async (shard: DurableObjectStub<Shard>) => (await shard.metrics(3_600_000)).cost;
 
-describe("D1 rows written per job created", () => {
-  it("the catalog row and its three indexes (docs/cost.md)", async () => {
-    const created = async () => {
-      const res = await api("/v1/metrics?window=1h");
-      const cost = ((await res.json()) as { cost: { workerOperations: Record<string, { calls: number; rowsWritten: number }> } }).cost;
-      return cost.workerOperations["POST /v1/jobs"] ?? { calls: 0, rowsWritten: 0 };
-    };
-    await createJob({ schedule: FAR_CRON, target: { url: receiverPath("rows-d1") } }); // the tenant's first
-    const before = await vi.waitFor(async () => {
-      const c = await created();
-      expect(c.calls).toBeGreaterThan(0);
-      return c;
+type RouteCost = { calls: number; rowsWritten: number };
+
+/** D1 rows written by the Worker per API route, from its cost meter (recorded after each response). */
+async function routeCosts(): Promise<Record<string, RouteCost>> {
+  const res = await api("/v1/metrics?window=1h");
+  return ((await res.json()) as { cost: { workerOperations: Record<string, RouteCost> } }).cost.workerOperations;
+}
+
+/** Runs `calls`, then the rows each route they went through wrote, per call, once the meter holds them all. */
+async function rowsPerCall(calls: Record<string, number>, run: () => Promise<void>): Promise<Record<string, number>> {
+  const before = await routeCosts();
+  await run();
+  return vi.waitFor(
+    async () => {
+      const after = await routeCosts();
+      const per: Record<string, number> = {};
+      for (const [route, count] of Object.entries(calls)) {
+        const b = before[route] ?? { calls: 0, rowsWritten: 0 };
+        const a = after[route] ?? { calls: 0, rowsWritten: 0 };
+        expect(a.calls - b.calls, route).toBe(count);
+        per[route] = (a.rowsWritten - b.rowsWritten) / count;
+      }
+      return per;
+    },
+    { timeout: 15_000, interval: 200 },
+  );
+}
+
+const oneOff = () => ({ schedule: { at: new Date(Date.now() + 3_600_000).toISOString() }, target: { url: receiverPath("rows-d1") } });
+
+describe("D1 rows written per job created and changed (docs/cost.md)", () => {
+  it("a job created: its row and its entry in jobs_by_tenant, nothing for the sweep", async () => {
+    const rows = await rowsPerCall({ "POST /v1/jobs": 5 }, async () => {
+      // As in a deployment whose default tenant has jobs on every shard: the registry of shards
+      // holds its pairs (only meanwhile: the metrics would otherwise ask all 4,096 shards).
+      await env.DB.prepare(
+        `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+         INSERT OR IGNORE INTO shard_tenants (shard, tenant_id) SELECT 'shard-' || i, 'default' FROM n`,
+      )
+        .bind(Number(env.SHARD_COUNT))
+        .run();
+      for (let i = 0; i < 5; i++) await createJob(oneOff());
+      await env.DB.prepare(
+        "DELETE FROM shard_tenants WHERE tenant_id = 'default' AND shard NOT IN (SELECT shard FROM jobs WHERE tenant_id = 'default')",
+      ).run();
     });
-    for (let i = 0; i < 5; i++)
-      await createJob({ schedule: { at: new Date(Date.now() + 3_600_000).toISOString() }, target: { url: receiverPath("rows-d1") } });
-    // The Worker records its D1 counts after each response.
-    const after = await vi.waitFor(
+    expect(rows).toEqual({ "POST /v1/jobs": 2 });
+  });
+
+  it("a tenant's first job on a shard also registers the shard for the tenant: 2 rows more, once", async () => {
+    const tenant = await createTenant();
+    const shards = new Set<string>();
+    const rows = await rowsPerCall({ "POST /v1/jobs": 5 }, async () => {
+      for (let i = 0; i < 5; i++) shards.add((await createJob(oneOff(), tenant.api)).shard);
+    });
+    expect(rows["POST /v1/jobs"]! * 5).toBe(5 * 2 + shards.size * 2);
+  });
+
+  it("a change: PATCH, pause, resume and delete each write the row and its entry in jobs_changed", async () => {
+    const jobs: Job[] = [];
+    for (let i = 0; i < 3; i++) jobs.push(await createJob({ schedule: FAR_CRON, target: { url: receiverPath("rows-d1") } }));
+    const rows = await rowsPerCall(
+      { "PATCH /v1/jobs/:id": 6, "POST /v1/jobs/:id/pause": 3, "POST /v1/jobs/:id/resume": 3, "DELETE /v1/jobs/:id": 3 },
       async () => {
-        const c = await created();
-        expect(c.calls - before.calls).toBe(5);
-        return c;
+        const call = async (path: string, init: Parameters<typeof api>[1]) => expect((await api(path, init)).status).toBe(200);
+        // The first change puts the job in jobs_changed, the second moves it there: both 2 rows.
+        for (const j of jobs) await call(`/v1/jobs/${j.id}`, { method: "PATCH", json: { name: "first" } });
+        for (const j of jobs) await call(`/v1/jobs/${j.id}`, { method: "PATCH", json: { name: "second" } });
+        for (const j of jobs) await call(`/v1/jobs/${j.id}/pause`, { method: "POST" });
+        for (const j of jobs) await call(`/v1/jobs/${j.id}/resume`, { method: "POST" });
+        for (const j of jobs) await call(`/v1/jobs/${j.id}`, { method: "DELETE" });
       },
-      { timeout: 5_000, interval: 100 },
     );
-    expect((after.rowsWritten - before.rowsWritten) / 5).toBe(4);
+    expect(rows).toEqual({
+      "PATCH /v1/jobs/:id": 2,
+      "POST /v1/jobs/:id/pause": 2,
+      "POST /v1/jobs/:id/resume": 2,
+      "DELETE /v1/jobs/:id": 2,
+    });
   });
 });
 
