@@ -1,6 +1,6 @@
 import { failpoint } from "../faults";
 import type { NotifyEvent } from "../model/job";
-import type { NotifyMessage, OutboxMessage, RunRow } from "./contract";
+import type { OutboxMessage, RunRow } from "./contract";
 import type { NotificationStore } from "./notification-store";
 import type { NotificationRow, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
