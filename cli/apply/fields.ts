@@ -5,6 +5,7 @@
 export const JOB_FIELDS = [
   "schedule",
   "target",
+  "steps",
   "retry",
   "timeoutMs",
   "overlap",

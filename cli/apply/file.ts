@@ -13,7 +13,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 
 /**
  * The jobs of an apply file (`jobs:`, a list), checked for what apply itself relies on: each
- * has a unique name, a schedule and a target, and no unknown field. The values are the API's to
+ * has a unique name, a schedule and a target or steps, and no unknown field. The values are the API's to
  * judge: a dry run does not validate them, the apply's first refused call does (exit 1).
  */
 export function declaredJobs(content: unknown, fileName: string): DeclaredJob[] {
@@ -36,8 +36,9 @@ export function declaredJobs(content: unknown, fileName: string): DeclaredJob[] 
     if (job.schedule.delay !== undefined) {
       throw new UsageError(`${where(i, ".schedule.delay")} ("${job.name}"): a delay is counted from each apply's creation; use at`);
     }
-    if (!isObject(job.target) || typeof job.target.url !== "string") {
-      throw new UsageError(`${where(i, ".target")} ("${job.name}"): a target with a url is required`);
+    const hasTarget = isObject(job.target) && typeof job.target.url === "string";
+    if (hasTarget === Array.isArray(job.steps)) {
+      throw new UsageError(`${where(i, ".target")} ("${job.name}"): a target with a url, or a workflow's steps, is required (one of them)`);
     }
     if (job.paused !== undefined && typeof job.paused !== "boolean")
       throw new UsageError(`${where(i, ".paused")} ("${job.name}"): true or false`);

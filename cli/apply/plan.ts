@@ -96,16 +96,34 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
 /** A job's fields in one form for both sides: the file's job and the API's. */
 type Comparable = Record<Field, unknown>;
 
-type Sides = Pick<CreateJob, Exclude<Field, "target">> & {
-  /** Absent for a workflow job: apply compares and changes single-target jobs' targets only (not steps). */
-  target?: { url: string; method?: string; headers?: Record<string, string>; headerNames?: string[]; body?: unknown };
+/** A target as the file declares it (headers with values) or as the API shows it (header names only). */
+type TargetSide = { url: string; method?: string; headers?: Record<string, string>; headerNames?: string[]; body?: unknown };
+
+type Sides = Pick<CreateJob, Exclude<Field, "target" | "steps">> & {
+  /** Absent for a workflow job, which has `steps`. */
+  target?: TargetSide;
+  steps?: Array<{ id: string; target: TargetSide; after?: string[]; when?: string; retry?: CreateJob["retry"]; timeoutMs?: number }>;
 };
 
 function comparable(job: Sides): Comparable {
-  return { ...comparableFields(job), target: job.target ? comparableTarget(job.target) : null };
+  return {
+    ...comparableFields(job),
+    target: job.target ? comparableTarget(job.target) : null,
+    // In their order (the API keeps it), each as the API stores it: a step without `when` waits
+    // for all its parents to succeed, one without `retry` or `timeoutMs` takes the job's.
+    steps:
+      job.steps?.map((step) => ({
+        id: step.id,
+        target: comparableTarget(step.target),
+        after: [...(step.after ?? [])].sort(),
+        when: step.when ?? "all_succeeded",
+        retry: step.retry ? comparableRetry(step.retry) : null,
+        timeoutMs: step.timeoutMs ?? null,
+      })) ?? null,
+  };
 }
 
-function comparableTarget(target: NonNullable<Sides["target"]>) {
+function comparableTarget(target: TargetSide) {
   const names = target.headerNames ?? Object.keys(target.headers ?? {});
   return {
     url: target.url,
@@ -115,21 +133,25 @@ function comparableTarget(target: NonNullable<Sides["target"]>) {
   };
 }
 
-function comparableFields(job: Sides): Omit<Comparable, "target"> {
-  const retry: NonNullable<CreateJob["retry"]> = job.retry ?? SERVER_DEFAULTS.retry;
+/** A retry policy with the API's defaults filled in. */
+function comparableRetry(retry: NonNullable<CreateJob["retry"]>) {
   const backoff = retry.backoff ?? SERVER_DEFAULTS.retry.backoff;
   return {
-    schedule: scheduleOf(job.schedule),
-    retry: {
-      maxAttempts: retry.maxAttempts ?? SERVER_DEFAULTS.retry.maxAttempts,
-      backoff: {
-        initialMs: backoff.initialMs ?? SERVER_DEFAULTS.retry.backoff.initialMs,
-        maxMs: backoff.maxMs ?? SERVER_DEFAULTS.retry.backoff.maxMs,
-        factor: backoff.factor ?? SERVER_DEFAULTS.retry.backoff.factor,
-      },
-      jitter: retry.jitter ?? SERVER_DEFAULTS.retry.jitter,
-      retryOn: retry.retryOn ?? null,
+    maxAttempts: retry.maxAttempts ?? SERVER_DEFAULTS.retry.maxAttempts,
+    backoff: {
+      initialMs: backoff.initialMs ?? SERVER_DEFAULTS.retry.backoff.initialMs,
+      maxMs: backoff.maxMs ?? SERVER_DEFAULTS.retry.backoff.maxMs,
+      factor: backoff.factor ?? SERVER_DEFAULTS.retry.backoff.factor,
     },
+    jitter: retry.jitter ?? SERVER_DEFAULTS.retry.jitter,
+    retryOn: retry.retryOn ?? null,
+  };
+}
+
+function comparableFields(job: Sides): Omit<Comparable, "target" | "steps"> {
+  return {
+    schedule: scheduleOf(job.schedule),
+    retry: comparableRetry(job.retry ?? SERVER_DEFAULTS.retry),
     timeoutMs: job.timeoutMs ?? SERVER_DEFAULTS.timeoutMs,
     overlap: job.overlap ?? SERVER_DEFAULTS.overlap,
     misfire: job.misfire ?? SERVER_DEFAULTS.misfire,
@@ -170,9 +192,13 @@ const instant = (text: string | undefined) =>
 
 /** A field as the diff prints it: never a header's value, which may be a secret. */
 function shown(job: Sides, field: Field): unknown {
-  if (field !== "target") return job[field] ?? null;
-  if (!job.target) return null;
-  const { headers, headerNames, ...rest } = job.target;
+  if (field === "target") return job.target ? shownTarget(job.target) : null;
+  if (field === "steps") return job.steps?.map((step) => ({ ...step, target: shownTarget(step.target) })) ?? null;
+  return job[field] ?? null;
+}
+
+function shownTarget(target: TargetSide) {
+  const { headers, headerNames, ...rest } = target;
   return { ...rest, headerNames: headerNames ?? Object.keys(headers ?? {}) };
 }
 

@@ -137,6 +137,42 @@ describe("planApply", () => {
     ]);
   });
 
+  it("compares a workflow's steps by meaning, and sends changed steps whole without showing a header's value", () => {
+    const stepTarget = (path: string) => ({ url: `http://127.0.0.1:9/${path}`, headers: { Authorization: "Bearer s3cret" } });
+    const shownTarget = (path: string) => ({ url: `http://127.0.0.1:9/${path}`, method: "POST" as const, headerNames: ["Authorization"] });
+    const want = declared("wf", {
+      target: undefined,
+      steps: [
+        { id: "a", target: stepTarget("a") },
+        { id: "b", target: stepTarget("b"), retry: { maxAttempts: 2 } },
+        { id: "c", target: stepTarget("c"), after: ["b", "a"], when: "all_succeeded" },
+      ],
+    });
+    const have = apiJob("job_1", "wf", {
+      target: undefined,
+      steps: [
+        { id: "a", target: shownTarget("a") },
+        { id: "b", target: shownTarget("b"), retry: { ...structuredClone(SERVER_DEFAULTS.retry), maxAttempts: 2 } as Job["retry"] },
+        { id: "c", target: shownTarget("c"), after: ["a", "b"] },
+      ],
+    });
+    expect(planApply([want], [have], { prune: false })).toEqual({ changes: [], unchanged: [{ name: "wf", id: "job_1" }] });
+
+    const moved = declared("wf", {
+      target: undefined,
+      steps: [...want.steps!.slice(0, 2), { id: "c", target: stepTarget("c2"), after: ["a"] }],
+    });
+    const [change] = planApply([moved], [have], { prune: false }).changes;
+    if (change?.action !== "update") throw new Error("not an update");
+    expect(change.patch).toEqual({ steps: moved.steps });
+    expect(change.fields.map((f) => f.field)).toEqual(["steps"]);
+    expect(JSON.stringify(change.fields)).not.toContain("s3cret");
+    expect((change.fields[0]!.to as Array<{ target: unknown }>)[2]!.target).toEqual({
+      url: "http://127.0.0.1:9/c2",
+      headerNames: ["Authorization"],
+    });
+  });
+
   it("refuses a name two of the tenant's jobs carry", () => {
     expect(() => planApply([declared("twice")], [apiJob("job_1", "twice"), apiJob("job_2", "twice")], { prune: false })).toThrow(
       AmbiguousName,
@@ -145,7 +181,7 @@ describe("planApply", () => {
 });
 
 describe("an apply file", () => {
-  it("needs unique names, a schedule and a target, and known fields", () => {
+  it("needs unique names, a schedule and a target or steps, and known fields", () => {
     const job = { name: "a", schedule: { every: "1h" }, target: { url: "http://127.0.0.1:9" } };
     expect(declaredJobs({ jobs: [job] }, "f.yaml")).toEqual([job]);
     const refused = (content: unknown, words: RegExp) => expect(() => declaredJobs(content, "f.yaml")).toThrow(words);
@@ -156,6 +192,9 @@ describe("an apply file", () => {
     refused({ jobs: [{ ...job, shedule: {} }] }, /unknown field shedule/);
     refused({ jobs: [{ ...job, schedule: { delay: "10m" } }] }, /delay is counted from each apply/);
     refused({ jobs: [{ ...job, target: {} }] }, /a target with a url/);
+    refused({ jobs: [{ ...job, steps: [{ id: "s", target: { url: "http://127.0.0.1:9" } }] }] }, /one of them/);
+    const workflow = { name: "w", schedule: { every: "1h" }, steps: [{ id: "s", target: { url: "http://127.0.0.1:9" } }] };
+    expect(declaredJobs({ jobs: [workflow] }, "f.yaml")).toEqual([workflow]);
     expect(() => declaredJobs({}, "f.yaml")).toThrow(UsageError);
   });
 });
