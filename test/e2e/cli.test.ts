@@ -267,6 +267,33 @@ describe("edgecron, the CLI, against a local stack", () => {
     for (const out of [dry, applied, second, dryUpdate, pruned]) expect(out.stdout + out.stderr).not.toContain("s3cret");
   });
 
+  it("applies a workflow job: created from its steps, unchanged the second time, a changed step patched", async () => {
+    const tenant = await stack!.api("POST", "/v1/tenants", { name: "cli-apply-workflow" });
+    expect(tenant.status, JSON.stringify(tenant.json)).toBe(201);
+    const key = { EDGECRON_TOKEN: tenant.json.apiKey as string };
+    const workflow = (loadPath: string) =>
+      file(
+        "workflow.yaml",
+        `jobs:
+  - name: pipeline
+    schedule: { cron: "0 3 * * *" }
+    steps:
+      - { id: extract, target: { url: ${receiver!.url}/hit/extract, headers: { Authorization: Bearer s3cret-step } } }
+      - { id: load, after: [extract], retry: { maxAttempts: 2 }, target: { url: ${receiver!.url}/hit/${loadPath} } }
+      - { id: alert, after: [load], when: any_failed, target: { url: ${receiver!.url}/hit/alert } }
+`,
+      );
+    const created = await expectExit(["apply", "-f", workflow("load"), "--json"], 0, key);
+    expect(created.json).toMatchObject({ applied: true, changes: [{ action: "create", name: "pipeline" }] });
+    expect((await expectExit(["apply", "-f", workflow("load")], 0, key)).stdout).toContain("nothing to change: 1 job matches");
+    const changed = await expectExit(["apply", "-f", workflow("load-v2")], 0, key);
+    expect(changed.stdout).toMatch(/~ update pipeline job_\w+\n {4}steps: /);
+    const [job] = (await expectExit(["jobs", "list", "--json"], 0, key)).json as any[];
+    expect(job.steps.map((s: { target: { url: string } }) => s.target.url.split("/").at(-1))).toEqual(["extract", "load-v2", "alert"]);
+    expect(job.version).toBe(2);
+    for (const out of [created, changed]) expect(out.stdout + out.stderr).not.toContain("s3cret");
+  });
+
   it("with the admin token, applies to the default tenant's jobs only: another tenant's are never pruned", async () => {
     const tenant = await stack!.api("POST", "/v1/tenants", { name: "cli-untouched" });
     const theirs = await stack!.api(
