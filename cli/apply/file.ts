@@ -1,13 +1,17 @@
 import type { CreateJob } from "edgecron/client";
 import { UsageError } from "../exit.ts";
 import { readDefinitionFile } from "../job-input.ts";
+import { CHAIN_FIELDS } from "./chains.ts";
 import { JOB_FIELDS } from "./fields.ts";
 
-/** A job as an apply file declares it: the API's job fields, a name that identifies it, and whether it is paused. */
+/**
+ * A job as an apply file declares it: the API's job fields, a name that identifies it, and
+ * whether it is paused; its onSuccess/onFailure name other jobs by name, not id (chains.ts).
+ */
 export type DeclaredJob = CreateJob & { name: string; paused?: boolean };
 
 /** The fields a declared job may have: POST /v1/jobs's, and `paused`. Anything else is a typo to catch before a call. */
-const FIELDS = new Set<string>(["name", ...JOB_FIELDS, "paused"]);
+const FIELDS = new Set<string>(["name", ...JOB_FIELDS, ...CHAIN_FIELDS, "paused"]);
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 

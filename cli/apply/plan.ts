@@ -1,5 +1,6 @@
 import type { CreateJob, Job, PatchJob, Schedule } from "edgecron/client";
 import { parseDuration } from "../../src/schedule/duration.ts";
+import { type ChainChange, planChains, withoutChains } from "./chains.ts";
 import { SERVER_DEFAULTS } from "./defaults.ts";
 import { JOB_FIELDS } from "./fields.ts";
 import type { DeclaredJob } from "./file.ts";
@@ -22,11 +23,12 @@ export interface FieldChange {
 
 export type Change =
   | { action: "create"; name: string; job: CreateJob; pause: boolean }
+  | ChainChange
   | { action: "update"; name: string; id: string; patch: PatchJob | null; pause: boolean | null; fields: FieldChange[] }
   | { action: "delete"; name: string | null; id: string };
 
 export interface Plan {
-  /** Deletes first (they free room under a tenant's job quota), then updates, then creates. */
+  /** Deletes first (they free room under a tenant's job quota), then updates, then creates, then chains (by then every job exists). */
   changes: Change[];
   unchanged: Array<{ name: string; id: string }>;
 }
@@ -59,7 +61,7 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
         `${matches.length} jobs are named "${want.name}" (${matches.map((j) => j.id).join(", ")}): delete or rename all but one`,
       );
     }
-    const { paused, ...job } = want;
+    const { paused, ...job } = withoutChains(want);
     const have = matches[0];
     if (!have) {
       creates.push({ action: "create", name: want.name, job, pause: paused === true });
@@ -90,7 +92,9 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
         fields,
       });
   }
-  return { changes: [...deletes, ...updates, ...creates], unchanged };
+  const chains = planChains(declared, current, options);
+  const chained = new Set(chains.map((c) => c.name));
+  return { changes: [...deletes, ...updates, ...creates, ...chains], unchanged: unchanged.filter((u) => !chained.has(u.name)) };
 }
 
 /** A job's fields in one form for both sides: the file's job and the API's. */

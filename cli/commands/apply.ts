@@ -7,42 +7,56 @@ import { managedJobs } from "../apply/scope.ts";
 import { contextOf } from "../context.ts";
 import { cell } from "../output.ts";
 
-const SIGN = { create: "+", update: "~", delete: "-" } as const;
+const SIGN = { create: "+", update: "~", delete: "-", chain: "~" } as const;
 
 /** The plan as people read it: one line a job, and the fields that change under an update. */
 export function planText(plan: Plan, file: string): string {
   const lines = plan.changes.map((c) => {
-    const head = `${SIGN[c.action]} ${c.action} ${c.name ?? "(unnamed)"}${c.action === "create" ? "" : ` ${c.id}`}`;
-    if (c.action !== "update") return head;
+    const id = c.action === "create" || (c.action === "chain" && c.id === null) ? "" : ` ${c.id}`;
+    const head = `${SIGN[c.action]} ${c.action} ${c.name ?? "(unnamed)"}${id}`;
+    if (c.action !== "update" && c.action !== "chain") return head;
     return [head, ...c.fields.map((f) => `    ${f.field}: ${cell(f.from) || "(unset)"} → ${cell(f.to) || "(unset)"}`)].join("\n");
   });
   const count = (action: Change["action"]) => plan.changes.filter((c) => c.action === action).length;
   const summary =
     plan.changes.length === 0
       ? `nothing to change: ${plan.unchanged.length === 1 ? "1 job matches" : `${plan.unchanged.length} jobs match`} ${file}`
-      : `${count("create")} to create, ${count("update")} to update, ${count("delete")} to delete, ${plan.unchanged.length} unchanged`;
+      : `${count("create")} to create, ${count("update")} to update, ${count("delete")} to delete, ${plan.unchanged.length} unchanged${
+          count("chain") > 0 ? `; chains of ${count("chain")} to set` : ""
+        }`;
   return [...lines, summary].join("\n");
 }
 
 /** The plan as --json shows it: no job bodies, whose header values may be secrets. */
 const planJson = (plan: Plan) => ({
   changes: plan.changes.map((c) =>
-    c.action === "update"
+    c.action === "update" || c.action === "chain"
       ? { action: c.action, name: c.name, id: c.id, fields: c.fields }
       : { action: c.action, name: c.name, ...(c.action === "delete" && { id: c.id }) },
   ),
   unchanged: plan.unchanged,
 });
 
-/** Carries out one change: a create or an update may take two calls (the definition, then pause or resume). */
-async function carryOut(client: EdgecronClient, change: Change): Promise<string> {
+/**
+ * Carries out one change: a create or an update may take two calls (the definition, then pause
+ * or resume). `ids` holds every job's id by name, the ones this apply created included, for the
+ * chains, which come last.
+ */
+async function carryOut(client: EdgecronClient, change: Change, ids: Map<string, string>): Promise<string> {
   switch (change.action) {
+    case "chain": {
+      const id = change.id ?? ids.get(change.name)!;
+      const patch = Object.fromEntries(Object.entries(change.set).map(([field, names]) => [field, names?.map((n) => ids.get(n)!) ?? null]));
+      await client.jobs.patch(id, patch);
+      return id;
+    }
     case "delete":
       await client.jobs.delete(change.id);
       return change.id;
     case "create": {
       const job = await client.jobs.create(change.job);
       if (change.pause) await client.jobs.pause(job.id);
+      ids.set(change.name, job.id);
       return job.id;
     }
     case "update":
@@ -62,7 +76,9 @@ export function registerApply(program: Command): void {
     .action(async (options: { file: string; prune?: boolean; dryRun?: boolean }, command: Command) => {
       const declared = readApplyFile(options.file);
       const { client, out } = contextOf(command);
-      const plan = planApply(declared, await managedJobs(client), { prune: options.prune === true });
+      const current = await managedJobs(client);
+      const plan = planApply(declared, current, { prune: options.prune === true });
+      const ids = new Map(current.flatMap((j) => (j.name === null ? [] : [[j.name, j.id] as const])));
       if (options.dryRun || plan.changes.length === 0) {
         out.result({ dryRun: options.dryRun === true, applied: false, ...planJson(plan) }, () =>
           plan.changes.length === 0 ? planText(plan, options.file) : `${planText(plan, options.file)}\n(dry run: nothing was changed)`,
@@ -75,7 +91,7 @@ export function registerApply(program: Command): void {
       try {
         for (const change of plan.changes) {
           bar?.update(done, { name: change.name ?? "" });
-          await carryOut(client, change);
+          await carryOut(client, change, ids);
           done++;
         }
         bar?.update(done, { name: "" });

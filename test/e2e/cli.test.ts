@@ -267,7 +267,7 @@ describe("edgecron, the CLI, against a local stack", () => {
     for (const out of [dry, applied, second, dryUpdate, pruned]) expect(out.stdout + out.stderr).not.toContain("s3cret");
   });
 
-  it("applies a workflow job: created from its steps, unchanged the second time, a changed step patched", async () => {
+  it("applies a workflow job and the job it chains by name: created, unchanged the second time, a changed step patched", async () => {
     const tenant = await stack!.api("POST", "/v1/tenants", { name: "cli-apply-workflow" });
     expect(tenant.status, JSON.stringify(tenant.json)).toBe(201);
     const key = { EDGECRON_TOKEN: tenant.json.apiKey as string };
@@ -281,16 +281,30 @@ describe("edgecron, the CLI, against a local stack", () => {
       - { id: extract, target: { url: ${receiver!.url}/hit/extract, headers: { Authorization: Bearer s3cret-step } } }
       - { id: load, after: [extract], retry: { maxAttempts: 2 }, target: { url: ${receiver!.url}/hit/${loadPath} } }
       - { id: alert, after: [load], when: any_failed, target: { url: ${receiver!.url}/hit/alert } }
+    onSuccess: [report]
+  - name: report
+    schedule: { cron: "0 4 * * *" }
+    target: { url: ${receiver!.url}/hit/report }
 `,
       );
     const created = await expectExit(["apply", "-f", workflow("load"), "--json"], 0, key);
-    expect(created.json).toMatchObject({ applied: true, changes: [{ action: "create", name: "pipeline" }] });
-    expect((await expectExit(["apply", "-f", workflow("load")], 0, key)).stdout).toContain("nothing to change: 1 job matches");
+    expect(created.json).toMatchObject({
+      applied: true,
+      changes: [
+        { action: "create", name: "pipeline" },
+        { action: "create", name: "report" },
+        { action: "chain", name: "pipeline", fields: [{ field: "onSuccess", from: null, to: ["report"] }] },
+      ],
+    });
+    const byName = async () =>
+      new Map(((await expectExit(["jobs", "list", "--json"], 0, key)).json as any[]).map((j) => [j.name as string, j]));
+    expect((await byName()).get("pipeline").onSuccess).toEqual([(await byName()).get("report").id]);
+    expect((await expectExit(["apply", "-f", workflow("load")], 0, key)).stdout).toContain("nothing to change: 2 jobs match");
     const changed = await expectExit(["apply", "-f", workflow("load-v2")], 0, key);
     expect(changed.stdout).toMatch(/~ update pipeline job_\w+\n {4}steps: /);
-    const [job] = (await expectExit(["jobs", "list", "--json"], 0, key)).json as any[];
+    const job = (await byName()).get("pipeline");
     expect(job.steps.map((s: { target: { url: string } }) => s.target.url.split("/").at(-1))).toEqual(["extract", "load-v2", "alert"]);
-    expect(job.version).toBe(2);
+    expect(job.version).toBe(3); // created, chained, its step changed
     for (const out of [created, changed]) expect(out.stdout + out.stderr).not.toContain("s3cret");
   });
 

@@ -173,6 +173,38 @@ describe("planApply", () => {
     });
   });
 
+  it("chains jobs by name: set last, once every job exists; unchanged when the ids stand for the names; taken away when left out", () => {
+    const want = [declared("a", { onSuccess: ["b"], onFailure: ["old"] }), declared("b")];
+    const first = planApply(want, [apiJob("job_9", "old")], { prune: false }).changes;
+    expect(first.map((c) => c.action)).toEqual(["create", "create", "chain"]);
+    expect(first[0]).toMatchObject({ action: "create", name: "a" });
+    expect(first[0]?.action === "create" && "onSuccess" in first[0].job).toBe(false);
+    expect(first[2]).toEqual({
+      action: "chain",
+      name: "a",
+      id: null,
+      set: { onSuccess: ["b"], onFailure: ["old"] },
+      fields: [
+        { field: "onSuccess", from: null, to: ["b"] },
+        { field: "onFailure", from: null, to: ["old"] },
+      ],
+    });
+
+    const current = [apiJob("job_1", "a", { onSuccess: ["job_2"], onFailure: ["job_9"] }), apiJob("job_2", "b"), apiJob("job_9", "old")];
+    expect(planApply(want, current, { prune: false }).changes).toEqual([]);
+    const [dropped] = planApply([declared("a", { onSuccess: ["b"] }), declared("b")], current, { prune: false }).changes;
+    expect(dropped).toEqual({
+      action: "chain",
+      name: "a",
+      id: "job_1",
+      set: { onFailure: null },
+      fields: [{ field: "onFailure", from: ["old"], to: null }],
+    });
+    // A name neither in the file nor the tenant's (or one --prune deletes) is refused before any call.
+    expect(() => planApply([declared("a", { onSuccess: ["nope"] })], current, { prune: false })).toThrow(/names "nope"/);
+    expect(() => planApply(want, current, { prune: true })).toThrow(/names "old"/);
+  });
+
   it("refuses a name two of the tenant's jobs carry", () => {
     expect(() => planApply([declared("twice")], [apiJob("job_1", "twice"), apiJob("job_2", "twice")], { prune: false })).toThrow(
       AmbiguousName,
