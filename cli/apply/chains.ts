@@ -1,10 +1,7 @@
 import type { Job } from "edgecron/client";
 import { UsageError } from "../exit.ts";
+import { CHAIN_FIELDS, type ChainField } from "./fields.ts";
 import type { DeclaredJob } from "./file.ts";
-
-/** The fields by which a file chains a job to others (onSuccess/onFailure): by their names, where the API takes ids. */
-export const CHAIN_FIELDS = ["onSuccess", "onFailure"] as const;
-export type ChainField = (typeof CHAIN_FIELDS)[number];
 
 /**
  * A job's chains to set once every job of the file exists: a job created by this apply has no

@@ -19,3 +19,7 @@ export const JOB_FIELDS = [
   "notify",
   "breaker",
 ] as const;
+
+/** The fields by which a file chains a job to others (onSuccess/onFailure): by their names, where the API takes ids (chains.ts). */
+export const CHAIN_FIELDS = ["onSuccess", "onFailure"] as const;
+export type ChainField = (typeof CHAIN_FIELDS)[number];

@@ -1,8 +1,7 @@
 import type { CreateJob } from "edgecron/client";
 import { UsageError } from "../exit.ts";
 import { readDefinitionFile } from "../job-input.ts";
-import { CHAIN_FIELDS } from "./chains.ts";
-import { JOB_FIELDS } from "./fields.ts";
+import { CHAIN_FIELDS, JOB_FIELDS } from "./fields.ts";
 
 /**
  * A job as an apply file declares it: the API's job fields, a name that identifies it, and
