@@ -1,5 +1,7 @@
 import type { EdgecronClient } from "../../src/client/index.ts";
+import { jobIdOfRun } from "../../src/model/ids.ts";
 import type { StepNode } from "../../src/workflow/graph.ts";
+import { hrefOf } from "../lib/route.ts";
 import { localTime } from "../lib/time.ts";
 import { useApi } from "../lib/use-api.ts";
 import { ErrorText } from "./messages.tsx";
@@ -19,6 +21,7 @@ export function RunDetails({ client, runId, graph }: { client: EdgecronClient; r
         <RunState state={run.data.state} /> {run.data.error && <span class="error-text">{run.data.error}</span>}
         {run.data.result && <span> result: {run.data.result}</span>}
       </p>
+      {run.data.chainedFrom && <ChainedFrom runId={run.data.chainedFrom} />}
       {graph && run.data.steps && (
         <WorkflowGraph steps={graph} states={Object.fromEntries(run.data.steps.map((step) => [step.id, step.state]))} />
       )}
@@ -52,5 +55,23 @@ export function RunDetails({ client, runId, graph }: { client: EdgecronClient; r
         </table>
       )}
     </div>
+  );
+}
+
+/** A chained run's source: the run whose end triggered it, on its job's page. */
+function ChainedFrom({ runId }: { runId: string }) {
+  const jobId = jobIdOfRun(runId);
+  return (
+    <p>
+      Triggered when run <code>{runId}</code> of{" "}
+      {jobId ? (
+        <a href={hrefOf({ page: "job", id: jobId })}>
+          <code>{jobId}</code>
+        </a>
+      ) : (
+        "another job"
+      )}{" "}
+      ended.
+    </p>
   );
 }

@@ -198,6 +198,10 @@ describe("workflow jobs", () => {
     await page.getByRole("heading", { name: "browser-report" }).waitFor();
     await page.locator(".runs .state-succeeded").first().waitFor({ timeout: 60_000 });
     expect(await page.locator(".runs td", { hasText: "chain" }).count()).toBeGreaterThan(0);
+    // Its details name the run that triggered it, on a link back to the workflow's page.
+    await page.locator(".runs button.link").first().click();
+    await page.getByText("Triggered when run").waitFor();
+    expect(await page.locator(".run-details a").getAttribute("href")).toBe(`#/jobs/${created.json.id}`);
     await page.goBack();
     await page.getByRole("heading", { name: "Workflow", exact: true }).waitFor();
     await checkPage(page, "workflow");
