@@ -1,4 +1,4 @@
-import { shardsInUse } from "../catalog/jobs";
+import { shardsInUse } from "../catalog/shards";
 import type { Breaker } from "../gate/breaker";
 import { DEFAULT_TENANT } from "../model/ids";
 import { addLags, type LagCounts, noLags } from "../shard/alarm-lag";

@@ -1,6 +1,7 @@
 import { ApiError, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
-import { type CatalogJob, shardsInUse } from "../catalog/jobs";
+import type { CatalogJob } from "../catalog/jobs";
+import { shardsInUse } from "../catalog/shards";
 import { jobIdOfRun, parseCompletionToken } from "../model/ids";
 import type { Completion, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";

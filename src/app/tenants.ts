@@ -1,5 +1,5 @@
 import { ApiError, notFound } from "../api/errors";
-import { shardsInUse } from "../catalog/jobs";
+import { shardsInUse } from "../catalog/shards";
 import {
   getTenant,
   hashKey,

@@ -154,9 +154,6 @@ export async function autoPauseJob(db: D1Database, id: string, reason: string, n
   return row ? toJob(row) : null;
 }
 
-/** Every shard in use, of one tenant's jobs or of all: kept with the other shard queries. */
-export { shardsInUse } from "./shards";
-
 /** A catalog row as the sweep compares it with its shard. */
 export interface ShardEntry {
   id: string;
