@@ -36,6 +36,14 @@ if (unknown.length > 0) {
 
 const started = Date.now();
 const children = [];
+// Ctrl-C or a CI timeout: the lanes stop with us (each vitest stops its own workerd and stacks).
+// Set before the lanes start: the wait below holds the rest of this module back until they end.
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.on(signal, () => {
+    for (const child of children) child.kill(signal);
+    process.exit(130);
+  });
+}
 const results = await Promise.all(chosen.map((lane) => run(lane, LANES[lane])));
 const failed = results.filter((r) => r.code !== 0);
 console.log(
@@ -67,12 +75,4 @@ function run(lane, projects) {
 
 function seconds(since) {
   return Math.round((Date.now() - since) / 1000);
-}
-
-// Ctrl-C or a CI timeout: the lanes stop with us (each vitest stops its own workerd and stacks).
-for (const signal of ["SIGINT", "SIGTERM"]) {
-  process.on(signal, () => {
-    for (const child of children) child.kill(signal);
-    process.exit(130);
-  });
 }

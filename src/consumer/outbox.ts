@@ -28,9 +28,7 @@ export async function deliverOutbox(
 ): Promise<void> {
   const jobs = await chainedJobs(env, messages);
   const results = await Promise.all(
-    messages.map((m) =>
-      m.body.kind === "chain" ? triggerChained(env, m.body, jobs) : connections.hold(() => deliver(m.body as NotifyMessage, context)),
-    ),
+    messages.map(({ body }) => (body.kind === "chain" ? triggerChained(env, body, jobs) : connections.hold(() => deliver(body, context)))),
   );
   const delivered = messages.filter((_, i) => results[i] === null);
   messages.forEach((m, i) => {

@@ -7,8 +7,9 @@ import type { ShardStore } from "./store";
 /**
  * What a run's end sets off, for the jobs that watch their outcomes (pauseAfterFailures,
  * notify, onSuccess/onFailure): the job's streak of failures moves (auto-pause), the events its
- * notifications ask for are noted, and so are the jobs it triggers (notifier). Only such jobs are read when a run finishes, from a list kept in
- * memory (`ShardStore.watchesOutcomes`): other runs finish with no extra read or write.
+ * notifications ask for are noted, and so are the jobs it triggers (notifier). Only such jobs
+ * are read when a run finishes, from a list kept in memory (`ShardStore.watchesOutcomes`): other
+ * runs finish with no extra read or write.
  */
 export class Outcomes {
   readonly autoPause: AutoPause;
