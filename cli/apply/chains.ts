@@ -25,7 +25,9 @@ export interface ChainChange {
  */
 export function planChains(declared: DeclaredJob[], current: Job[], options: { prune: boolean }): ChainChange[] {
   const currentByName = new Map(current.flatMap((j) => (j.name === null ? [] : [[j.name, j] as const])));
-  const twice = new Set(current.filter((j, i) => j.name !== null && current.findIndex((k) => k.name === j.name) !== i).map((j) => j.name));
+  const seen = new Set<string>();
+  const twice = new Set<string>();
+  for (const { name } of current) if (name !== null) (seen.has(name) ? twice : seen).add(name);
   const nameOf = new Map(current.map((j) => [j.id, j.name ?? j.id]));
   const known = new Set([...declared.map((d) => d.name), ...(options.prune ? [] : currentByName.keys())]);
   const changes: ChainChange[] = [];

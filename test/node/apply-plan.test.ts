@@ -203,6 +203,8 @@ describe("planApply", () => {
     // A name neither in the file nor the tenant's (or one --prune deletes) is refused before any call.
     expect(() => planApply([declared("a", { onSuccess: ["nope"] })], current, { prune: false })).toThrow(/names "nope"/);
     expect(() => planApply(want, current, { prune: true })).toThrow(/names "old"/);
+    const twice = [apiJob("job_5", "dup"), apiJob("job_6", "dup")];
+    expect(() => planApply([declared("a", { onSuccess: ["dup"] })], twice, { prune: false })).toThrow(/two of the tenant's jobs/);
   });
 
   it("refuses a name two of the tenant's jobs carry", () => {
