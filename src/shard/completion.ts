@@ -62,8 +62,7 @@ export class Completions {
   /** Each run's outcome is recorded once; an outcome for any fence but the current running one is stale. */
   report(outcomes: Outcome[], now: number): Array<"recorded" | "stale"> {
     return outcomes.map((o) => {
-      const run = this.store.getRun(o.runId);
-      const attempt = this.store.getAttempt(o.runId, o.fence);
+      const { run, attempt } = this.store.getRunAndAttempt(o.runId, o.fence);
       if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
         if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
         if (!o.accepted && this.ledger.succeedLate(o.runId, o.fence, o, now)) return "recorded";

@@ -1,6 +1,6 @@
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
-import { type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
+import { latestAttemptOf, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
@@ -301,13 +301,15 @@ export class ShardStore {
       if (next[field] !== run[field]) set.set(column, next[field]);
     }
     if (attempt && "start" in attempt) {
-      // The attempt on the row so far (if any) becomes a row of its own: the row keeps the latest.
-      this.sql.exec(
-        `INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, error, completion_token, late)
+      // The attempt on the row so far becomes a row of its own: the row keeps the latest. A run
+      // that never started one (no started_at: only a claim sets it) has none to move.
+      if (run.startedAt !== null)
+        this.sql.exec(
+          `INSERT INTO attempts (run_id, attempt, fence, started_at, finished_at, outcome, status, error, completion_token, late)
          SELECT id, a_number, a_fence, a_started_at, a_finished_at, a_outcome, a_status, a_error, a_token, a_late
          FROM runs WHERE id = ? AND a_fence IS NOT NULL`,
-        run.id,
-      );
+          run.id,
+        );
       const a = attempt.start;
       for (const [column, value] of Object.entries({
         a_number: a.attempt,
@@ -415,6 +417,17 @@ export class ShardStore {
   noteLateOutcome(runId: string, fence: number, description: string): void {
     const onRow = this.sql.exec("UPDATE runs SET a_late = ? WHERE id = ? AND a_fence = ?", description, runId, fence).rowsWritten;
     if (onRow === 0) this.sql.exec("UPDATE attempts SET late = ? WHERE run_id = ? AND fence = ?", description, runId, fence);
+  }
+
+  /**
+   * A run and its attempt of `fence`, in one read when that is the latest attempt (kept on the
+   * run's row), as it is for every outcome that is not stale: a report's hot path.
+   */
+  getRunAndAttempt(runId: string, fence: number): { run: RunRow | null; attempt: AttemptRow | null } {
+    const row = this.sql.exec("SELECT * FROM runs WHERE id = ?", runId).toArray()[0];
+    if (!row) return { run: null, attempt: null };
+    const latest = latestAttemptOf(row);
+    return { run: toRun(row), attempt: latest?.fence === fence ? latest : this.getAttempt(runId, fence) };
   }
 
   getAttempt(runId: string, fence: number): AttemptRow | null {
