@@ -4,6 +4,7 @@ import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
+import { discardBody, readAtMost } from "./bodies";
 import type { ConnectionSlots } from "./connections";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
@@ -156,8 +157,7 @@ async function describe(base: { runId: string; fence: number }, response: Respon
     }
     return { ...base, ok, status: response.status, error: null, result };
   }
-  // A success's body is not kept: cancelling it frees the connection at once.
-  if (ok) await response.body?.cancel();
+  if (ok) await discardBody(response);
   const text = ok ? "" : await response.text();
   return {
     ...base,
@@ -167,31 +167,6 @@ async function describe(base: { runId: string; fence: number }, response: Respon
     error: ok ? null : `HTTP ${response.status}${text ? `: ${text.slice(0, MAX_ERROR_CHARS)}` : ""}`,
     retryAfterMs: parseRetryAfter(response.headers.get("retry-after"), Date.now()),
   };
-}
-
-/** The response body as text, or null (and the rest unread) when it is longer than `max` bytes. */
-async function readAtMost(response: Response, max: number): Promise<string | null> {
-  if (!response.body) return "";
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > max) {
-      await reader.cancel();
-      return null;
-    }
-    chunks.push(value);
-  }
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, at);
-    at += chunk.byteLength;
-  }
-  return new TextDecoder().decode(bytes);
 }
 
 /** Retry-After as seconds or an HTTP date, in ms from now; undefined when absent or unreadable. */

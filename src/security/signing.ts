@@ -71,8 +71,13 @@ async function hmac(key: string, message: string): Promise<Uint8Array> {
   return new Uint8Array(await crypto.subtle.sign("HMAC", cryptoKey, encoder.encode(message)));
 }
 
+// Two signatures per request: formatting each byte anew showed in the consumer's CPU profile (bench --profile).
+const HEX_BYTES = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
+
 function hex(bytes: Uint8Array): string {
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  let out = "";
+  for (const b of bytes) out += HEX_BYTES[b];
+  return out;
 }
 
 function base64url(bytes: Uint8Array): string {
