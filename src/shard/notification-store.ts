@@ -3,10 +3,17 @@ import type { NotificationRow } from "./rows";
 
 /** The SQL of the notifications outbox (notifier.ts), one named operation per statement. */
 export class NotificationStore {
+  /**
+   * False once a read found the outbox empty, until the next add: the alarm asks for the
+   * earliest after every call, and most shards never hold a notification.
+   */
+  private mayHoldAny = true;
+
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
 
   /** A notification, once: a repeated step (the same id) adds nothing. True if it is new. */
   add(n: Omit<NotificationRow, "sends">): boolean {
+    this.mayHoldAny = true;
     return (
       this.sql
         .exec(
@@ -51,6 +58,9 @@ export class NotificationStore {
   }
 
   earliest(): number | null {
-    return this.sql.exec("SELECT MIN(due_at) AS t FROM notifications").one().t as number | null;
+    if (!this.mayHoldAny) return null;
+    const t = this.sql.exec("SELECT MIN(due_at) AS t FROM notifications").one().t as number | null;
+    this.mayHoldAny = t !== null;
+    return t;
   }
 }

@@ -37,14 +37,31 @@ export class Retention {
     private readonly shardName: () => string,
   ) {}
 
+  /**
+   * When the next pass is due, as last read or written: asked after every call the shard
+   * answers, so it is read from storage once, not each time. A write that rolled back can leave
+   * it wrong only until that pass: `pass` reads storage itself.
+   */
+  #nextAt: number | null | undefined;
+
   /** A shard that holds jobs looks for expired history from now on. */
   schedule(now: number): void {
-    if (this.history.getMeta(NEXT_PASS) === null) this.history.setMeta(NEXT_PASS, String(now + RETENTION_EVERY_MS));
+    if (this.storedNextPass() === null) this.setNextPass(now + RETENTION_EVERY_MS);
   }
 
   nextDue(): number | null {
+    if (this.#nextAt === undefined) this.#nextAt = this.storedNextPass();
+    return this.#nextAt;
+  }
+
+  private storedNextPass(): number | null {
     const next = this.history.getMeta(NEXT_PASS);
     return next === null ? null : Number(next);
+  }
+
+  private setNextPass(at: number): void {
+    this.history.setMeta(NEXT_PASS, String(at));
+    this.#nextAt = at;
   }
 
   /**
@@ -53,7 +70,8 @@ export class Retention {
    * the next pass; readers of the archive keep one copy per run id.
    */
   async pass(now: number, transaction: <T>(change: () => T) => T): Promise<{ removed: number } | null> {
-    const due = this.nextDue();
+    const due = this.storedNextPass();
+    this.#nextAt = due;
     if (due === null || due > now) return null;
     const cursor = this.history.getMeta(CURSOR) ?? "";
     const jobs = this.history.jobsAfter(cursor, JOBS_PER_PASS);
@@ -73,7 +91,7 @@ export class Retention {
       const wrapped = !full && jobs.length < JOBS_PER_PASS;
       this.history.setMeta(CURSOR, wrapped ? "" : reached);
       // More to do: the next pass comes shortly; done: in a while.
-      this.history.setMeta(NEXT_PASS, String(now + (wrapped ? RETENTION_EVERY_MS : BACKLOG_PAUSE_MS)));
+      this.setNextPass(now + (wrapped ? RETENTION_EVERY_MS : BACKLOG_PAUSE_MS));
       return gone.length;
     });
     return { removed };

@@ -43,6 +43,13 @@ export type AttemptChange =
  */
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
+  /**
+   * Whether the shard may hold permit releases not yet sent: read when not known, set by every
+   * write that makes one (a write that rolled back leaves it set, which costs a statement, never
+   * a miss), cleared only by a read that finds none. A shard whose tenants have no limit so
+   * skips the statement that looks for them after every call.
+   */
+  private releasesMayExist: boolean | undefined;
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
@@ -283,6 +290,7 @@ export class ShardStore {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
       if (run.permit !== null) {
+        this.releasesMayExist = true;
         this.sql.exec(
           "INSERT INTO permit_releases (permit, tenant_id) SELECT ?, tenant_id FROM jobs WHERE id = ? ON CONFLICT DO NOTHING",
           run.permit,
@@ -397,6 +405,7 @@ export class ShardStore {
 
   /** A permit to give back to its tenant's gate after commit. */
   releasePermitLater(permit: string, tenantId: string): void {
+    this.releasesMayExist = true;
     this.sql.exec("INSERT INTO permit_releases (permit, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", permit, tenantId);
   }
 
@@ -451,7 +460,11 @@ export class ShardStore {
 
   /** Permit releases committed and not yet sent. */
   hasPermitReleases(): boolean {
-    return this.sql.exec("SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0;
+    if (this.releasesMayExist === false) return false;
+    const any = this.sql.exec("SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0;
+    // Only "none at all" is kept from a read; once there were some, every later call reads.
+    this.releasesMayExist = any;
+    return any;
   }
 
   /** A waiting run is due for admission. */
