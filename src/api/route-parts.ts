@@ -1,5 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { ErrorSchema } from "../model/common";
+import { MAX_RUN_ID_LENGTH } from "../model/ids";
 import type { ErrorCase } from "./error-cases";
 
 /** Pieces every route declaration repeats. */
@@ -62,7 +63,7 @@ export const pathId = (example: string) =>
   z.object({
     id: z
       .string()
-      .max(200)
+      .max(MAX_RUN_ID_LENGTH)
       .openapi({ param: { name: "id", in: "path" }, example }),
   });
 

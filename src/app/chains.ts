@@ -1,11 +1,8 @@
 import { invalidField } from "../api/errors";
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
-import type { JobSpec } from "../model/job";
+import { type JobSpec, MAX_CHAIN_DEPTH } from "../model/job";
 
 type Chains = Pick<JobSpec, "onSuccess" | "onFailure">;
-
-/** How far a loop is looked for: a chain longer than this is not followed to its end. */
-const MAX_CHAIN_DEPTH = 20;
 
 /**
  * The jobs a job triggers when its runs end (onSuccess/onFailure) are checked when they are

@@ -1,5 +1,5 @@
 import { ApiError } from "../api/errors";
-import { JOB_ID, TENANT_ID } from "../model/ids";
+import { JOB_ID, MAX_RUN_ID_LENGTH, TENANT_ID } from "../model/ids";
 import type { RunView } from "../shard/contract";
 
 /**
@@ -34,7 +34,7 @@ export const runCursor = timedCursor((run) => run.scheduledAt, "scheduledAt");
 /** Dead letters page by (finishedAt, id), across shards. */
 export const deadLetterCursor = timedCursor((run) => run.finishedAt!, "finishedAt");
 
-const TIMED_CURSOR = /^([0-9a-z]{1,12})\.(run_[0-9A-Za-z_-]{1,120})$/;
+const TIMED_CURSOR = new RegExp(`^([0-9a-z]{1,12})\\.(run_[0-9A-Za-z_-]{1,${MAX_RUN_ID_LENGTH - 4}})$`);
 
 function timedCursor<K extends string>(at: (run: RunView) => number, key: K): CursorScheme<RunView, Record<K, number> & { id: string }> {
   return {

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { MAX_RUN_ID_LENGTH } from "./ids";
 
 export const ErrorSchema = z
   .object({
@@ -12,7 +13,11 @@ export const ErrorSchema = z
 
 export const PageQuery = z.object({
   limit: z.coerce.number().int().min(1).max(200).default(50),
-  cursor: z.string().max(200).optional(),
+  // A run's page cursor is its instant in base 36 (up to 12), a dot, and its id.
+  cursor: z
+    .string()
+    .max(MAX_RUN_ID_LENGTH + 13)
+    .optional(),
 });
 
 export function pageOf<T extends z.ZodType>(item: T) {

@@ -55,6 +55,13 @@ export function chainedRunId(jobId: string, fromRunId: string): string {
   return `run_${jobPart(jobId)}_c${from[1]}-${from[2]}`;
 }
 
+/** How many chained hops lie between a run and the run that began its chain (0: not chained). */
+export function chainDepthOf(runId: string): number {
+  let depth = 0;
+  for (let id = chainedFromOf(runId); id !== null; id = chainedFromOf(id)) depth++;
+  return depth;
+}
+
 /** The run that triggered a chained run (`chainedRunId`), or null for any other run. */
 export function chainedFromOf(runId: string): string | null {
   const match = /^run_[0-9a-z]{19}_c([0-9a-z]{19})-([0-9A-Za-z-]+)$/.exec(runId);
@@ -82,6 +89,13 @@ export function parseCompletionToken(token: string): { shard: string; fence: num
 
 /** A client-chosen trigger key (from its Idempotency-Key header) made safe for a run id. */
 export const TRIGGER_KEY = /^[0-9A-Za-z-]{1,64}$/;
+
+/**
+ * The longest run id the API takes (a path's id, a page's cursor). The longest there can be: a
+ * manual run with a 64-character key (90 characters), chained MAX_CHAIN_DEPTH (20) times, each
+ * hop adding 21 (510), then a workflow step's dot and 64-character id (575).
+ */
+export const MAX_RUN_ID_LENGTH = 600;
 
 /** A workflow step's id (docs/workflows.md): safe in a run id, a header and a URL as it is. */
 export const STEP_ID = /^[A-Za-z0-9_-]{1,64}$/;

@@ -155,6 +155,12 @@ export const RetentionSchema = z
 
 /** At most this many jobs chained to one outcome of a job. */
 export const MAX_CHAINED_JOBS = 10;
+/**
+ * How far a chain goes: a save looks this many levels down for a loop, and a run this many hops
+ * from the run that began its chain triggers nothing more, which ends a loop the save could not
+ * see (two saves racing, or a loop longer than this).
+ */
+export const MAX_CHAIN_DEPTH = 20;
 
 /** Jobs of the same tenant to trigger when a run of this job ends `outcome` (src/shard/notifier.ts). */
 function Chain(outcome: string) {

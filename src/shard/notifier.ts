@@ -1,5 +1,6 @@
 import { failpoint } from "../faults";
-import type { NotifyEvent } from "../model/job";
+import { chainDepthOf } from "../model/ids";
+import { MAX_CHAIN_DEPTH, type NotifyEvent } from "../model/job";
 import type { OutboxMessage, RunRow } from "./contract";
 import type { NotificationStore } from "./notification-store";
 import type { NotificationRow, ShardJob } from "./rows";
@@ -62,6 +63,10 @@ export class Notifier {
   chain(job: ShardJob, run: RunRow, now: number): void {
     const chained =
       run.state === "succeeded" ? job.spec.onSuccess : run.state === "failed" || run.state === "dead" ? job.spec.onFailure : undefined;
+    if (chained && chainDepthOf(run.id) >= MAX_CHAIN_DEPTH) {
+      console.warn(`run ${run.id} is ${MAX_CHAIN_DEPTH} chained hops from its chain's first run: ${chained.join(", ")} not triggered`);
+      return;
+    }
     for (const jobId of chained ?? []) {
       this.add({
         kind: "chain",

@@ -1,7 +1,8 @@
 import { createExecutionContext, createMessageBatch, env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import worker from "../../src/index";
-import type { Job } from "../../src/model/job";
+import { chainDepthOf } from "../../src/model/ids";
+import { type Job, MAX_CHAIN_DEPTH } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import type { ChainMessage, QueueMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
@@ -189,4 +190,27 @@ describe("chained jobs: onSuccess and onFailure", () => {
     const cleared = (await (await api(`/v1/jobs/${a.id}`, { method: "PATCH", json: { onSuccess: null } })).json()) as Job;
     expect(cleared.onSuccess).toBeUndefined();
   });
+  it(`a loop too long for the save's check ends ${MAX_CHAIN_DEPTH} hops from the run that began it`, async () => {
+    // A ring of MAX_CHAIN_DEPTH + 2 jobs: the save that closes it follows the chain only
+    // MAX_CHAIN_DEPTH levels, so it is accepted, as a loop made by two racing saves would be.
+    const ring: Job[] = [];
+    for (let i = 0; i < MAX_CHAIN_DEPTH + 2; i++) ring.push(await newJob(`ring-${i}`));
+    for (const [i, job] of ring.entries()) {
+      const next = ring[(i + 1) % ring.length]!;
+      const res = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { onSuccess: [next.id] } });
+      expect(res.status, await res.clone().text()).toBe(200);
+    }
+    const first = await trigger(ring[0]!);
+    await waitForRun(first.id, ["succeeded"]);
+    const chained = async () => (await Promise.all(ring.map(chainedRuns))).flat();
+    await vi.waitFor(async () => expect(await chained()).toHaveLength(MAX_CHAIN_DEPTH), { timeout: 90_000, interval: 500 });
+    const last = (await chained()).find((r) => chainDepthOf(r.id) === MAX_CHAIN_DEPTH)!;
+    expect(last.jobId).toBe(ring[MAX_CHAIN_DEPTH]!.id);
+    await waitForRun(last.id, ["succeeded"]);
+    // Its end triggered nothing: its shard's outbox holds no chain of it, and no run follows.
+    expect(await outboxChains(ring[MAX_CHAIN_DEPTH]!)).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(await chained()).toHaveLength(MAX_CHAIN_DEPTH);
+    expect(await listRuns(ring[MAX_CHAIN_DEPTH + 1]!.id)).toEqual([]);
+  }, 150_000);
 });

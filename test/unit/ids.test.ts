@@ -1,11 +1,15 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { runCursor } from "../../src/app/pagination";
 import { parseRetryAfter } from "../../src/consumer/execute";
+import { PageQuery } from "../../src/model/common";
 import {
+  chainDepthOf,
   chainedFromOf,
   chainedRunId,
   JOB_ID,
   jobIdOfRun,
+  MAX_RUN_ID_LENGTH,
   newJobId,
   runKeyRange,
   scheduledRunId,
@@ -15,6 +19,8 @@ import {
   stepRunId,
   triggeredRunId,
 } from "../../src/model/ids";
+import { MAX_CHAIN_DEPTH } from "../../src/model/job";
+import type { RunView } from "../../src/shard/contract";
 
 describe("ids", () => {
   it("job ids are well formed and sort by creation", () => {
@@ -96,6 +102,39 @@ describe("ids", () => {
       }),
     );
     expect(() => chainedRunId(newJobId(0), stepRunId(scheduledRunId(newJobId(0), 0), "a"))).toThrow(/not a run id/);
+  });
+
+  it("a chained run's depth counts the hops back to the run that began its chain", () => {
+    const key = fc.stringMatching(/^[0-9A-Za-z-]{1,64}$/);
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: 0, max: 4_000_000_000_000 }), { minLength: 1, maxLength: 30 }),
+        fc.boolean(),
+        key,
+        (times, manual, k) => {
+          // A chain through jobs that may repeat (a loop), begun by a scheduled or a manual run.
+          const jobs = times.map((t) => newJobId(t));
+          let id = manual ? triggeredRunId(jobs[0]!, k) : scheduledRunId(jobs[0]!, times[0]!);
+          expect(chainDepthOf(id)).toBe(0);
+          for (const [hop, job] of jobs.slice(1).entries()) {
+            id = chainedRunId(job, id);
+            expect(chainDepthOf(id)).toBe(hop + 1);
+          }
+        },
+      ),
+    );
+  });
+
+  it("the longest run id a chain can make is one the API takes, as a path id and in a page's cursor", () => {
+    const jobs = Array.from({ length: MAX_CHAIN_DEPTH + 1 }, (_, i) => newJobId(4_000_000_000_000 - i));
+    let id = triggeredRunId(jobs[0]!, "k".repeat(64));
+    for (const job of jobs.slice(1)) id = chainedRunId(job, id);
+    expect(chainDepthOf(id)).toBe(MAX_CHAIN_DEPTH);
+    const step = stepRunId(id, "s".repeat(64));
+    expect(step.length).toBeLessThanOrEqual(MAX_RUN_ID_LENGTH);
+    const cursor = runCursor.encode({ id, scheduledAt: 4_000_000_000_000 } as RunView);
+    expect(runCursor.decode(cursor)).toEqual({ id, scheduledAt: 4_000_000_000_000 });
+    expect(PageQuery.safeParse({ cursor }).success).toBe(true);
   });
 
   it("the shard of a job never changes (pinned values) and spreads jobs evenly", () => {
