@@ -92,21 +92,24 @@ export const toRun = (r: Row): RunRow => ({
   parentRunId: (r.parent_run_id as string | null) ?? null,
 });
 
+/** A run row's `a_*` columns, by the names `attempt_log` gives them (as its view maps them). */
+const LATEST_ATTEMPT_COLUMNS = {
+  attempt: "a_number",
+  fence: "a_fence",
+  started_at: "a_started_at",
+  finished_at: "a_finished_at",
+  outcome: "a_outcome",
+  status: "a_status",
+  error: "a_error",
+  completion_token: "a_token",
+  late: "a_late",
+};
+
 /** The latest attempt a run's row keeps in its `a_*` columns (as `attempt_log` shows it); null before its first. */
 export const latestAttemptOf = (r: Row): AttemptRow | null =>
   r.a_fence === null || r.a_fence === undefined
     ? null
-    : {
-        attempt: r.a_number as number,
-        fence: r.a_fence as number,
-        startedAt: r.a_started_at as number,
-        finishedAt: r.a_finished_at as number | null,
-        outcome: r.a_outcome as AttemptRow["outcome"],
-        status: r.a_status as number | null,
-        error: r.a_error as string | null,
-        completionToken: r.a_token as string,
-        late: r.a_late as string | null,
-      };
+    : toAttempt(Object.fromEntries(Object.entries(LATEST_ATTEMPT_COLUMNS).map(([name, column]) => [name, r[column] ?? null])));
 
 /** A row of `attempt_log` (the attempts table, and each run's latest attempt kept on its row). */
 export const toAttempt = (r: Row): AttemptRow => ({
