@@ -103,7 +103,7 @@ export class Admitter {
         const run = this.store.getRun(candidate.id);
         const stillWaiting = run?.state === "waiting" && run.fence === candidate.fence;
         if (!stillWaiting || (permit !== null && !granted.has(permit))) {
-          if (permit !== null && granted.has(permit)) this.store.releasePermitLater(permit, job.tenantId);
+          if (permit !== null && granted.has(permit)) this.store.permitReleases.add(permit, job.tenantId);
           // Refused: the gate wakes this shard when capacity frees. Not asked yet (over the
           // limit): left due, for the next pass, which the alarm runs at once.
           if (stillWaiting && asked.has(permit!)) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);

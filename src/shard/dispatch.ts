@@ -59,7 +59,7 @@ export class Dispatcher {
       this.again = true;
       return;
     }
-    if (this.permitRenewals.length === 0 && this.unsent.length === 0 && !this.store.hasPermitReleases()) return;
+    if (this.permitRenewals.length === 0 && this.unsent.length === 0 && !this.store.permitReleases.any()) return;
     this.flushing = (async () => {
       try {
         do {
@@ -110,7 +110,7 @@ export class Dispatcher {
 
   /** When dispatch next has work: now for rows unsent, later after a refused send; nothing while a flush is under way. */
   nextDue(now: number): number | null {
-    if (this.flushing || (this.unsent.length === 0 && !this.store.hasPermitReleases())) return null;
+    if (this.flushing || (this.unsent.length === 0 && !this.store.permitReleases.any())) return null;
     return this.lastSendFailed ? now + SEND_RETRY_MS : now;
   }
 
@@ -160,7 +160,7 @@ export class Dispatcher {
 
   /** Gives permits back to their tenants' gates, deleting each row only once its gate took it. */
   private async sendPermitReleases(): Promise<boolean> {
-    const pending = this.store.permitReleases(TICK_BATCH);
+    const pending = this.store.permitReleases.pending(TICK_BATCH);
     if (pending.length === 0) return true;
     const results = await Promise.allSettled(
       [...Map.groupBy(pending, (p) => p.tenantId)].map(async ([tenantId, list]) => {
@@ -169,7 +169,7 @@ export class Dispatcher {
         return permits;
       }),
     );
-    this.store.removePermitReleases(results.flatMap((r) => (r.status === "fulfilled" ? r.value : [])));
+    this.store.permitReleases.remove(results.flatMap((r) => (r.status === "fulfilled" ? r.value : [])));
     return results.every((r) => r.status === "fulfilled");
   }
 }

@@ -1,5 +1,6 @@
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
+import { PermitReleases } from "./permit-releases";
 import { latestAttemptOf, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
@@ -43,13 +44,8 @@ export type AttemptChange =
  */
 export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
-  /**
-   * Whether the shard may hold permit releases not yet sent: read when not known, set by every
-   * write that makes one (a write that rolled back leaves it set, which costs a statement, never
-   * a miss), cleared only by a read that finds none. A shard whose tenants have no limit so
-   * skips the statement that looks for them after every call.
-   */
-  private releasesMayExist: boolean | undefined;
+  /** Tenant permits runs gave back, to send to their gates after commit. */
+  readonly permitReleases: PermitReleases;
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
@@ -61,7 +57,9 @@ export class ShardStore {
   constructor(
     private readonly sql: Pick<SqlStorage, "exec">,
     private readonly onFinished: (run: RunRow) => void = () => {},
-  ) {}
+  ) {
+    this.permitReleases = new PermitReleases(sql);
+  }
 
   // ---- jobs ----
 
@@ -290,12 +288,7 @@ export class ShardStore {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
       // its job's waiting runs (held by maxConcurrency) are looked at again now.
       if (run.permit !== null) {
-        this.releasesMayExist = true;
-        this.sql.exec(
-          "INSERT INTO permit_releases (permit, tenant_id) SELECT ?, tenant_id FROM jobs WHERE id = ? ON CONFLICT DO NOTHING",
-          run.permit,
-          run.jobId,
-        );
+        this.permitReleases.addForJob(run.permit, run.jobId);
         next.permit = null;
       }
       this.sql.exec(
@@ -350,7 +343,7 @@ export class ShardStore {
     this.sql.exec("UPDATE runs SET lease_until = ? WHERE id = ? AND state = 'running'", until, runId);
   }
 
-  // ---- tenants and their permits ----
+  // ---- tenants ----
 
   putTenant(t: TenantSettings): void {
     const before = this.getTenant(t.id);
@@ -389,24 +382,6 @@ export class ShardStore {
     const tenant = row ? toTenant(row) : null;
     this.tenants.set(id, tenant);
     return tenant;
-  }
-
-  /** Permits a changed run must give back, to send after commit. */
-  permitReleases(limit: number): Array<{ permit: string; tenantId: string }> {
-    return this.sql
-      .exec("SELECT permit, tenant_id FROM permit_releases LIMIT ?", limit)
-      .toArray()
-      .map((r) => ({ permit: r.permit as string, tenantId: r.tenant_id as string }));
-  }
-
-  removePermitReleases(permits: string[]): void {
-    for (const permit of permits) this.sql.exec("DELETE FROM permit_releases WHERE permit = ?", permit);
-  }
-
-  /** A permit to give back to its tenant's gate after commit. */
-  releasePermitLater(permit: string, tenantId: string): void {
-    this.releasesMayExist = true;
-    this.sql.exec("INSERT INTO permit_releases (permit, tenant_id) VALUES (?, ?) ON CONFLICT DO NOTHING", permit, tenantId);
   }
 
   // ---- attempts: the latest on its run's row, earlier ones in `attempts`, both in `attempt_log` ----
@@ -456,15 +431,6 @@ export class ShardStore {
   /** The earliest due time of any run: a claim deadline, a lease expiry, a retry, an admission. */
   earliestRunDue(): number | null {
     return this.sql.exec("SELECT MIN(due_at) AS t FROM runs WHERE due_at IS NOT NULL").one().t as number | null;
-  }
-
-  /** Permit releases committed and not yet sent. */
-  hasPermitReleases(): boolean {
-    if (this.releasesMayExist === false) return false;
-    const any = this.sql.exec("SELECT 1 FROM permit_releases LIMIT 1").toArray().length > 0;
-    // Only "none at all" is kept from a read; once there were some, every later call reads.
-    this.releasesMayExist = any;
-    return any;
   }
 
   /** A waiting run is due for admission. */
