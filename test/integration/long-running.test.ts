@@ -12,9 +12,12 @@ function callback(runId: string, action: "complete" | "heartbeat", body: unknown
   });
 }
 
-async function acceptedRun(name: string): Promise<{ run: Run; token: string; job: Awaited<ReturnType<typeof createJob>> }> {
+async function acceptedRun(
+  name: string,
+  retry: Record<string, unknown> = { maxAttempts: 2 },
+): Promise<{ run: Run; token: string; job: Awaited<ReturnType<typeof createJob>> }> {
   const url = receiverPath(name, "status=202");
-  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000, retry: { maxAttempts: 2 } });
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000, retry });
   await fireNow(job);
   const [queued] = await listRuns(job.id);
   const run = await waitForRun(queued!.id, ["running"]);
@@ -53,7 +56,12 @@ describe("long-running targets (202 Accepted)", () => {
   });
 
   it("heartbeats extend the lease; without them the attempt times out and a late completion is stale", async () => {
-    const { run, token, job } = await acceptedRun("lr-hb");
+    // A retry delay of its own, not a jittered one that may end (and requeue the run) before the late completion.
+    const { run, token, job } = await acceptedRun("lr-hb", {
+      maxAttempts: 2,
+      jitter: "none",
+      backoff: { initialMs: 600_000, maxMs: 600_000 },
+    });
     const beat = await callback(run.id, "heartbeat", { token, extendMs: 600_000 });
     expect(beat.status).toBe(200);
     const { leaseUntil } = (await beat.json()) as { leaseUntil: string };
