@@ -10,6 +10,7 @@ export const FAULT_POINTS = [
   "shard.alarmStart", // the alarm handler throws before doing anything
   "shard.afterCommit", // the alarm committed runs, then died before sending their dispatches
   "shard.betweenChunks", // the alarm committed a chunk of fires and started its sends, then died before the next chunk
+  "shard.inFireChunk", // the alarm's transaction of a chunk of fires throws before it commits: rolled back
   "shard.queueSend", // the Queue refuses a sendBatch
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)

@@ -50,6 +50,8 @@ export class Firing {
     for (const def of definitions) {
       const held = this.store.getJob(def.id);
       if (held && held.version >= def.version) continue;
+      // A changed job starts again as one that is not frequent; its next fires decide.
+      if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);
       const next = nextFireOnChange(held, def, now);
       this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next));
       const tenant = this.store.getTenant(def.tenantId);
@@ -98,6 +100,12 @@ export class Firing {
         ready.length = Math.max(0, left);
         next = null;
       }
+      const nextDue = next === null ? null : next + jitterOf(job, next);
+      // Due again within a claim timeout: the job is frequent (frequent-jobs.ts), and its own
+      // fires look at its runs' claim deadlines, these runs' included.
+      const claimTimeout = this.ledger.claimTimeoutMs();
+      const frequent = nextDue !== null && nextDue - now <= claimTimeout;
+      let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
       for (const fire of ready) {
         const run = {
           id: scheduledRunId(job.id, fire.at),
@@ -107,9 +115,17 @@ export class Firing {
           scheduledAt: fire.at,
           catchUp: fire.catchUp,
         };
-        this.startRun(job, run, now);
+        // A catch-up fire is late already: its claim deadline goes into runs_due.
+        const deadlineOnJob = frequent && !fire.catchUp;
+        if (deadlineOnJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
+        this.startRun(job, run, now, deadlineOnJob);
       }
-      this.store.setNextFire(job.id, next, next === null ? null : next + jitterOf(job, next), ready.length);
+      if (frequent) {
+        this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
+      } else {
+        this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);
+        this.store.setNextFire(job.id, next, nextDue, ready.length);
+      }
     }
     return jobs.length;
   }
@@ -163,8 +179,12 @@ export class Firing {
     return this.store.earliestFire();
   }
 
-  /** Creates a run as the job's overlap policy decides (backfills always start). False if it existed. */
-  private startRun(job: ShardJob, newRun: NewRun, now: number): boolean {
+  /**
+   * Creates a run as the job's overlap policy decides (backfills always start). False if it
+   * existed. `deadlineOnJob`: a frequent job's fires look at its claim deadline, if it is
+   * dispatched and not watched.
+   */
+  private startRun(job: ShardJob, newRun: NewRun, now: number, deadlineOnJob = false): boolean {
     // A workflow run is always watched: a resume or a delete finds it among the job's open runs.
     const watched = job.spec.steps !== undefined || watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId));
     const run = { ...newRun, watched };
@@ -177,7 +197,7 @@ export class Firing {
       if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
       for (const old of unfinished) this.ledger.cancel(old, `replaced by run ${run.id}`, now);
     }
-    return this.ledger.createQueuedOrWaiting(job, run, now);
+    return this.ledger.createQueuedOrWaiting(job, run, now, deadlineOnJob && !watched);
   }
 }
 

@@ -48,7 +48,7 @@ export class RunLedger {
 
   constructor(
     private readonly store: ShardStore,
-    private readonly claimTimeoutMs: () => number,
+    readonly claimTimeoutMs: () => number,
     /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
     private readonly renewPermit: (run: RunRow, leaseMs: number) => void,
     /** Sends a run's dispatch once the change commits (dispatch's, kept in memory: invariant 3). */
@@ -74,17 +74,25 @@ export class RunLedger {
   create(
     run: RunToWrite,
     now: number,
-    as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+    as:
+      | { state: "queued"; job: ShardJob; deadlineOnJob?: boolean }
+      | { state: "waiting" }
+      | { state: "buffered" }
+      | { state: "skipped"; reason: string },
   ): boolean {
     if (as.state !== "queued") return this.store.createRun(run, now, as);
-    const created = this.store.createRun(run, now, { state: "queued", claimDeadline: now + this.claimTimeoutMs() });
+    const claimDeadline = as.deadlineOnJob ? null : now + this.claimTimeoutMs();
+    const created = this.store.createRun(run, now, { state: "queued", claimDeadline });
     if (created) this.dispatch(run.id, run.fence ?? 1, as.job, now);
     return created;
   }
 
-  /** A new run for a job, held for admission when the job is under flow control. */
-  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number): boolean {
-    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job });
+  /**
+   * A new run for a job, held for admission when the job is under flow control. `deadlineOnJob`:
+   * the job's own fires look at the run's claim deadline (frequent-jobs.ts), not `runs_due`.
+   */
+  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number, deadlineOnJob = false): boolean {
+    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job, deadlineOnJob });
   }
 
   /**
@@ -251,32 +259,50 @@ export class RunLedger {
 
   /** Runs whose due time passed: unclaimed dispatches go out again, retries start, expired leases fail. */
   advanceDue(now: number): void {
-    for (const run of this.store.dueRuns(now, TICK_BATCH)) {
-      const job = this.store.getJob(run.jobId);
-      const stopped = stoppedFor(run, job);
-      if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
-        // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
-        this.cancel(run, stopped, now);
-      } else if (run.state === "queued") {
-        // The fence stays: a dispatch the queue delays past its claim deadline must still be
-        // claimable, or once queue latency exceeds the claim timeout every dispatch arrives
-        // stale and nothing runs (a livelock). One claim still wins, since it takes the run out
-        // of `queued` (docs/architecture.md, invariants 4 and 5). The wait doubles with each
-        // redispatch, capped, so a slow queue is not flooded with copies of one dispatch.
-        const redispatches = run.redispatches + 1;
-        const wait = claimWait(this.claimTimeoutMs(), redispatches);
-        const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
-        this.dispatch(next.id, next.fence, job, now);
-        this.renewCover(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
-      } else if (run.state === "retry_wait") {
-        this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
-      } else if (run.state === "running" && run.leaseUntil !== null && run.leaseUntil > now) {
-        // The claim deadline came, the lease has not ended: looked at again when it does.
-        this.store.setDueAt(run.id, run.leaseUntil);
-      } else if (run.state === "running") {
-        const error = "timed out: no outcome before the lease expired";
-        this.fail(run, finished("timed_out", now, null, error), null, error, now);
-      }
+    for (const run of this.store.dueRuns(now, TICK_BATCH)) this.dueCame(run, this.store.getJob(run.jobId), now);
+  }
+
+  /**
+   * A frequent job's fire looks at the claim deadlines of its runs fired since `from`
+   * (frequent-jobs.ts): each one whose deadline has come is handled as a due run is. Returns
+   * the earliest fire its next fire has still to look at.
+   */
+  claimDeadlinesOf(job: ShardJob, from: number, now: number): number {
+    const timeout = this.claimTimeoutMs();
+    // A run fired at `at` was created at `at` or later, so none fired after now - timeout is due yet.
+    let next = now - timeout + 1;
+    for (const run of this.store.frequent.awaitingDeadline(job.id, from, now - timeout)) {
+      if (run.createdAt + timeout > now) next = Math.min(next, run.scheduledAt);
+      else this.dueCame(run, job, now);
+    }
+    return next;
+  }
+
+  /** A run's due time came: a claim deadline, a lease's end, a retry, a breaker's wait. */
+  private dueCame(run: RunRow, job: ShardJob | null, now: number): void {
+    const stopped = stoppedFor(run, job);
+    if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
+      // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
+      this.cancel(run, stopped, now);
+    } else if (run.state === "queued") {
+      // The fence stays: a dispatch the queue delays past its claim deadline must still be
+      // claimable, or once queue latency exceeds the claim timeout every dispatch arrives
+      // stale and nothing runs (a livelock). One claim still wins, since it takes the run out
+      // of `queued` (docs/architecture.md, invariants 4 and 5). The wait doubles with each
+      // redispatch, capped, so a slow queue is not flooded with copies of one dispatch.
+      const redispatches = run.redispatches + 1;
+      const wait = claimWait(this.claimTimeoutMs(), redispatches);
+      const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
+      this.dispatch(next.id, next.fence, job, now);
+      this.renewCover(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
+    } else if (run.state === "retry_wait") {
+      this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
+    } else if (run.state === "running" && run.leaseUntil !== null && run.leaseUntil > now) {
+      // The claim deadline came, the lease has not ended: looked at again when it does.
+      this.store.setDueAt(run.id, run.leaseUntil);
+    } else if (run.state === "running") {
+      const error = "timed out: no outcome before the lease expired";
+      this.fail(run, finished("timed_out", now, null, error), null, error, now);
     }
   }
 

@@ -13,6 +13,12 @@ export interface ShardJob extends JobDefinition {
   rateNextAt: number | null;
   /** Runs in a row that ended dead or failed (kept for jobs with pauseAfterFailures only). */
   failureStreak: number;
+  /** When its next fire is due (the fire plus its jitter): `soon_at` for a frequent job, `next_due_at` for others. */
+  dueAt: number | null;
+  /** It fires at least once per claim timeout (frequent-jobs.ts). */
+  frequent: boolean;
+  /** Its earliest fire whose run's claim deadline its own fires have yet to look at (frequent-jobs.ts). */
+  deadlinesFrom: number | null;
 }
 
 /** A job asks how its runs end when it pauses itself after failures, sends notifications or triggers other jobs. */
@@ -58,6 +64,9 @@ export const toJob = (r: Row): ShardJob => ({
   fires: r.fires as number,
   rateNextAt: r.rate_next_at as number | null,
   failureStreak: r.failure_streak as number,
+  dueAt: (r.frequent === 1 ? r.soon_at : r.next_due_at) as number | null,
+  frequent: r.frequent === 1,
+  deadlinesFrom: r.deadlines_from as number | null,
 });
 
 export const toTenant = (r: Row): TenantSettings => ({

@@ -148,7 +148,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     try {
       for (let fired = 0; fired < TICK_BATCH; ) {
         const limit = Math.min(FIRE_CHUNK, TICK_BATCH - fired);
-        const made = this.alarmChange((now) => this.firing.fireDue(now, limit));
+        const made = this.alarmChange((now) => {
+          const count = this.firing.fireDue(now, limit);
+          failpoint("shard.inFireChunk", this.name);
+          return count;
+        });
         sending.push(this.sendCommitted());
         fired += made;
         if (made < limit || fired >= TICK_BATCH) break;
@@ -388,6 +392,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     } catch (err) {
       this.dispatcher.rollBack(mark);
       this.outcomes.notifier.rollBack(notifications);
+      this.store.frequent.forget();
       throw err;
     }
   }

@@ -1,5 +1,6 @@
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
+import { FrequentJobs } from "./frequent-jobs";
 import { PermitReleases } from "./permit-releases";
 import { latestAttemptOf, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
@@ -46,6 +47,8 @@ export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
   /** Tenant permits runs gave back, to send to their gates after commit. */
   readonly permitReleases: PermitReleases;
+  /** Jobs that fire at least once per claim timeout: their due times in memory, their runs' claim deadlines on the job. */
+  readonly frequent: FrequentJobs;
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
@@ -59,6 +62,7 @@ export class ShardStore {
     private readonly onFinished: (run: RunRow) => void = () => {},
   ) {
     this.permitReleases = new PermitReleases(sql);
+    this.frequent = new FrequentJobs(sql);
   }
 
   // ---- jobs ----
@@ -118,15 +122,18 @@ export class ShardStore {
     return this.watching.has(jobId);
   }
 
-  /** Jobs whose next fire is due, earliest first. Paused and deleted jobs never fire. */
+  /** Jobs whose next fire is due, earliest first: frequent ones from memory, others by `jobs_next_due`. Paused and deleted jobs never fire. */
   dueJobs(now: number, limit: number): ShardJob[] {
-    return this.sql
+    const others = this.sql
       .exec("SELECT * FROM jobs WHERE next_due_at <= ? AND paused = 0 AND deleted = 0 ORDER BY next_due_at LIMIT ?", now, limit)
       .toArray()
       .map(toJob);
+    const frequent = this.getJobs(this.frequent.dueIds(now, limit)).filter((j) => j.frequent && !j.paused && !j.deleted);
+    if (frequent.length === 0) return others;
+    return [...others, ...frequent].sort((a, b) => (a.dueAt as number) - (b.dueAt as number)).slice(0, limit);
   }
 
-  /** Moves a job to its next fire, counting the fires just made. */
+  /** Moves a job that is not frequent to its next fire, counting the fires just made. */
   setNextFire(jobId: string, nextFireAt: number | null, nextDueAt: number | null, firesMade: number): void {
     this.sql.exec(
       "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = fires + ? WHERE id = ?",
@@ -156,7 +163,8 @@ export class ShardStore {
   }
 
   /**
-   * Inserts a run: `queued` (the caller dispatches it after commit), `waiting` (for flow control
+   * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline when
+   * its frequent job's fires look at it), `waiting` (for flow control
    * to admit it), `buffered` (for the job's unfinished run), or `skipped` (final). False, and
    * nothing written, if the run exists: run ids are derived, so this is what makes a repeated
    * fire harmless.
@@ -164,7 +172,11 @@ export class ShardStore {
   createRun(
     run: RunToWrite,
     now: number,
-    as: { state: "queued"; claimDeadline: number } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+    as:
+      | { state: "queued"; claimDeadline: number | null }
+      | { state: "waiting" }
+      | { state: "buffered" }
+      | { state: "skipped"; reason: string },
   ): boolean {
     const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
     const inserted = this.sql.exec(
@@ -423,9 +435,10 @@ export class ShardStore {
 
   /** The earliest due instant of a live job's next fire. */
   earliestFire(): number | null {
-    return this.sql.exec("SELECT MIN(next_due_at) AS t FROM jobs WHERE next_due_at IS NOT NULL AND paused = 0 AND deleted = 0").one().t as
-      | number
-      | null;
+    const other = this.sql.exec("SELECT MIN(next_due_at) AS t FROM jobs WHERE next_due_at IS NOT NULL AND paused = 0 AND deleted = 0").one()
+      .t as number | null;
+    const frequent = this.frequent.earliest();
+    return other === null || frequent === null ? (other ?? frequent) : Math.min(other, frequent);
   }
 
   /** The earliest due time of any run: a claim deadline, a lease expiry, a retry, an admission. */

@@ -23,10 +23,11 @@ const OTHER_JOBS = 20_000;
  */
 const OPEN_RUN_INDEXES = ["runs_open", "runs_due", "runs_waiting", "runs_buffered"];
 /**
- * The jobs that watch their runs' outcomes (pauseAfterFailures, notify), read whole once when a
- * shard starts: proportional to those jobs, never to history, and not read again per call.
+ * The jobs that watch their runs' outcomes (pauseAfterFailures, notify), and the frequent jobs,
+ * read whole once when a shard starts: proportional to those jobs, never to history, and not
+ * read again per call.
  */
-const ONCE_PER_START_INDEXES = ["jobs_watching_outcomes"];
+const ONCE_PER_START_INDEXES = ["jobs_watching_outcomes", "jobs_frequent"];
 
 /**
  * A plan step that reads history: a walk of all of runs, attempts or jobs (the table, or an
@@ -39,8 +40,15 @@ function readsHistory(query: string, step: string): boolean {
   const scan = /^SCAN (runs|attempts|jobs)\b(?: USING (?:COVERING )?INDEX (\w+))?/.exec(step);
   if (scan) return !(scan[2] !== undefined && [...OPEN_RUN_INDEXES, ...ONCE_PER_START_INDEXES].includes(scan[2]));
   const page = /ORDER BY scheduled_at DESC, id DESC LIMIT \?$/.test(query.trim());
-  return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page;
+  return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page && !latestRuns(query);
 }
+
+/**
+ * A frequent job's latest runs (frequent-jobs.ts): a range of the runs' key between two
+ * scheduled run ids, the job's deadline watermark and now (a claim timeout or two apart), never
+ * the range of all the job's runs. The bindings below check the bounds are such instants.
+ */
+const latestRuns = (query: string) => /trigger = 'schedule' AND due_at IS NULL AND state IN/.test(query);
 
 interface Executed {
   query: string;
@@ -131,6 +139,21 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
 
     expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
     expect((await api(`/v1/jobs/${job.id}/resume`, { method: "POST" })).status).toBe(200);
+
+    // A frequent job: fired from memory, its runs' claim deadlines looked at by its own fires
+    // (its watermark moved back a claim timeout, so that a fire reads that range), then paused.
+    await patch({ schedule: { every: "1s" }, overlap: "allow", maxConcurrency: null, target: { url: receiverPath("plans-frequent") } });
+    const frequent = () =>
+      runInDurableObject(shardOf(job), (_s: Shard, state) =>
+        state.storage.sql.exec("SELECT frequent, fires, deadlines_from FROM jobs WHERE id = ?", job.id).one(),
+      );
+    await expect.poll(async () => (await frequent()).frequent, { timeout: 15_000 }).toBe(1);
+    const { fires } = await frequent();
+    await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("UPDATE jobs SET deadlines_from = deadlines_from - 120000 WHERE id = ?", job.id),
+    );
+    await expect.poll(async () => (await frequent()).fires, { timeout: 15_000 }).toBeGreaterThan(Number(fires) + 1);
+    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
   });
 
   it("reads no history in any statement it ran: no scan of runs, attempts or jobs, no walk of a job's past runs", async () => {
@@ -151,5 +174,13 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
       return found;
     });
     expect(scans).toEqual([]);
+    // The frequent job's range reads ran, each between two of its scheduled run ids.
+    const ranges = [...distinct.values()].filter((e) => latestRuns(e.query));
+    expect(ranges.length).toBe(2); // a fire's look at its runs' deadlines, and the pause giving them back
+    for (const { bindings } of ranges) {
+      const ids = bindings.filter((b) => typeof b === "string" && b.startsWith(`run_${job.id.slice(4)}_`)) as string[];
+      expect(ids).toHaveLength(2);
+      expect(ids[0]! <= ids[1]!).toBe(true);
+    }
   });
 });

@@ -180,4 +180,37 @@ describe("rows written per successful run", () => {
     console.log(`recurring run: ${all.toFixed(2)} SQLite rows written`, byOperation);
     expect(all).toBeLessThanOrEqual(6);
   });
+
+  it("a run of a frequent job (due again within a claim timeout): fire, claim and report", async () => {
+    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900003"));
+    const job = definition(await specLike({ every: "2s" }), Date.now());
+    await shard.applyJobs([job]);
+    // Read between two fires: every run fired so far has succeeded, so no run is half counted.
+    const settledAt = (runs: number) =>
+      vi.waitFor(
+        async () => {
+          const states = await runInDurableObject(shard, (_s: Shard, state) =>
+            state.storage.sql
+              .exec("SELECT state FROM runs WHERE job_id = ?", job.id)
+              .toArray()
+              .map((r) => r.state),
+          );
+          expect(states.length).toBeGreaterThanOrEqual(runs);
+          expect(states.every((s) => s === "succeeded")).toBe(true);
+          return { runs: states.length, cost: await costOf(shard) };
+        },
+        { timeout: 30_000, interval: 50 },
+      );
+    // Its first fire makes it frequent (the job enters jobs_frequent once); counted from the second.
+    const before = await settledAt(2);
+    const after = await settledAt(before.runs + 4);
+    const { all, byOperation } = perRun(before.cost, after.cost, after.runs - before.runs);
+    console.log(`frequent job's run: ${all.toFixed(2)} SQLite rows written`, byOperation);
+    expect(all).toBeLessThanOrEqual(4);
+    // Its runs never entered runs_due: their claim deadlines are the job's to look at.
+    const due = await runInDurableObject(shard, (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND due_at IS NOT NULL", job.id).one(),
+    );
+    expect(due.n).toBe(0);
+  });
 });
