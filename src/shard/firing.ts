@@ -14,7 +14,7 @@ import {
   type TenantSettings,
   type TriggeredBy,
 } from "./contract";
-import { type RunLedger, stoppedReason } from "./ledger";
+import { type ClaimDeadline, type RunLedger, stoppedReason } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
@@ -75,6 +75,10 @@ export class Firing {
    */
   fireDue(now: number, limit: number): number {
     const jobs = this.store.dueJobs(now, limit);
+    // Runs fired together share a claim deadline (claim-chunks.ts): two rows for the chunk, where
+    // each run's own deadline is a row. A job fired alone keeps its run's own.
+    const together: ClaimDeadline = jobs.length > 1 ? "chunk" : "own";
+    this.ledger.takeChunk(); // what a chunk that rolled back left, if anything: its runs were never written
     for (const job of jobs) {
       const spec = job.spec;
       const plan = planDueFires(
@@ -115,10 +119,10 @@ export class Firing {
           scheduledAt: fire.at,
           catchUp: fire.catchUp,
         };
-        // A catch-up fire is late already: its claim deadline goes into runs_due.
-        const deadlineOnJob = frequent && !fire.catchUp;
-        if (deadlineOnJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
-        this.startRun(job, run, now, deadlineOnJob);
+        // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
+        const onJob = frequent && !fire.catchUp;
+        if (onJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
+        this.startRun(job, run, now, onJob ? "job" : together);
       }
       if (frequent) {
         this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
@@ -127,6 +131,8 @@ export class Firing {
         this.store.setNextFire(job.id, next, nextDue, ready.length);
       }
     }
+    const chunk = this.ledger.takeChunk();
+    if (chunk.length > 0) this.store.claimChunks.add(now + this.ledger.claimTimeoutMs(), chunk);
     return jobs.length;
   }
 
@@ -181,10 +187,10 @@ export class Firing {
 
   /**
    * Creates a run as the job's overlap policy decides (backfills always start). False if it
-   * existed. `deadlineOnJob`: a frequent job's fires look at its claim deadline, if it is
-   * dispatched and not watched.
+   * existed. `deadline`: where its claim deadline is kept if it is dispatched; a watched run
+   * keeps its own, in runs_due, where a policy's query finds it.
    */
-  private startRun(job: ShardJob, newRun: NewRun, now: number, deadlineOnJob = false): boolean {
+  private startRun(job: ShardJob, newRun: NewRun, now: number, deadline: ClaimDeadline = "own"): boolean {
     // A workflow run is always watched: a resume or a delete finds it among the job's open runs.
     const watched = job.spec.steps !== undefined || watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId));
     const run = { ...newRun, watched };
@@ -197,7 +203,7 @@ export class Firing {
       if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
       for (const old of unfinished) this.ledger.cancel(old, `replaced by run ${run.id}`, now);
     }
-    return this.ledger.createQueuedOrWaiting(job, run, now, deadlineOnJob && !watched);
+    return this.ledger.createQueuedOrWaiting(job, run, now, watched ? "own" : deadline);
   }
 }
 

@@ -22,6 +22,14 @@ import type { AttemptChange, RunChanges, ShardStore } from "./store";
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
 export const TICK_BATCH = 2_000;
+/** Claim chunks looked at per alarm: each holds at most FIRE_CHUNK (200) runs, so as many runs as TICK_BATCH. */
+const CHUNKS_PER_TICK = 10;
+
+/**
+ * Where a dispatched run's claim deadline is kept: its own `due_at` (in runs_due), its frequent
+ * job's fires (frequent-jobs.ts), or the claim chunk of the runs dispatched with it (claim-chunks.ts).
+ */
+export type ClaimDeadline = "own" | "job" | "chunk";
 
 /** What a settled outcome says, whoever reported it: the consumer, or the target itself. */
 export interface Settled {
@@ -45,6 +53,8 @@ export class RunLedger {
    * the shard once its workflows exist, since they write their step runs through this ledger.
    */
   beginSteps: (runId: string, now: number) => void = () => {};
+  /** Runs created since the last `takeChunk` whose claim deadline is their chunk's (claim-chunks.ts). */
+  #chunk: string[] = [];
 
   constructor(
     private readonly store: ShardStore,
@@ -75,24 +85,32 @@ export class RunLedger {
     run: RunToWrite,
     now: number,
     as:
-      | { state: "queued"; job: ShardJob; deadlineOnJob?: boolean }
+      | { state: "queued"; job: ShardJob; deadline?: ClaimDeadline }
       | { state: "waiting" }
       | { state: "buffered" }
       | { state: "skipped"; reason: string },
   ): boolean {
     if (as.state !== "queued") return this.store.createRun(run, now, as);
-    const claimDeadline = as.deadlineOnJob ? null : now + this.claimTimeoutMs();
-    const created = this.store.createRun(run, now, { state: "queued", claimDeadline });
+    const deadline = as.deadline ?? "own";
+    const created = this.store.createRun(run, now, {
+      state: "queued",
+      claimDeadline: deadline === "own" ? now + this.claimTimeoutMs() : null,
+    });
+    if (created && deadline === "chunk") this.#chunk.push(run.id);
     if (created) this.dispatch(run.id, run.fence ?? 1, as.job, now);
     return created;
   }
 
-  /**
-   * A new run for a job, held for admission when the job is under flow control. `deadlineOnJob`:
-   * the job's own fires look at the run's claim deadline (frequent-jobs.ts), not `runs_due`.
-   */
-  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number, deadlineOnJob = false): boolean {
-    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job, deadlineOnJob });
+  /** A new run for a job, held for admission when the job is under flow control; `deadline` says where its claim deadline is kept. */
+  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number, deadline: ClaimDeadline = "own"): boolean {
+    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job, deadline });
+  }
+
+  /** The runs created for a chunk's claim deadline since the last call: the caller writes the chunk. */
+  takeChunk(): string[] {
+    const runs = this.#chunk;
+    this.#chunk = [];
+    return runs;
   }
 
   /**
@@ -260,6 +278,13 @@ export class RunLedger {
   /** Runs whose due time passed: unclaimed dispatches go out again, retries start, expired leases fail. */
   advanceDue(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) this.dueCame(run, this.store.getJob(run.jobId), now);
+    // Chunks whose claim deadline came: each run still without a due time of its own is looked at.
+    for (const chunk of this.store.claimChunks.due(now, CHUNKS_PER_TICK)) {
+      for (const run of this.store.getRuns(chunk.runs)) {
+        if (run.dueAt === null && (run.state === "queued" || run.state === "running")) this.dueCame(run, this.store.getJob(run.jobId), now);
+      }
+      this.store.claimChunks.remove(chunk);
+    }
   }
 
   /**

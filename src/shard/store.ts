@@ -1,4 +1,5 @@
 import { chunksForStatement, placeholders } from "../sql";
+import { ClaimChunks } from "./claim-chunks";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { FrequentJobs } from "./frequent-jobs";
 import { PermitReleases } from "./permit-releases";
@@ -49,6 +50,8 @@ export class ShardStore {
   readonly permitReleases: PermitReleases;
   /** Jobs that fire at least once per claim timeout: their due times in memory, their runs' claim deadlines on the job. */
   readonly frequent: FrequentJobs;
+  /** Claim deadlines shared by the runs an alarm dispatched together. */
+  readonly claimChunks: ClaimChunks;
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
@@ -63,6 +66,7 @@ export class ShardStore {
   ) {
     this.permitReleases = new PermitReleases(sql);
     this.frequent = new FrequentJobs(sql);
+    this.claimChunks = new ClaimChunks(sql);
   }
 
   // ---- jobs ----
@@ -162,6 +166,10 @@ export class ShardStore {
     return row ? toRun(row) : null;
   }
 
+  getRuns(ids: string[]): RunRow[] {
+    return this.whereIdIn("SELECT * FROM runs WHERE id IN", ids).map(toRun);
+  }
+
   /**
    * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline when
    * its frequent job's fires look at it), `waiting` (for flow control
@@ -223,8 +231,9 @@ export class ShardStore {
 
   /**
    * Runs of a job that have not started an attempt yet or wait for their next one: its watched
-   * ones through runs_open; the others, all of which have a due time (a claim deadline or a
-   * retry), among the shard's due runs (runs_due: work in hand, never history).
+   * ones through runs_open; the others have a due time (a claim deadline or a retry), found
+   * among the shard's due runs (runs_due: work in hand, never history), or are listed in a
+   * claim chunk. (A frequent job gives its runs a due time before it is paused or deleted.)
    */
   pendingRuns(jobId: string): RunRow[] {
     const watched = this.sql.exec(
@@ -235,7 +244,8 @@ export class ShardStore {
       `SELECT * FROM runs WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND state IN (${PENDING})`,
       jobId,
     );
-    return [...watched.toArray(), ...due.toArray()].map(toRun);
+    const chunked = this.getRuns(this.claimChunks.runsOf(jobId)).filter((r) => r.dueAt === null && PENDING_STATES.includes(r.state));
+    return [...watched.toArray().map(toRun), ...due.toArray().map(toRun), ...chunked];
   }
 
   /** A PATCH set an overlap policy or a limit: the job's open runs join runs_open (not a workflow's steps: their run does). */
@@ -244,6 +254,8 @@ export class ShardStore {
       "UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL AND parent_run_id IS NULL",
       jobId,
     );
+    for (const chunk of chunksForStatement(this.claimChunks.runsOf(jobId)))
+      this.sql.exec(`UPDATE runs SET watched = 1 WHERE id IN (${placeholders(chunk.length)}) AND finished_at IS NULL`, ...chunk);
   }
 
   /** Runs whose due time has come (claim deadline, lease expiry or retry time). */
@@ -441,9 +453,11 @@ export class ShardStore {
     return other === null || frequent === null ? (other ?? frequent) : Math.min(other, frequent);
   }
 
-  /** The earliest due time of any run: a claim deadline, a lease expiry, a retry, an admission. */
+  /** The earliest due time of any run (a claim deadline, a lease expiry, a retry, an admission) or claim chunk. */
   earliestRunDue(): number | null {
-    return this.sql.exec("SELECT MIN(due_at) AS t FROM runs WHERE due_at IS NOT NULL").one().t as number | null;
+    const run = this.sql.exec("SELECT MIN(due_at) AS t FROM runs WHERE due_at IS NOT NULL").one().t as number | null;
+    const chunk = this.claimChunks.earliest();
+    return run === null || chunk === null ? (run ?? chunk) : Math.min(run, chunk);
   }
 
   /** A waiting run is due for admission. */

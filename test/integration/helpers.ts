@@ -12,9 +12,10 @@ import { insertJob } from "../../src/catalog/jobs";
 import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
 import { DEFAULT_TENANT, newJobId } from "../../src/model/ids";
-import { CreateJobSchema, type Job } from "../../src/model/job";
+import { CreateJobSchema, type Job, type JobSpec } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { sealTarget } from "../../src/security/targets";
+import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import type { Hit } from "../support/hit";
 
@@ -210,4 +211,21 @@ export async function lostJob(shard: string, updatedAt: number) {
     null,
   );
   return { id, shard };
+}
+
+/**
+ * The spec the API stored for a job (its target sealed as the API seals it), with `schedule`:
+ * for definitions applied straight to a shard of a test's own (`definition`).
+ */
+export async function specLike(schedule: JobSpec["schedule"], url = receiverPath("spec")): Promise<JobSpec> {
+  const template = await createJob({ schedule: FAR_CRON, target: { url } });
+  const spec = await runInDurableObject(shardOf(template), (_s: Shard, state) =>
+    JSON.parse(state.storage.sql.exec("SELECT spec FROM jobs WHERE id = ?", template.id).one().spec as string),
+  );
+  return { ...spec, schedule };
+}
+
+/** A new job's definition, as the API hands it to its shard. */
+export function definition(spec: JobSpec, now: number): JobDefinition {
+  return { id: newJobId(now), tenantId: "default", version: 1, spec, paused: false, deleted: false, createdAt: now };
 }
