@@ -79,61 +79,70 @@ export class Firing {
     // each run's own deadline is a row. A job fired alone keeps its run's own.
     const together: ClaimDeadline = jobs.length > 1 ? "chunk" : "own";
     this.ledger.takeChunk(); // what a chunk that rolled back left, if anything: its runs were never written
-    for (const job of jobs) {
-      const spec = job.spec;
-      const plan = planDueFires(
-        spec.schedule,
-        job.createdAt,
-        job.nextFireAt as number,
-        now,
-        spec.misfire ?? "fire_once",
-        parseDuration(spec.catchupWindow ?? "1h")!,
-      );
-      const ready: DueFire[] = [];
-      let next = plan.next;
-      for (const fire of plan.fires) {
-        // A jittered fire that is nominally past but not yet due waits for its turn.
-        if (!fire.catchUp && fire.at + jitterOf(job, fire.at) > now) {
-          next = fire.at;
-          break;
-        }
-        ready.push(fire);
-      }
-      const left = (spec.schedule.maxRuns ?? Infinity) - job.fires;
-      if (ready.length >= left) {
-        ready.length = Math.max(0, left);
-        next = null;
-      }
-      const nextDue = next === null ? null : next + jitterOf(job, next);
-      // Due again within a claim timeout: the job is frequent (frequent-jobs.ts), and its own
-      // fires look at its runs' claim deadlines, these runs' included.
-      const claimTimeout = this.ledger.claimTimeoutMs();
-      const frequent = nextDue !== null && nextDue - now <= claimTimeout;
-      let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
-      for (const fire of ready) {
-        const run = {
-          id: scheduledRunId(job.id, fire.at),
-          jobId: job.id,
-          jobVersion: job.version,
-          trigger: "schedule" as const,
-          scheduledAt: fire.at,
-          catchUp: fire.catchUp,
-        };
-        // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
-        const onJob = frequent && !fire.catchUp;
-        if (onJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
-        this.startRun(job, run, now, onJob ? "job" : together);
-      }
-      if (frequent) {
-        this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
-      } else {
-        this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);
-        this.store.setNextFire(job.id, next, nextDue, ready.length);
-      }
-    }
+    for (const job of jobs) this.fireJob(job, now, together);
     const chunk = this.ledger.takeChunk();
     if (chunk.length > 0) this.store.claimChunks.add(now + this.ledger.claimTimeoutMs(), chunk);
     return jobs.length;
+  }
+
+  /** One due job's fires become runs, and the job moves to its next fire. */
+  private fireJob(job: ShardJob, now: number, together: ClaimDeadline): void {
+    const { ready, next } = this.readyFires(job, now);
+    const nextDue = next === null ? null : next + jitterOf(job, next);
+    // Due again within a claim timeout: the job is frequent (frequent-jobs.ts), and its own
+    // fires look at its runs' claim deadlines, these runs' included.
+    const claimTimeout = this.ledger.claimTimeoutMs();
+    const frequent = nextDue !== null && nextDue - now <= claimTimeout;
+    let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
+    for (const fire of ready) {
+      const run = {
+        id: scheduledRunId(job.id, fire.at),
+        jobId: job.id,
+        jobVersion: job.version,
+        trigger: "schedule" as const,
+        scheduledAt: fire.at,
+        catchUp: fire.catchUp,
+      };
+      // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
+      const onJob = frequent && !fire.catchUp;
+      if (onJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
+      this.startRun(job, run, now, onJob ? "job" : together);
+    }
+    if (frequent) {
+      this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
+    } else {
+      this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);
+      this.store.setNextFire(job.id, next, nextDue, ready.length);
+    }
+  }
+
+  /** The job's fires due by `now` under its misfire, jitter and maxRuns rules, and its next fire after them. */
+  private readyFires(job: ShardJob, now: number): { ready: DueFire[]; next: number | null } {
+    const spec = job.spec;
+    const plan = planDueFires(
+      spec.schedule,
+      job.createdAt,
+      job.nextFireAt as number,
+      now,
+      spec.misfire ?? "fire_once",
+      parseDuration(spec.catchupWindow ?? "1h")!,
+    );
+    const ready: DueFire[] = [];
+    let next = plan.next;
+    for (const fire of plan.fires) {
+      // A jittered fire that is nominally past but not yet due waits for its turn.
+      if (!fire.catchUp && fire.at + jitterOf(job, fire.at) > now) {
+        next = fire.at;
+        break;
+      }
+      ready.push(fire);
+    }
+    const left = (spec.schedule.maxRuns ?? Infinity) - job.fires;
+    if (ready.length >= left) {
+      ready.length = Math.max(0, left);
+      next = null;
+    }
+    return { ready, next };
   }
 
   /**
