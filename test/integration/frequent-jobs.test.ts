@@ -1,4 +1,4 @@
-import { runInDurableObject } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { armFault, disarmFaults, faultCounts } from "../../src/faults";
 import { scheduledRunId } from "../../src/model/ids";
@@ -62,6 +62,32 @@ async function runAwaitingDeadline(job: Job, at: number, state: "queued" | "runn
     st.storage.sql.exec("UPDATE jobs SET deadlines_from = MIN(COALESCE(deadlines_from, ?1), ?1) WHERE id = ?2", at, job.id);
   });
   return runId;
+}
+
+/**
+ * Runs of the shard dispatched or running that nobody would look at again: no due time of their
+ * own, in no claim chunk, and not in the range of runs their frequent job's fires look at. A run
+ * a lost dispatch left there would never run: this must always be empty.
+ */
+async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ unwatched: Row[]; open: number }> {
+  return runInDurableObject(shard, (_s: Shard, state) => {
+    const sql = state.storage.sql;
+    const chunked = new Set(
+      sql
+        .exec("SELECT runs FROM claim_chunks")
+        .toArray()
+        .flatMap((r) => JSON.parse(r.runs as string) as string[]),
+    );
+    const open = sql
+      .exec(
+        `SELECT r.id, r.state, r.trigger, r.scheduled_at, r.due_at, j.frequent, j.deadlines_from FROM runs r JOIN jobs j ON j.id = r.job_id
+         WHERE r.state IN ('queued', 'running')`,
+      )
+      .toArray();
+    const watchedByJob = (r: Row) =>
+      r.frequent === 1 && r.trigger === "schedule" && r.deadlines_from !== null && Number(r.deadlines_from) <= Number(r.scheduled_at);
+    return { unwatched: open.filter((r) => r.due_at === null && !chunked.has(r.id as string) && !watchedByJob(r)), open: open.length };
+  });
 }
 
 async function stop(job: Job): Promise<void> {
@@ -138,6 +164,47 @@ describe("frequent jobs", () => {
     await vi.waitFor(async () => expect((await runRow(job, runId))?.state).toBe("succeeded"), { timeout: 15_000, interval: 100 });
     expect(Number((await runRow(job, runId))?.created_at) - instant).toBeLessThan(8_000);
     await stop(job);
+  });
+
+  it("through changes of every kind, no dispatched or running run is left with nobody to look at it", async () => {
+    // Runs that take 1.5 s, fired every second: several are open at any moment.
+    const url = receiverPath("freq-changes", "delayMs=1500");
+    const jobs = await Promise.all([0, 1, 2].map(() => createJob({ schedule: { every: "1s" }, target: { url } })));
+    const change = (job: Job, body: Record<string, unknown>) => api(`/v1/jobs/${job.id}`, { method: "PATCH", json: body });
+    const action = (job: Job, verb: "pause" | "resume" | "trigger") => api(`/v1/jobs/${job.id}/${verb}`, { method: "POST" });
+    let openSeen = 0;
+    const check = async (step: string) => {
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      for (const shard of new Set(jobs.map((j) => j.shard))) {
+        const { unwatched, open } = await unwatchedRuns(env.SHARD.get(env.SHARD.idFromName(shard)));
+        openSeen += open;
+        expect(unwatched, step).toEqual([]);
+      }
+    };
+    const [a, b, c] = jobs as [Job, Job, Job];
+    await vi.waitFor(async () => expect((await Promise.all(jobs.map(jobRow))).map((r) => r.frequent)).toEqual([1, 1, 1]), {
+      timeout: 15_000,
+      interval: 100,
+    });
+    await check("all frequent");
+    expect((await change(a, { schedule: { every: "2h" } })).status).toBe(200);
+    await check("a slowed down");
+    expect((await action(b, "pause")).status).toBe(200);
+    await check("b paused");
+    expect((await action(c, "trigger")).status).toBe(202);
+    await check("c triggered");
+    expect((await change(a, { schedule: { every: "1s" } })).status).toBe(200);
+    await vi.waitFor(async () => expect((await jobRow(a)).frequent).toBe(1), { timeout: 10_000, interval: 100 });
+    await check("a frequent again");
+    expect((await action(b, "resume")).status).toBe(200);
+    await check("b resumed");
+    expect((await change(c, { target: { url: receiverPath("freq-changes-2") } })).status).toBe(200);
+    await check("c's target changed");
+    await stop(a);
+    await check("a deleted");
+    expect(openSeen).toBeGreaterThan(0); // the checks looked at open runs, not only at empty shards
+    await stop(b);
+    await stop(c);
   });
 
   it("a schedule slowed past the claim timeout gives its runs their claim deadline back, and the job fires by jobs_next_due", async () => {
