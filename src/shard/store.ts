@@ -171,11 +171,11 @@ export class ShardStore {
   }
 
   /**
-   * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline when
-   * its frequent job's fires look at it), `waiting` (for flow control
-   * to admit it), `buffered` (for the job's unfinished run), or `skipped` (final). False, and
-   * nothing written, if the run exists: run ids are derived, so this is what makes a repeated
-   * fire harmless.
+   * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline of
+   * its own when its frequent job's fires or its claim chunk keep it), `waiting` (for flow
+   * control to admit it), `buffered` (for the job's unfinished run), or `skipped` (final).
+   * False, and nothing written, if the run exists: run ids are derived, so this is what makes a
+   * repeated fire harmless.
    */
   createRun(
     run: RunToWrite,
