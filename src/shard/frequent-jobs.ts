@@ -1,6 +1,6 @@
 import { scheduledRunId } from "../model/ids";
 import type { RunRow } from "./contract";
-import { type ShardJob, toRun } from "./rows";
+import { type ShardJob, toJob, toRun } from "./rows";
 
 /** A scheduled run whose claim deadline its job's fires look at: dispatched or running, with no due time of its own. */
 const DEADLINE_ON_JOB = "trigger = 'schedule' AND due_at IS NULL AND state IN ('queued', 'running')";
@@ -12,9 +12,9 @@ const DEADLINE_ON_JOB = "trigger = 'schedule' AND due_at IS NULL AND state IN ('
  *
  * - Their next due time is `soon_at`, a column no index holds, so a fire updates the job's row
  *   and moves no index entry (a fire that moves `next_due_at` moves its `jobs_next_due` entry:
- *   a row). The shard keeps their due times in memory, read once through `jobs_frequent`, which
- *   a job enters when it becomes frequent, not at each fire; every write here keeps memory in
- *   step, and a change that rolls back makes the shard read it again (`forget`).
+ *   a row). The shard keeps them in memory, read once through `jobs_frequent`, which a job
+ *   enters when it becomes frequent, not at each fire; every write here keeps memory in step,
+ *   and a change that rolls back makes the shard read them again (`forget`).
  * - Their scheduled runs are dispatched with no due time, so with no `runs_due` entry: a later
  *   fire of the job, which comes within a claim timeout, looks at each run's claim deadline
  *   (`deadlinesFrom`, `awaitingDeadline`) as the alarm looks at `runs_due`. A job that stops
@@ -24,39 +24,44 @@ const DEADLINE_ON_JOB = "trigger = 'schedule' AND due_at IS NULL AND state IN ('
  *   `runs_due` would have sent it after a claim timeout.
  */
 export class FrequentJobs {
-  #due: Map<string, number> | undefined;
+  /**
+   * Each live frequent job as its row reads, read from storage once, then kept by `fired`: the
+   * only write, while a job is frequent, to the columns a fire reads (a change, a pause or a
+   * delete goes through `leave` first; a failure streak or a rate's next slot is read from
+   * storage where it is used). So a fire reads nothing to find its jobs, nor parses their specs.
+   */
+  #jobs: Map<string, ShardJob> | undefined;
 
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
 
-  /** Each live frequent job's due time; read from storage once, then kept by `fired` and `leave`. */
-  private get due(): Map<string, number> {
-    this.#due ??= new Map(
+  private get jobs(): Map<string, ShardJob> {
+    this.#jobs ??= new Map(
       this.sql
-        .exec("SELECT id, soon_at FROM jobs WHERE frequent = 1 AND paused = 0 AND deleted = 0")
+        .exec("SELECT * FROM jobs WHERE frequent = 1 AND paused = 0 AND deleted = 0")
         .toArray()
-        .map((r) => [r.id as string, r.soon_at as number]),
+        .map((r) => [r.id as string, toJob(r)]),
     );
-    return this.#due;
+    return this.#jobs;
   }
 
-  /** A change rolled back: memory may be ahead of storage, so it is read again when next needed. */
+  /** A change rolled back, or storage was written behind the shard's back: what memory holds is read again when next needed. */
   forget(): void {
-    this.#due = undefined;
+    this.#jobs = undefined;
   }
 
-  /** Up to `limit` frequent jobs due by `now`, earliest first (the caller reads their rows). */
-  dueIds(now: number, limit: number): string[] {
-    const due: Array<[string, number]> = [];
-    for (const entry of this.due) if (entry[1] <= now) due.push(entry);
+  /** Up to `limit` frequent jobs due by `now`, earliest first. */
+  due(now: number, limit: number): ShardJob[] {
+    const due: ShardJob[] = [];
+    for (const job of this.jobs.values()) if ((job.dueAt as number) <= now) due.push(job);
     return due
-      .sort((a, b) => a[1] - b[1])
+      .sort((a, b) => (a.dueAt as number) - (b.dueAt as number))
       .slice(0, limit)
-      .map(([id]) => id);
+      .map((job) => ({ ...job }));
   }
 
   earliest(): number | null {
     let earliest: number | null = null;
-    for (const at of this.due.values()) if (earliest === null || at < earliest) earliest = at;
+    for (const { dueAt } of this.jobs.values()) if (earliest === null || (dueAt as number) < earliest) earliest = dueAt;
     return earliest;
   }
 
@@ -72,7 +77,7 @@ export class FrequentJobs {
       deadlinesFrom,
       job.id,
     );
-    this.due.set(job.id, dueAt);
+    this.jobs.set(job.id, { ...job, frequent: true, nextFireAt, dueAt, fires: job.fires + firesMade, deadlinesFrom });
   }
 
   /**
@@ -92,7 +97,7 @@ export class FrequentJobs {
         scheduledRunId(job.id, now),
       );
     }
-    this.#due?.delete(job.id);
+    this.#jobs?.delete(job.id);
   }
 
   /**

@@ -132,7 +132,7 @@ export class ShardStore {
       .exec("SELECT * FROM jobs WHERE next_due_at <= ? AND paused = 0 AND deleted = 0 ORDER BY next_due_at LIMIT ?", now, limit)
       .toArray()
       .map(toJob);
-    const frequent = this.getJobs(this.frequent.dueIds(now, limit)).filter((j) => j.frequent && !j.paused && !j.deleted);
+    const frequent = this.frequent.due(now, limit);
     if (frequent.length === 0) return others;
     return [...others, ...frequent].sort((a, b) => (a.dueAt as number) - (b.dueAt as number)).slice(0, limit);
   }

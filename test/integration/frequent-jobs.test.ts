@@ -4,7 +4,7 @@ import { armFault, disarmFaults, faultCounts } from "../../src/faults";
 import { scheduledRunId } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, hitsOf, receiverPath, shardOf } from "./helpers";
+import { api, createJob, hitsOf, receiverPath, rereadFrequentJobs, shardOf } from "./helpers";
 
 /**
  * Frequent jobs (src/shard/frequent-jobs.ts): a job due again within a claim timeout keeps its
@@ -61,6 +61,7 @@ async function runAwaitingDeadline(job: Job, at: number, state: "queued" | "runn
     );
     st.storage.sql.exec("UPDATE jobs SET deadlines_from = MIN(COALESCE(deadlines_from, ?1), ?1) WHERE id = ?2", at, job.id);
   });
+  await rereadFrequentJobs(shardOf(job));
   return runId;
 }
 
