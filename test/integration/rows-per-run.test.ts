@@ -129,9 +129,9 @@ describe("rows written per successful run", () => {
   it("a one-off job's run: create, fire, claim and report", async () => {
     const shard = env.SHARD.get(env.SHARD.idFromName("shard-900001"));
     const oneOff = async (count: number) => {
-      // Due a moment after they are all created, so that one alarm fires them together (the
-      // runtime's own, or this test's if it comes first).
-      const at = Date.now() + 1_500;
+      // Due a moment after they are all created (20 calls take well under a second), so that
+      // one alarm fires them together: the runtime's own, or this test's if it comes first.
+      const at = Date.now() + 3_000;
       const spec = await specLike({ at: new Date(at).toISOString() });
       const jobs = Array.from({ length: count }, () => definition(spec, Date.now()));
       for (const job of jobs) await shard.applyJobs([job]); // one creation, one call
