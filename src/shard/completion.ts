@@ -62,7 +62,7 @@ export class Completions {
   /** Each run's outcome is recorded once; an outcome for any fence but the current running one is stale. */
   report(outcomes: Outcome[], now: number): Array<"recorded" | "stale"> {
     return outcomes.map((o) => {
-      const { run, attempt } = this.store.getRunAndAttempt(o.runId, o.fence);
+      const { run, attempt } = this.store.attempts.runAndAttempt(o.runId, o.fence);
       if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
         if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
         if (!o.accepted && this.ledger.succeedLate(o.runId, o.fence, o, now)) return "recorded";
@@ -129,7 +129,7 @@ export class Completions {
     const run = this.store.getRun(runId);
     if (!run) return refuse("unknown_run");
     const fence = parseCompletionToken(token)?.fence;
-    const attempt = fence === undefined ? null : this.store.getAttempt(runId, fence);
+    const attempt = fence === undefined ? null : this.store.attempts.get(runId, fence);
     if (!attempt || !sameToken(attempt.completionToken, token)) return refuse("invalid_token");
     const live = run.fence === fence && run.state === "running" && LIVE_ATTEMPT_OUTCOMES.includes(attempt.outcome);
     if (!live) {

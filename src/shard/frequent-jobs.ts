@@ -31,6 +31,8 @@ export class FrequentJobs {
    * storage where it is used). So a fire reads nothing to find its jobs, nor parses their specs.
    */
   #jobs: Map<string, ShardJob> | undefined;
+  /** The earliest of their due times, asked after every call: kept until a fire or a leave changes them. */
+  #earliest: number | null | undefined;
 
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
 
@@ -47,6 +49,7 @@ export class FrequentJobs {
   /** A change rolled back, or storage was written behind the shard's back: what memory holds is read again when next needed. */
   forget(): void {
     this.#jobs = undefined;
+    this.#earliest = undefined;
   }
 
   /** Up to `limit` frequent jobs due by `now`, earliest first. */
@@ -60,8 +63,10 @@ export class FrequentJobs {
   }
 
   earliest(): number | null {
+    if (this.#earliest !== undefined) return this.#earliest;
     let earliest: number | null = null;
     for (const { dueAt } of this.jobs.values()) if (earliest === null || (dueAt as number) < earliest) earliest = dueAt;
+    this.#earliest = earliest;
     return earliest;
   }
 
@@ -78,6 +83,7 @@ export class FrequentJobs {
       job.id,
     );
     this.jobs.set(job.id, { ...job, frequent: true, nextFireAt, dueAt, fires: job.fires + firesMade, deadlinesFrom });
+    this.#earliest = undefined;
   }
 
   /**
@@ -98,6 +104,7 @@ export class FrequentJobs {
       );
     }
     this.#jobs?.delete(job.id);
+    this.#earliest = undefined;
   }
 
   /**

@@ -197,7 +197,7 @@ export class RunLedger {
   /** The target answered 202: the lease restarts from its answer, and heartbeats extend it. */
   accept(run: RunRow, status: number, now: number): void {
     const leaseMs = this.timeoutOf(run) + LEASE_GRACE_MS;
-    this.store.acceptAttempt(run.id, run.fence, status, now + leaseMs);
+    this.store.attempts.accept(run.id, run.fence, status, now + leaseMs);
     this.renewCover(run, leaseMs);
   }
 
@@ -260,7 +260,7 @@ export class RunLedger {
    */
   succeedLate(runId: string, fence: number, o: Settled, now: number): boolean {
     const run = this.store.getRun(runId);
-    const attempt = this.store.getAttempt(runId, fence);
+    const attempt = this.store.attempts.get(runId, fence);
     if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
     // A workflow's step stays dead: the graph has already decided on it (steps below skipped or
     // started), and a step that changed its outcome now would contradict those decisions.
@@ -272,7 +272,7 @@ export class RunLedger {
 
   /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */
   noteLate(runId: string, fence: number, description: string): void {
-    this.store.noteLateOutcome(runId, fence, description);
+    this.store.attempts.noteLate(runId, fence, description);
   }
 
   /** Runs whose due time passed: unclaimed dispatches go out again, retries start, expired leases fail. */

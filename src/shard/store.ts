@@ -1,9 +1,10 @@
 import { chunksForStatement, placeholders } from "../sql";
+import { AttemptStore } from "./attempt-store";
 import { ClaimChunks } from "./claim-chunks";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { FrequentJobs } from "./frequent-jobs";
 import { PermitReleases } from "./permit-releases";
-import { latestAttemptOf, type Row, type RunToWrite, type ShardJob, toAttempt, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
+import { type Row, type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
@@ -52,6 +53,8 @@ export class ShardStore {
   readonly frequent: FrequentJobs;
   /** Claim deadlines shared by the runs an alarm dispatched together. */
   readonly claimChunks: ClaimChunks;
+  /** Runs' attempts: the latest on its run's row, earlier ones in `attempts`. */
+  readonly attempts: AttemptStore;
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
@@ -67,6 +70,7 @@ export class ShardStore {
     this.permitReleases = new PermitReleases(sql);
     this.frequent = new FrequentJobs(sql);
     this.claimChunks = new ClaimChunks(sql);
+    this.attempts = new AttemptStore(sql);
   }
 
   // ---- jobs ----
@@ -406,41 +410,6 @@ export class ShardStore {
     const tenant = row ? toTenant(row) : null;
     this.tenants.set(id, tenant);
     return tenant;
-  }
-
-  // ---- attempts: the latest on its run's row, earlier ones in `attempts`, both in `attempt_log` ----
-
-  /** The target answered 202: the attempt goes on outside edgecron until it completes, under a new lease. */
-  acceptAttempt(runId: string, fence: number, status: number, leaseUntil: number): void {
-    this.sql.exec(
-      "UPDATE runs SET a_outcome = 'accepted', a_status = ?, lease_until = ? WHERE id = ? AND a_fence = ? AND a_outcome = 'running'",
-      status,
-      leaseUntil,
-      runId,
-      fence,
-    );
-  }
-
-  /** Keeps a late outcome on the attempt it belongs to, so the run shows it happened. */
-  noteLateOutcome(runId: string, fence: number, description: string): void {
-    const onRow = this.sql.exec("UPDATE runs SET a_late = ? WHERE id = ? AND a_fence = ?", description, runId, fence).rowsWritten;
-    if (onRow === 0) this.sql.exec("UPDATE attempts SET late = ? WHERE run_id = ? AND fence = ?", description, runId, fence);
-  }
-
-  /**
-   * A run and its attempt of `fence`, in one read when that is the latest attempt (kept on the
-   * run's row), as it is for every outcome that is not stale: a report's hot path.
-   */
-  getRunAndAttempt(runId: string, fence: number): { run: RunRow | null; attempt: AttemptRow | null } {
-    const row = this.sql.exec("SELECT * FROM runs WHERE id = ?", runId).toArray()[0];
-    if (!row) return { run: null, attempt: null };
-    const latest = latestAttemptOf(row);
-    return { run: toRun(row), attempt: latest?.fence === fence ? latest : this.getAttempt(runId, fence) };
-  }
-
-  getAttempt(runId: string, fence: number): AttemptRow | null {
-    const row = this.sql.exec("SELECT * FROM attempt_log WHERE run_id = ? AND fence = ?", runId, fence).toArray()[0];
-    return row ? toAttempt(row) : null;
   }
 
   // ---- what the alarm waits for ----
