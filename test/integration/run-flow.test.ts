@@ -160,7 +160,9 @@ describe("failures and retries", () => {
 
   it("an attempt whose lease expires is timed out and retried; the zombie's late outcome is stale", async () => {
     const url = receiverPath("lease");
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 3 } });
+    // A retry delay of its own, not a jittered one that may end (and start the retry) before the late report.
+    const retry = { maxAttempts: 3, jitter: "none", backoff: { initialMs: 600_000, maxMs: 600_000 } };
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry });
     await fireHeld(job);
     const [run] = await listRuns(job.id);
     const stub = shardOf(job);
