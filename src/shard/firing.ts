@@ -79,14 +79,22 @@ export class Firing {
     // each run's own deadline is a row. A job fired alone keeps its run's own.
     const together: ClaimDeadline = jobs.length > 1 ? "chunk" : "own";
     this.ledger.takeChunk(); // what a chunk that rolled back left, if anything: its runs were never written
-    for (const job of jobs) this.fireJob(job, now, together);
+    let kept = 0;
+    for (const job of jobs) if (this.fireJob(job, now, together) === "kept") kept++;
     const chunk = this.ledger.takeChunk();
     if (chunk.length > 0) this.store.claimChunks.add(now + this.ledger.claimTimeoutMs(), chunk);
+    // The jobs taken from jobs_next_due are a prefix of it after the position (frequent ones are not in it).
+    const last = jobs.findLast((job) => !job.frequent);
+    if (last) this.store.firedThrough.passed({ dueAt: last.dueAt as number, jobId: last.id }, kept);
     return jobs.length;
   }
 
-  /** One due job's fires become runs, and the job moves to its next fire. */
-  private fireJob(job: ShardJob, now: number, together: ClaimDeadline): void {
+  /**
+   * One due job's fires become runs, and the job moves to its next fire. A job left with
+   * nothing more to fire and no fire count to keep is "kept": its row is not written, and the
+   * alarm's position says it fired (fired-through.ts).
+   */
+  private fireJob(job: ShardJob, now: number, together: ClaimDeadline): "moved" | "kept" {
     const { ready, next } = this.readyFires(job, now);
     const nextDue = next === null ? null : next + jitterOf(job, next);
     // Due again within a claim timeout: the job is frequent (frequent-jobs.ts), and its own
@@ -110,10 +118,13 @@ export class Firing {
     }
     if (frequent) {
       this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
+    } else if (next === null && !job.frequent && job.spec.schedule.maxRuns === undefined) {
+      return "kept";
     } else {
       this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);
       this.store.setNextFire(job.id, next, nextDue, ready.length);
     }
+    return "moved";
   }
 
   /** The job's fires due by `now` under its misfire, jitter and maxRuns rules, and its next fire after them. */

@@ -389,6 +389,15 @@ CREATE TABLE claim_chunks (
   PRIMARY KEY (due_at, first_run)
 ) WITHOUT ROWID;`,
   },
+  {
+    version: 16,
+    name: "paused jobs out of jobs_next_due",
+    // The alarm reads jobs_next_due after the position it has fired through (fired-through.ts),
+    // and everything behind that position counts as fired: a paused or deleted job, which the
+    // alarm passes without firing, must not be in the index. It enters it again when it resumes.
+    sql: `
+UPDATE jobs SET next_due_at = NULL WHERE next_due_at IS NOT NULL AND (paused = 1 OR deleted = 1);`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

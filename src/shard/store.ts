@@ -2,6 +2,7 @@ import { chunksForStatement, placeholders } from "../sql";
 import { AttemptStore } from "./attempt-store";
 import { ClaimChunks } from "./claim-chunks";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
+import { FiredThrough } from "./fired-through";
 import { FrequentJobs } from "./frequent-jobs";
 import { PermitReleases } from "./permit-releases";
 import { type Row, type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
@@ -15,6 +16,8 @@ import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList,
 const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
+/** A position in `jobs_next_due` before every entry. */
+const BEFORE_ALL = { dueAt: Number.MIN_SAFE_INTEGER, jobId: "" };
 
 /** The run columns a step may change, by field: `moveRun` writes only those whose value changed. */
 const MOVABLE_COLUMNS = {
@@ -55,6 +58,8 @@ export class ShardStore {
   readonly claimChunks: ClaimChunks;
   /** Runs' attempts: the latest on its run's row, earlier ones in `attempts`. */
   readonly attempts: AttemptStore;
+  /** How far the alarm has fired through `jobs_next_due`: jobs before it have fired. */
+  readonly firedThrough: FiredThrough;
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
@@ -71,17 +76,31 @@ export class ShardStore {
     this.frequent = new FrequentJobs(sql);
     this.claimChunks = new ClaimChunks(sql);
     this.attempts = new AttemptStore(sql);
+    this.firedThrough = new FiredThrough(sql);
   }
 
   // ---- jobs ----
 
   getJob(id: string): ShardJob | null {
     const row = this.sql.exec("SELECT * FROM jobs WHERE id = ?", id).toArray()[0];
-    return row ? toJob(row) : null;
+    return row ? this.toLiveJob(row) : null;
   }
 
   getJobs(ids: string[]): ShardJob[] {
-    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(toJob);
+    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(this.toLiveJob);
+  }
+
+  /** A job the alarm fired and left as it was (fired-through.ts) has nothing more to fire. */
+  private readonly toLiveJob = (row: Row): ShardJob => {
+    const job = toJob(row);
+    if (job.frequent || job.dueAt === null || !this.firedThrough.covers(job.dueAt, job.id)) return job;
+    return { ...job, nextFireAt: null, dueAt: null };
+  };
+
+  /** The due time a job not frequent is given: none while paused or deleted, and never behind the alarm's position. */
+  private dueTimeOf(job: Pick<JobDefinition, "id" | "paused" | "deleted">, nextDueAt: number | null): number | null {
+    if (nextDueAt === null || job.paused || job.deleted) return null;
+    return this.firedThrough.dueAfter(nextDueAt, job.id);
   }
 
   /** Rows of `select (...ids)`, asked in as many statements as the bound-parameter limit needs. */
@@ -111,7 +130,7 @@ export class ShardStore {
       job.deleted ? 1 : 0,
       job.createdAt,
       nextFireAt,
-      nextDueAt,
+      this.dueTimeOf(job, nextDueAt),
       watches ? 1 : 0,
     );
   }
@@ -130,10 +149,22 @@ export class ShardStore {
     return this.watching.has(jobId);
   }
 
-  /** Jobs whose next fire is due, earliest first: frequent ones from memory, others by `jobs_next_due`. Paused and deleted jobs never fire. */
+  /**
+   * Jobs whose next fire is due, earliest first: frequent ones from memory, others by
+   * `jobs_next_due` after the alarm's position (fired-through.ts). Paused and deleted jobs never
+   * fire (they have no due time; the filter keeps it so should one have one).
+   */
   dueJobs(now: number, limit: number): ShardJob[] {
+    const from = this.firedThrough.position() ?? BEFORE_ALL;
     const others = this.sql
-      .exec("SELECT * FROM jobs WHERE next_due_at <= ? AND paused = 0 AND deleted = 0 ORDER BY next_due_at LIMIT ?", now, limit)
+      .exec(
+        `SELECT * FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND paused = 0 AND deleted = 0
+         ORDER BY next_due_at, id LIMIT ?`,
+        now,
+        from.dueAt,
+        from.jobId,
+        limit,
+      )
       .toArray()
       .map(toJob);
     const frequent = this.frequent.due(now, limit);
@@ -146,7 +177,7 @@ export class ShardStore {
     this.sql.exec(
       "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = fires + ? WHERE id = ?",
       nextFireAt,
-      nextDueAt,
+      nextDueAt === null ? null : this.firedThrough.dueAfter(nextDueAt, jobId),
       firesMade,
       jobId,
     );
@@ -414,10 +445,16 @@ export class ShardStore {
 
   // ---- what the alarm waits for ----
 
-  /** The earliest due instant of a live job's next fire. */
+  /** The earliest due instant of a live job's next fire: the first entry of `jobs_next_due` after the alarm's position. */
   earliestFire(): number | null {
-    const other = this.sql.exec("SELECT MIN(next_due_at) AS t FROM jobs WHERE next_due_at IS NOT NULL AND paused = 0 AND deleted = 0").one()
-      .t as number | null;
+    const from = this.firedThrough.position() ?? BEFORE_ALL;
+    const other = (this.sql
+      .exec(
+        "SELECT next_due_at FROM jobs WHERE next_due_at IS NOT NULL AND (next_due_at, id) > (?, ?) ORDER BY next_due_at, id LIMIT 1",
+        from.dueAt,
+        from.jobId,
+      )
+      .toArray()[0]?.next_due_at ?? null) as number | null;
     const frequent = this.frequent.earliest();
     return other === null || frequent === null ? (other ?? frequent) : Math.min(other, frequent);
   }

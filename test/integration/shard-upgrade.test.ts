@@ -46,6 +46,10 @@ describe("shard migrations", () => {
       storage.transactionSync(() => sql.exec(SHARD_MIGRATIONS[0]!.sql));
       sql.exec("INSERT INTO meta (key, value) VALUES ('schema_version', '1')");
       sql.exec("INSERT INTO jobs (id, version, spec, paused, deleted, created_at) VALUES ('job_old', 3, '{}', 0, 0, 1)");
+      // Paused with a due time, as shards before step 16 kept it: the upgrade takes it out of jobs_next_due.
+      sql.exec(
+        "INSERT INTO jobs (id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at) VALUES ('job_paused', 1, '{}', 1, 0, 1, 50, 50)",
+      );
       sql.exec(
         `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, finished_at, status, catch_up)
          VALUES ('run_old', 'job_old', 3, 'schedule', 5, 'succeeded', 1, 1, NULL, 5, 6, 200, 1),
@@ -75,6 +79,7 @@ describe("shard migrations", () => {
         due: store.dueRuns(10, 10).map((r) => r.id),
         attempts: new ViewStore(sql).attempts("run_old"),
         job: store.getJob("job_old"),
+        pausedDue: sql.exec("SELECT next_fire_at, next_due_at FROM jobs WHERE id = 'job_paused'").one(),
         waiting: store.waitingRuns(10, 10).map((r) => r.id),
         schema: schemaOf(sql),
       };
@@ -92,6 +97,7 @@ describe("shard migrations", () => {
     expect(result.attempts).toMatchObject([{ fence: 1, outcome: "succeeded", status: 200 }]);
     expect(result.job).toMatchObject({ id: "job_old", tenantId: "default", version: 3, rateNextAt: null });
     expect(result.waiting).toEqual(["run_new"]);
+    expect(result.pausedDue).toEqual({ next_fire_at: 50, next_due_at: null });
     expect(fresh.version).toBe(SHARD_SCHEMA_VERSION);
     expect(result.schema).toEqual(fresh.schema);
   });
