@@ -175,23 +175,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     await Promise.all(sending);
     await this.settle();
     // After the due work, never before it: a pass is bounded and re-arms for what is left.
-    if (await this.retention.pass(Date.now(), (change) => this.historyChange(change))) await this.armAlarm();
-  }
-
-  /**
-   * The retention pass's transaction. The alarm's position is written first: a run leaves only
-   * once the job that fired it is behind the written position, so no restart fires it again.
-   */
-  private historyChange<T>(change: () => T): T {
-    try {
-      return this.ctx.storage.transactionSync(() => {
-        this.store.firedThrough.write();
-        return change();
-      });
-    } catch (err) {
-      this.store.firedThrough.forget();
-      throw err;
-    }
+    if (await this.retention.pass(Date.now(), (remove) => this.change(() => this.store.beforeRemoval(remove)))) await this.armAlarm();
   }
 
   /** One of the alarm's transactions, charged to the alarm even after an await (meter.ts, `during`). */
@@ -408,8 +392,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     } catch (err) {
       this.dispatcher.rollBack(mark);
       this.outcomes.notifier.rollBack(notifications);
-      this.store.frequent.forget();
-      this.store.firedThrough.forget();
+      this.store.forgetKept();
       throw err;
     }
   }

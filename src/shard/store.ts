@@ -16,8 +16,6 @@ import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList,
 const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
-/** A position in `jobs_next_due` before every entry. */
-const BEFORE_ALL = { dueAt: Number.MIN_SAFE_INTEGER, jobId: "" };
 
 /** The run columns a step may change, by field: `moveRun` writes only those whose value changed. */
 const MOVABLE_COLUMNS = {
@@ -79,28 +77,27 @@ export class ShardStore {
     this.firedThrough = new FiredThrough(sql);
   }
 
+  /** A change rolled back: what the store keeps in memory of jobs is read from storage again. */
+  forgetKept(): void {
+    this.frequent.forget();
+    this.firedThrough.forget();
+  }
+
+  /** Retention removes runs: the alarm's position is written first (fired-through.ts: no restart fires a job whose run is gone). */
+  beforeRemoval<T>(remove: () => T): T {
+    this.firedThrough.write();
+    return remove();
+  }
+
   // ---- jobs ----
 
   getJob(id: string): ShardJob | null {
     const row = this.sql.exec("SELECT * FROM jobs WHERE id = ?", id).toArray()[0];
-    return row ? this.toLiveJob(row) : null;
+    return row ? this.firedThrough.live(toJob(row)) : null;
   }
 
   getJobs(ids: string[]): ShardJob[] {
-    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(this.toLiveJob);
-  }
-
-  /** A job the alarm fired and left as it was (fired-through.ts) has nothing more to fire. */
-  private readonly toLiveJob = (row: Row): ShardJob => {
-    const job = toJob(row);
-    if (job.frequent || job.dueAt === null || !this.firedThrough.covers(job.dueAt, job.id)) return job;
-    return { ...job, nextFireAt: null, dueAt: null };
-  };
-
-  /** The due time a job not frequent is given: none while paused or deleted, and never behind the alarm's position. */
-  private dueTimeOf(job: Pick<JobDefinition, "id" | "paused" | "deleted">, nextDueAt: number | null): number | null {
-    if (nextDueAt === null || job.paused || job.deleted) return null;
-    return this.firedThrough.dueAfter(nextDueAt, job.id);
+    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map((row) => this.firedThrough.live(toJob(row)));
   }
 
   /** Rows of `select (...ids)`, asked in as many statements as the bound-parameter limit needs. */
@@ -130,7 +127,7 @@ export class ShardStore {
       job.deleted ? 1 : 0,
       job.createdAt,
       nextFireAt,
-      this.dueTimeOf(job, nextDueAt),
+      this.firedThrough.dueTimeOf(job, nextDueAt),
       watches ? 1 : 0,
     );
   }
@@ -149,24 +146,9 @@ export class ShardStore {
     return this.watching.has(jobId);
   }
 
-  /**
-   * Jobs whose next fire is due, earliest first: frequent ones from memory, others by
-   * `jobs_next_due` after the alarm's position (fired-through.ts). Paused and deleted jobs never
-   * fire (they have no due time; the filter keeps it so should one have one).
-   */
+  /** Jobs whose next fire is due, earliest first: frequent ones from memory, others by `jobs_next_due` after the alarm's position. */
   dueJobs(now: number, limit: number): ShardJob[] {
-    const from = this.firedThrough.position() ?? BEFORE_ALL;
-    const others = this.sql
-      .exec(
-        `SELECT * FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND paused = 0 AND deleted = 0
-         ORDER BY next_due_at, id LIMIT ?`,
-        now,
-        from.dueAt,
-        from.jobId,
-        limit,
-      )
-      .toArray()
-      .map(toJob);
+    const others = this.firedThrough.dueJobs(now, limit).map(toJob);
     const frequent = this.frequent.due(now, limit);
     if (frequent.length === 0) return others;
     return [...others, ...frequent].sort((a, b) => (a.dueAt as number) - (b.dueAt as number)).slice(0, limit);
@@ -177,7 +159,7 @@ export class ShardStore {
     this.sql.exec(
       "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = fires + ? WHERE id = ?",
       nextFireAt,
-      nextDueAt === null ? null : this.firedThrough.dueAfter(nextDueAt, jobId),
+      this.firedThrough.dueTimeOf({ id: jobId, paused: false, deleted: false }, nextDueAt),
       firesMade,
       jobId,
     );
@@ -445,16 +427,9 @@ export class ShardStore {
 
   // ---- what the alarm waits for ----
 
-  /** The earliest due instant of a live job's next fire: the first entry of `jobs_next_due` after the alarm's position. */
+  /** The earliest due instant of a live job's next fire. */
   earliestFire(): number | null {
-    const from = this.firedThrough.position() ?? BEFORE_ALL;
-    const other = (this.sql
-      .exec(
-        "SELECT next_due_at FROM jobs WHERE next_due_at IS NOT NULL AND (next_due_at, id) > (?, ?) ORDER BY next_due_at, id LIMIT 1",
-        from.dueAt,
-        from.jobId,
-      )
-      .toArray()[0]?.next_due_at ?? null) as number | null;
+    const other = this.firedThrough.earliest();
     const frequent = this.frequent.earliest();
     return other === null || frequent === null ? (other ?? frequent) : Math.min(other, frequent);
   }
