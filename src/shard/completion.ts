@@ -13,7 +13,7 @@ import {
   refuse,
   type TokenRefusal,
 } from "./contract";
-import { describeOutcome, type RunLedger, stoppedFor } from "./ledger";
+import { type RunLedger, stoppedFor } from "./ledger";
 import type { ShardStore } from "./store";
 import type { Workflows } from "./workflows";
 
@@ -145,4 +145,10 @@ function sameToken(stored: string, presented: string): boolean {
   const a = new TextEncoder().encode(stored);
   const b = new TextEncoder().encode(presented);
   return a.byteLength === b.byteLength && crypto.subtle.timingSafeEqual(a, b);
+}
+
+/** How a stale outcome is noted on the attempt it belonged to. */
+function describeOutcome(o: Outcome): string {
+  if (o.accepted) return `HTTP ${o.status ?? 202}: accepted`;
+  return o.ok ? `HTTP ${o.status}` : (o.error ?? `HTTP ${o.status}`);
 }

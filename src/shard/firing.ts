@@ -52,6 +52,8 @@ export class Firing {
       if (held && held.version >= def.version) continue;
       // A changed job starts again as one that is not frequent; its next fires decide.
       if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);
+      // A fired job's run keeps its claim deadline by the job's entry, which the change moves.
+      if (held && held.firedAt !== null) this.ledger.leaveFired(held);
       const next = nextFireOnChange(held, def, now);
       this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next));
       const tenant = this.store.getTenant(def.tenantId);
@@ -101,6 +103,8 @@ export class Firing {
     // fires look at its runs' claim deadlines, these runs' included.
     const claimTimeout = this.ledger.claimTimeoutMs();
     const frequent = nextDue !== null && nextDue - now <= claimTimeout;
+    // Nothing more to fire and no fire count to keep: the row is left as it is (fired-through.ts).
+    const kept = next === null && !job.frequent && job.spec.schedule.maxRuns === undefined;
     let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
     for (const fire of ready) {
       const run = {
@@ -114,11 +118,13 @@ export class Firing {
       // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
       const onJob = frequent && !fire.catchUp;
       if (onJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
-      this.startRun(job, run, now, onJob ? "job" : together);
+      // A kept job's entry in jobs_next_due is its run's claim deadline, if the run is the one
+      // its row names (the fire at its next_fire_at).
+      this.startRun(job, run, now, onJob || (kept && fire.at === job.nextFireAt) ? "job" : together);
     }
     if (frequent) {
       this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
-    } else if (next === null && !job.frequent && job.spec.schedule.maxRuns === undefined) {
+    } else if (kept) {
       return "kept";
     } else {
       this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);

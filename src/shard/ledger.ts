@@ -1,19 +1,10 @@
 import { breakerKey } from "../gate/breaker";
+import { scheduledRunId } from "../model/ids";
 import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
-import {
-  type Answer,
-  type AttemptRow,
-  type BreakerKey,
-  type Dispatch,
-  done,
-  LEASE_GRACE_MS,
-  type Outcome,
-  type RunRow,
-  refuse,
-} from "./contract";
+import { type Answer, type AttemptRow, type BreakerKey, type Dispatch, done, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
 import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
@@ -26,8 +17,9 @@ export const TICK_BATCH = 2_000;
 const CHUNKS_PER_TICK = 10;
 
 /**
- * Where a dispatched run's claim deadline is kept: its own `due_at` (in runs_due), its frequent
- * job's fires (frequent-jobs.ts), or the claim chunk of the runs dispatched with it (claim-chunks.ts).
+ * Where a dispatched run's claim deadline is kept: its own `due_at` (in runs_due), its job (a
+ * frequent job's fires, frequent-jobs.ts; a fired one-off job's entry in jobs_next_due,
+ * fired-through.ts), or the claim chunk of the runs dispatched with it (claim-chunks.ts).
  */
 export type ClaimDeadline = "own" | "job" | "chunk";
 
@@ -280,11 +272,37 @@ export class RunLedger {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) this.dueCame(run, this.store.getJob(run.jobId), now);
     // Chunks whose claim deadline came: each run still without a due time of its own is looked at.
     for (const chunk of this.store.claimChunks.due(now, CHUNKS_PER_TICK)) {
-      for (const run of this.store.getRuns(chunk.runs)) {
-        if (run.dueAt === null && (run.state === "queued" || run.state === "running")) this.dueCame(run, this.store.getJob(run.jobId), now);
-      }
+      for (const run of this.store.getRuns(chunk.runs)) if (awaitsDeadline(run)) this.dueCame(run, this.store.getJob(run.jobId), now);
       this.store.claimChunks.remove(chunk);
     }
+    this.checkFiredJobs(now);
+  }
+
+  /**
+   * Fired jobs a claim timeout behind the alarm's position (fired-through.ts): the run each one's
+   * row names is looked at as a due run if its claim deadline is the job's. Stops at the first
+   * run whose deadline is still to come.
+   */
+  private checkFiredJobs(now: number): void {
+    const timeout = this.claimTimeoutMs();
+    const through = this.store.firedThrough;
+    for (const job of through.awaitingCheck(now - timeout, TICK_BATCH)) {
+      const run = this.store.getRun(scheduledRunId(job.id, job.nextFireAt as number));
+      if (run && awaitsDeadline(run)) {
+        if (run.createdAt + timeout > now) {
+          through.checkAt(run.createdAt + timeout);
+          return;
+        }
+        this.dueCame(run, this.store.getJob(run.jobId), now);
+      }
+      through.checked(job);
+    }
+  }
+
+  /** A fired job is changed, which takes it from behind the alarm's position: its run gets a claim deadline of its own. */
+  leaveFired(job: ShardJob): void {
+    const run = this.store.getRun(scheduledRunId(job.id, job.firedAt as number));
+    if (run && awaitsDeadline(run)) this.store.setDueAt(run.id, run.createdAt + this.claimTimeoutMs());
   }
 
   /**
@@ -331,9 +349,11 @@ export class RunLedger {
     }
   }
 
-  /** When the ledger next has work: the earliest due run. */
+  /** When the ledger next has work: the earliest due run, or claim deadline of a fired job. */
   nextDue(): number | null {
-    return this.store.earliestRunDue();
+    const run = this.store.earliestRunDue();
+    const fired = this.store.firedThrough.nextCheck(this.claimTimeoutMs());
+    return run === null || fired === null ? (run ?? fired) : Math.min(run, fired);
   }
 
   /** The current dispatch of a queued run, or null when `d` is not it (docs/architecture.md, invariant 4). */
@@ -410,13 +430,12 @@ export function stoppedFor(run: Pick<RunRow, "parentRunId">, job: Pick<ShardJob,
   return run.parentRunId !== null && stopped === "job paused" ? null : stopped;
 }
 
+/** A dispatched or running run with no due time of its own: its claim deadline is kept elsewhere (`ClaimDeadline`). */
+function awaitsDeadline(run: RunRow): boolean {
+  return run.dueAt === null && (run.state === "queued" || run.state === "running");
+}
+
 /** The running attempt ends with `outcome`. */
 function finished(outcome: AttemptRow["outcome"], now: number, status: number | null, error: string | null): AttemptChange {
   return { finish: { outcome, finishedAt: now, status, error } };
-}
-
-/** How a stale outcome is noted on the attempt it belonged to. */
-export function describeOutcome(o: Outcome): string {
-  if (o.accepted) return `HTTP ${o.status ?? 202}: accepted`;
-  return o.ok ? `HTTP ${o.status}` : (o.error ?? `HTTP ${o.status}`);
 }

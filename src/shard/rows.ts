@@ -19,6 +19,11 @@ export interface ShardJob extends JobDefinition {
   frequent: boolean;
   /** Its earliest fire whose run's claim deadline its own fires have yet to look at (frequent-jobs.ts). */
   deadlinesFrom: number | null;
+  /**
+   * The instant of its last fire when the alarm fired it and left its row as it was
+   * (fired-through.ts): its run's claim deadline is its place in `jobs_next_due`. Otherwise null.
+   */
+  firedAt: number | null;
 }
 
 /** A job asks how its runs end when it pauses itself after failures, sends notifications or triggers other jobs. */
@@ -67,6 +72,7 @@ export const toJob = (r: Row): ShardJob => ({
   dueAt: (r.frequent === 1 ? r.soon_at : r.next_due_at) as number | null,
   frequent: r.frequent === 1,
   deadlinesFrom: r.deadlines_from as number | null,
+  firedAt: null,
 });
 
 export const toTenant = (r: Row): TenantSettings => ({
