@@ -1,4 +1,4 @@
-import { CronDate, CronExpressionParser } from "cron-parser";
+import { CronDate, type CronExpression, CronExpressionParser } from "cron-parser";
 
 /** cron-parser also accepts 4 or 7 fields; the API promises 5 (minute first) or 6 (second first). */
 const FIELD_COUNTS = new Set([5, 6]);
@@ -13,8 +13,28 @@ function parse(expression: string, options: { tz: string; currentDate: Date | nu
   return CronExpressionParser.parse(expression, { ...options, hashSeed: expression });
 }
 
+/**
+ * Expressions parsed over wall-clock times, by text: every fire of a cron job works out its next
+ * fire, and parsing the expression each time showed in the alarm's CPU profile (bench --profile,
+ * steady workload). Each is reset before use, and `nextCronFire` never yields while using one.
+ * Bounded; the first key is the oldest.
+ */
+const wallClocks = new Map<string, CronExpression>();
+const WALL_CLOCKS_KEPT = 1_000;
+
+function wallClockOf(expression: string): CronExpression {
+  let walls = wallClocks.get(expression);
+  if (!walls) {
+    walls = parse(expression, { tz: "UTC", currentDate: 0 });
+    if (wallClocks.size >= WALL_CLOCKS_KEPT) wallClocks.delete(wallClocks.keys().next().value!);
+    wallClocks.set(expression, walls);
+  }
+  return walls;
+}
+
 /** The zone's offset from UTC at instant `t`, in ms (+01:00 is 3,600,000). */
 export function utcOffsetMs(t: number, timezone: string): number {
+  if (timezone === "UTC") return 0; // most jobs' zone, without a trip through Luxon
   return Math.round(new CronDate(t, timezone).getUTCOffset() * 60_000);
 }
 
@@ -76,7 +96,7 @@ export function nextCronFire(expression: string, timezone: string, afterMs: numb
     return ms;
   };
 
-  const walls = parse(expression.trim(), { tz: "UTC", currentDate: 0 });
+  const walls = wallClockOf(expression.trim());
   const { second, minute, hour } = walls.fields;
   const fixed = second.values.length === 1 && minute.values.length === 1 && hour.values.length === 1;
   /** Matching wall-clock times from `wall` on (cron-parser is exclusive of a whole-second start). */
