@@ -1,3 +1,4 @@
+import { scheduledRunId } from "../model/ids";
 import { type ShardJob, toJob } from "./rows";
 
 /** A place in `jobs_next_due`: a due time, and a job id among the jobs due then. */
@@ -100,6 +101,18 @@ export class FiredThrough {
   /** A job the alarm fired and left as it was has nothing more to fire; its last fire is `firedAt`. */
   live(job: ShardJob): ShardJob {
     if (job.frequent || job.dueAt === null || !this.covers(job.dueAt, job.id)) return job;
+    return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
+  }
+
+  /**
+   * A job as a change (a PATCH, a pause, a resume, a delete) finds it. A one-off job whose fire
+   * made its run has fired even where the position does not say so yet (read again after a
+   * restart, before the alarm read the job again): a change must not give it its fire back, which
+   * would fire it again once its run has left with retention.
+   */
+  asChanged(job: ShardJob, runExists: (runId: string) => boolean): ShardJob {
+    if (job.spec.schedule.at === undefined || job.firedAt !== null || job.nextFireAt === null) return job;
+    if (!runExists(scheduledRunId(job.id, job.nextFireAt))) return job;
     return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
   }
 

@@ -48,7 +48,8 @@ export class Firing {
   applyJobs(definitions: JobDefinition[], tenants: TenantSettings[], now: number): void {
     for (const tenant of tenants) this.store.putTenant(tenant);
     for (const def of definitions) {
-      const held = this.store.getJob(def.id);
+      const stored = this.store.getJob(def.id);
+      const held = stored && this.store.firedThrough.asChanged(stored, (runId) => this.store.getRun(runId) !== null);
       if (held && held.version >= def.version) continue;
       // A changed job starts again as one that is not frequent; its next fires decide.
       if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);

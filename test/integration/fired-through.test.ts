@@ -105,6 +105,24 @@ describe("the alarm's position in jobs_next_due", () => {
     expect(await rows(shard, "SELECT id FROM runs")).toEqual([]);
   });
 
+  it("a pause that comes after a restart, before the alarm read the fired job again, still finds it fired", async () => {
+    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900306"));
+    const at = Date.now() + 1_000;
+    const { jobs, runIds } = await oneOffJobs(shard, "fired-paused-restart", at, [0]);
+    await fireAt(shard, at);
+    await untilSucceeded(shard, runIds);
+
+    await evictDurableObject(shard); // the position is lost: the alarm will read the job again
+    const job = jobs[0]!;
+    const [paused] = await shard.applyJobs([{ ...job, version: 2, paused: true }]);
+    expect(paused).toMatchObject({ completed: true });
+    await rows(shard, "DELETE FROM runs"); // as retention takes it, days later
+    const [resumed] = await shard.applyJobs([{ ...job, version: 3, paused: false }]);
+    expect(resumed).toMatchObject({ nextRunAt: null, completed: true });
+    await runDurableObjectAlarm(shard);
+    expect(await rows(shard, "SELECT id FROM runs")).toEqual([]);
+  });
+
   it("a job paused while the alarm passed its due time fires when it resumes", async () => {
     const shard = env.SHARD.get(env.SHARD.idFromName("shard-900304"));
     const at = Date.now() + 1_500;
