@@ -51,13 +51,19 @@ async function untilSucceeded(shard: DurableObjectStub<Shard>, runIds: string[])
   });
 }
 
+/** `count` one-off jobs due in a second on a shard of the test's own, fired, their runs succeeded. */
+async function firedOneOffs(shardName: string, name: string, count: number) {
+  const shard = env.SHARD.get(env.SHARD.idFromName(shardName));
+  const at = Date.now() + 1_000;
+  const made = await oneOffJobs(shard, name, at, Array(count).fill(0));
+  await fireAt(shard, at);
+  await untilSucceeded(shard, made.runIds);
+  return { shard, at, ...made };
+}
+
 describe("the alarm's position in jobs_next_due", () => {
   it("a one-off job's fire leaves its row as it was, and the job reads as completed", async () => {
-    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900301"));
-    const at = Date.now() + 1_000;
-    const { jobs, runIds } = await oneOffJobs(shard, "fired-kept", at, [0, 0]);
-    await fireAt(shard, at);
-    await untilSucceeded(shard, runIds);
+    const { shard, at, jobs } = await firedOneOffs("shard-900301", "fired-kept", 2);
 
     const held = await rows(shard, "SELECT next_fire_at, next_due_at, fires FROM jobs ORDER BY id");
     expect(held).toEqual([
@@ -74,11 +80,7 @@ describe("the alarm's position in jobs_next_due", () => {
   });
 
   it("a shard that lost its memory before writing the position reads its fired jobs again and fires nothing twice", async () => {
-    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900302"));
-    const at = Date.now() + 1_000;
-    const { jobs, runIds } = await oneOffJobs(shard, "fired-lost", at, [0, 0, 0]);
-    await fireAt(shard, at);
-    await untilSucceeded(shard, runIds);
+    const { shard, jobs, runIds } = await firedOneOffs("shard-900302", "fired-lost", 3);
     expect(await storedPosition(shard)).toBeNull(); // written every 1,000 jobs or at a retention pass
 
     await evictDurableObject(shard);
@@ -89,11 +91,7 @@ describe("the alarm's position in jobs_next_due", () => {
   });
 
   it("a change to a fired one-off job does not fire it again, even once its run has left the shard", async () => {
-    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900303"));
-    const at = Date.now() + 1_000;
-    const { jobs, runIds } = await oneOffJobs(shard, "fired-changed", at, [0]);
-    await fireAt(shard, at);
-    await untilSucceeded(shard, runIds);
+    const { shard, jobs } = await firedOneOffs("shard-900303", "fired-changed", 1);
 
     // The run leaves as retention would take it; then the job's target changes.
     await rows(shard, "DELETE FROM runs");
@@ -106,11 +104,7 @@ describe("the alarm's position in jobs_next_due", () => {
   });
 
   it("a pause that comes after a restart, before the alarm read the fired job again, still finds it fired", async () => {
-    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900306"));
-    const at = Date.now() + 1_000;
-    const { jobs, runIds } = await oneOffJobs(shard, "fired-paused-restart", at, [0]);
-    await fireAt(shard, at);
-    await untilSucceeded(shard, runIds);
+    const { shard, jobs } = await firedOneOffs("shard-900306", "fired-paused-restart", 1);
 
     await evictDurableObject(shard); // the position is lost: the alarm will read the job again
     const job = jobs[0]!;
@@ -140,11 +134,7 @@ describe("the alarm's position in jobs_next_due", () => {
   });
 
   it("the retention pass writes the position", async () => {
-    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900305"));
-    const at = Date.now() + 1_000;
-    const { jobs, runIds } = await oneOffJobs(shard, "fired-written", at, [0]);
-    await fireAt(shard, at);
-    await untilSucceeded(shard, runIds);
+    const { shard, at, jobs } = await firedOneOffs("shard-900305", "fired-written", 1);
     expect(await storedPosition(shard)).toBeNull();
 
     await rows(shard, "UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(Date.now() - 1));
