@@ -1,4 +1,5 @@
 import { scheduledRunId } from "../model/ids";
+import { nextFireAfter } from "../schedule/next-fire";
 import { type ShardJob, toJob } from "./rows";
 
 /** A place in `jobs_next_due`: a due time, and a job id among the jobs due then. */
@@ -105,14 +106,16 @@ export class FiredThrough {
   }
 
   /**
-   * A job as a change (a PATCH, a pause, a resume, a delete) finds it. A one-off job whose fire
-   * made its run has fired even where the position does not say so yet (read again after a
-   * restart, before the alarm read the job again): a change must not give it its fire back, which
-   * would fire it again once its run has left with retention.
+   * A job as a change (a PATCH, a pause, a resume, a delete) finds it. A job whose fire would be
+   * kept (a one-off job; the last fire of a schedule with an end) and made its run has fired even
+   * where the position does not say so yet (read again after a restart, before the alarm read the
+   * job again): a change must not give it its fire back, which would fire it again once its run
+   * has left with retention.
    */
   asChanged(job: ShardJob, runExists: (runId: string) => boolean): ShardJob {
-    if (job.spec.schedule.at === undefined || job.firedAt !== null || job.nextFireAt === null) return job;
-    if (!runExists(scheduledRunId(job.id, job.nextFireAt))) return job;
+    const { schedule } = job.spec;
+    if (job.firedAt !== null || job.nextFireAt === null || job.frequent || schedule.maxRuns !== undefined) return job;
+    if (nextFireAfter(schedule, job.createdAt, job.nextFireAt) !== null || !runExists(scheduledRunId(job.id, job.nextFireAt))) return job;
     return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
   }
 

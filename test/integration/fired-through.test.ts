@@ -117,6 +117,26 @@ describe("the alarm's position in jobs_next_due", () => {
     expect(await rows(shard, "SELECT id FROM runs")).toEqual([]);
   });
 
+  it("the same holds for the last fire of a schedule with an end", async () => {
+    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900307"));
+    const at = Date.now() + 1_000;
+    const instant = new Date(at).toISOString();
+    const spec = await specLike({ every: "1h", startAt: instant, endAt: new Date(at + 1_000).toISOString() }, receiverPath("fired-last"));
+    const job = definition(spec, Date.now());
+    await shard.applyJobs([job]);
+    await fireAt(shard, at);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
+    expect(await rows(shard, "SELECT next_fire_at, fires FROM jobs")).toEqual([{ next_fire_at: at, fires: 0 }]); // kept
+
+    await evictDurableObject(shard);
+    await shard.applyJobs([{ ...job, version: 2, paused: true }]);
+    await rows(shard, "DELETE FROM runs");
+    const [resumed] = await shard.applyJobs([{ ...job, version: 3, paused: false }]);
+    expect(resumed).toMatchObject({ nextRunAt: null, completed: true });
+    await runDurableObjectAlarm(shard);
+    expect(await rows(shard, "SELECT id FROM runs")).toEqual([]);
+  });
+
   it("a job paused while the alarm passed its due time fires when it resumes", async () => {
     const shard = env.SHARD.get(env.SHARD.idFromName("shard-900304"));
     const at = Date.now() + 1_500;
