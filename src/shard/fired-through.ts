@@ -112,10 +112,12 @@ export class FiredThrough {
    * job again): a change must not give it its fire back, which would fire it again once its run
    * has left with retention.
    */
-  asChanged(job: ShardJob, runExists: (runId: string) => boolean): ShardJob {
+  asChanged(job: ShardJob, now: number, runExists: (runId: string) => boolean): ShardJob {
     const { schedule } = job.spec;
-    if (job.firedAt !== null || job.nextFireAt === null || job.frequent || schedule.maxRuns !== undefined) return job;
-    if (nextFireAfter(schedule, job.createdAt, job.nextFireAt) !== null || !runExists(scheduledRunId(job.id, job.nextFireAt))) return job;
+    if (job.firedAt !== null || job.nextFireAt === null || job.nextFireAt > now || job.frequent || schedule.maxRuns !== undefined)
+      return job;
+    // Cheapest first: the run's read, then the schedule's next fire (a cron expression's walk).
+    if (!runExists(scheduledRunId(job.id, job.nextFireAt)) || nextFireAfter(schedule, job.createdAt, job.nextFireAt) !== null) return job;
     return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
   }
 

@@ -49,7 +49,7 @@ export class Firing {
     for (const tenant of tenants) this.store.putTenant(tenant);
     for (const def of definitions) {
       const stored = this.store.getJob(def.id);
-      const held = stored && this.store.firedThrough.asChanged(stored, (runId) => this.store.getRun(runId) !== null);
+      const held = stored && this.store.firedThrough.asChanged(stored, now, (runId) => this.store.getRun(runId) !== null);
       if (held && held.version >= def.version) continue;
       // A changed job starts again as one that is not frequent; its next fires decide.
       if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);
