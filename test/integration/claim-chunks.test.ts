@@ -20,7 +20,10 @@ const rows = (shard: DurableObjectStub<Shard>, query: string, ...bindings: SqlSt
 describe("claim deadlines by chunk", () => {
   afterEach(() => disarmFaults());
 
-  it("runs fired together share one chunk; dispatches lost with the shard's memory are sent again when it comes due", async () => {
+  // Its waits (the runtime's alarm, up to 10 s; the runs, up to 20 s) add up to the default timeout.
+  it("runs fired together share one chunk; dispatches lost with the shard's memory are sent again when it comes due", {
+    timeout: 60_000,
+  }, async () => {
     const name = "shard-900201";
     const shard = env.SHARD.get(env.SHARD.idFromName(name));
     const url = receiverPath("chunk-lost");
