@@ -49,8 +49,9 @@ export class Firing {
     for (const tenant of tenants) this.store.putTenant(tenant);
     for (const def of definitions) {
       const stored = this.store.getJob(def.id);
+      if (stored && stored.version >= def.version) continue;
+      // Read again after a restart, a fired job may not say so yet (fired-through.ts, `asChanged`).
       const held = stored && this.store.firedThrough.asChanged(stored, now, (runId) => this.store.getRun(runId) !== null);
-      if (held && held.version >= def.version) continue;
       // A changed job starts again as one that is not frequent; its next fires decide.
       if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);
       // A fired job's run keeps its claim deadline by the job's entry, which the change moves.
