@@ -102,7 +102,7 @@ export class FiredThrough {
   /** A job the alarm fired and left as it was has nothing more to fire; its last fire is `firedAt`. */
   live(job: ShardJob): ShardJob {
     if (job.frequent || job.dueAt === null || !this.covers(job.dueAt, job.id)) return job;
-    return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
+    return asFired(job);
   }
 
   /**
@@ -118,7 +118,7 @@ export class FiredThrough {
       return job;
     // Cheapest first: the run's read, then the schedule's next fire (a cron expression's walk).
     if (!runExists(scheduledRunId(job.id, job.nextFireAt)) || nextFireAfter(schedule, job.createdAt, job.nextFireAt) !== null) return job;
-    return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
+    return asFired(job);
   }
 
   /** The due time to give a job that is not frequent: none while paused or deleted, and never one behind the position. */
@@ -213,6 +213,11 @@ export class FiredThrough {
     this.#unwritten = 0;
     this.#nextCheck = undefined;
   }
+}
+
+/** The job as it reads once its row's fire (`nextFireAt`) was made: nothing more to fire. */
+function asFired(job: ShardJob): ShardJob {
+  return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
 }
 
 /** `p` is at or before `position`. */

@@ -61,6 +61,20 @@ async function firedOneOffs(shardName: string, name: string, count: number) {
   return { shard, at, ...made };
 }
 
+/**
+ * The shard of a fired job loses its memory (the position with it: the alarm will read the job
+ * again); the job is paused, its run leaves as retention takes it days later, the job resumes,
+ * and the alarm runs. The job's runtimes after the pause and after the resume.
+ */
+async function pauseAfterRestartThenResume(shard: DurableObjectStub<Shard>, job: JobDefinition) {
+  await evictDurableObject(shard);
+  const [paused] = await shard.applyJobs([{ ...job, version: 2, paused: true }]);
+  await rows(shard, "DELETE FROM runs");
+  const [resumed] = await shard.applyJobs([{ ...job, version: 3, paused: false }]);
+  await runDurableObjectAlarm(shard);
+  return { paused, resumed };
+}
+
 describe("the alarm's position in jobs_next_due", () => {
   it("a one-off job's fire leaves its row as it was, and the job reads as completed", async () => {
     const { shard, at, jobs } = await firedOneOffs("shard-900301", "fired-kept", 2);
@@ -106,14 +120,9 @@ describe("the alarm's position in jobs_next_due", () => {
   it("a pause that comes after a restart, before the alarm read the fired job again, still finds it fired", async () => {
     const { shard, jobs } = await firedOneOffs("shard-900306", "fired-paused-restart", 1);
 
-    await evictDurableObject(shard); // the position is lost: the alarm will read the job again
-    const job = jobs[0]!;
-    const [paused] = await shard.applyJobs([{ ...job, version: 2, paused: true }]);
+    const { paused, resumed } = await pauseAfterRestartThenResume(shard, jobs[0]!);
     expect(paused).toMatchObject({ completed: true });
-    await rows(shard, "DELETE FROM runs"); // as retention takes it, days later
-    const [resumed] = await shard.applyJobs([{ ...job, version: 3, paused: false }]);
     expect(resumed).toMatchObject({ nextRunAt: null, completed: true });
-    await runDurableObjectAlarm(shard);
     expect(await rows(shard, "SELECT id FROM runs")).toEqual([]);
   });
 
@@ -128,12 +137,8 @@ describe("the alarm's position in jobs_next_due", () => {
     await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
     expect(await rows(shard, "SELECT next_fire_at, fires FROM jobs")).toEqual([{ next_fire_at: at, fires: 0 }]); // kept
 
-    await evictDurableObject(shard);
-    await shard.applyJobs([{ ...job, version: 2, paused: true }]);
-    await rows(shard, "DELETE FROM runs");
-    const [resumed] = await shard.applyJobs([{ ...job, version: 3, paused: false }]);
+    const { resumed } = await pauseAfterRestartThenResume(shard, job);
     expect(resumed).toMatchObject({ nextRunAt: null, completed: true });
-    await runDurableObjectAlarm(shard);
     expect(await rows(shard, "SELECT id FROM runs")).toEqual([]);
   });
 
