@@ -63,7 +63,7 @@ async function runShardGroup(
   let claims: ClaimResult[];
   try {
     failpoint("consumer.beforeClaim", shard);
-    claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
+    claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence, sentAt: m.timestamp.getTime() })));
   } catch (err) {
     // Nothing was claimed that we know of: let the Queue deliver these again, once the shard had time to recover.
     console.error(`claim from ${shard} failed`, err);

@@ -3,6 +3,7 @@ import { stepPolicy, targetOfRun } from "../workflow/steps";
 import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "./attempt-states";
 import {
   type Answer,
+  type ClaimRequest,
   type ClaimResult,
   type Completion,
   type Dispatch,
@@ -31,8 +32,9 @@ export class Completions {
     private readonly workflows: Pick<Workflows, "inputOf">,
   ) {}
 
-  claim(dispatches: Dispatch[], now: number): ClaimResult[] {
+  claim(dispatches: ClaimRequest[], now: number): ClaimResult[] {
     return dispatches.map((d): ClaimResult => {
+      this.ledger.queue.delivered(d.sentAt, now);
       const run = this.ledger.currentQueued(d);
       const job = run && this.store.getJob(run.jobId);
       const target = job && targetOfRun(job.spec, d.runId);

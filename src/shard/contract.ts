@@ -203,6 +203,11 @@ export interface Dispatch {
   fence: number;
 }
 
+/** A dispatch as the consumer claims it: with when the queue took the message, which tells the shard how far the queue has got (queue-progress.ts). */
+export interface ClaimRequest extends Dispatch {
+  sentAt?: number;
+}
+
 /**
  * What a dispatch tells the consumer for the target's circuit breaker (src/gate/breaker.ts): the
  * tenant, whose gate keeps it, and the target's origin. Absent for a job that opted out.
@@ -321,7 +326,7 @@ export interface ShardApi {
    */
   trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
   backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">>;
-  claim(dispatches: Dispatch[]): Promise<ClaimResult[]>;
+  claim(dispatches: ClaimRequest[]): Promise<ClaimResult[]>;
   report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">>;
   complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>>;
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;

@@ -5,6 +5,7 @@ import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import { type Answer, type AttemptRow, type BreakerKey, type Dispatch, done, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
+import { QueueProgress } from "./queue-progress";
 import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
@@ -47,6 +48,8 @@ export class RunLedger {
   beginSteps: (runId: string, now: number) => void = () => {};
   /** Runs created since the last `takeChunk` whose claim deadline is their chunk's (claim-chunks.ts). */
   #chunk: string[] = [];
+  /** How far the queue has delivered, from the claims: a deadline of a dispatch it still holds is put off. */
+  readonly queue = new QueueProgress();
 
   constructor(
     private readonly store: ShardStore,
@@ -327,6 +330,11 @@ export class RunLedger {
     if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
       // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
       this.cancel(run, stopped, now);
+    } else if (run.state === "queued" && this.queue.behind(run, now, claimWait(this.claimTimeoutMs(), Infinity))) {
+      // The queue is still delivering dispatches sent before this one: it is late, not lost.
+      // Looked at again a claim timeout from now, with no copy sent (queue-progress.ts).
+      this.store.setDueAt(run.id, now + this.claimTimeoutMs());
+      this.renewCover(run, this.claimTimeoutMs() + this.timeoutOf(run) + LEASE_GRACE_MS);
     } else if (run.state === "queued") {
       // The fence stays: a dispatch the queue delays past its claim deadline must still be
       // claimable, or once queue latency exceeds the claim timeout every dispatch arrives

@@ -11,6 +11,7 @@ import {
   type Answer,
   type BackfillResult,
   type CatalogEntry,
+  type ClaimRequest,
   type ClaimResult,
   type Completion,
   type Dispatch,
@@ -245,7 +246,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   // ---- RPC: the consumer's side and long-running targets ----
 
-  async claim(dispatches: Dispatch[]): Promise<ClaimResult[]> {
+  async claim(dispatches: ClaimRequest[]): Promise<ClaimResult[]> {
     return this.metered("claim", async () => {
       const results = this.change((now) => this.completions.claim(dispatches, now));
       await this.settle();

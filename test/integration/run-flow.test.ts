@@ -292,6 +292,60 @@ describe("a slow queue", () => {
     expect(await shardOf(job).claim([{ runId, fence: 1 }])).toEqual([{ result: "stale", runId, fence: 1 }]);
   });
 
+  /** The queue delivers a dispatch (of some other run) it took at `sentAt`: its claim tells the shard how far the queue has got. */
+  const deliveredSentAt = (job: Job, sentAt: number) =>
+    shardOf(job).claim([{ runId: `run_${"0".repeat(19)}_elsewhere`, fence: 1, sentAt }]);
+
+  /** The run's claim deadline comes; the alarm puts it off. */
+  async function putOff(job: Job, runId: string) {
+    await makeRunDue(job, runId);
+    return vi.waitFor(
+      async () => {
+        const row = await rowOf(job, runId);
+        if ((row.due_at as number) <= Date.now()) throw new Error("the deadline is still due");
+        return row;
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+  }
+
+  it("a claim deadline that comes while the queue still delivers dispatches sent before the run is put off, not sent again", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-behind") } });
+    armFault("shard.queueSend", Infinity, job.shard);
+    try {
+      const firedAfter = Date.now();
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      // The queue is 30 s behind the run's dispatch: it is late, not lost.
+      await deliveredSentAt(job, firedAfter - 30_000);
+      const late = await putOff(job, run!.id);
+      expect(late).toMatchObject({ state: "queued", fence: 1, redispatches: 0 });
+      expect((late.due_at as number) - Date.now()).toBeGreaterThan(0.9 * 60_000); // a claim timeout on
+      // The queue delivers a dispatch sent after the run's: the run's own is lost, and goes again.
+      await deliveredSentAt(job, Date.now());
+      expect(await redispatched(job, run!.id, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
+  });
+
+  it("a run left unclaimed for 16 claim timeouts is sent again, however far behind the queue is", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-oldest") } });
+    armFault("shard.queueSend", Infinity, job.shard);
+    try {
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      const createdAt = Date.now() - 16 * 60_000 - 1_000;
+      await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+        state.storage.sql.exec("UPDATE runs SET created_at = ? WHERE id = ?", createdAt, run!.id);
+      });
+      await deliveredSentAt(job, createdAt - 60_000);
+      expect(await redispatched(job, run!.id, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
+  });
+
   it("the claim deadline doubles with each redispatch, up to 16 claim timeouts", async () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-cap") } });
     armFault("shard.queueSend", Infinity, job.shard);
