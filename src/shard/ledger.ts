@@ -221,10 +221,11 @@ export class RunLedger {
    * the count and the note make it visible, and pausing the job ends it.
    */
   abandon(run: RunRow, now: number): void {
-    this.store.moveRun(run, "abandon", {
-      dueAt: now,
+    const next = this.store.moveRun(run, "abandon", {
       error: `the queue dead-lettered this attempt's dispatch after repeated delivery failures; sent again (${run.redispatches + 1} redispatches)`,
     });
+    // Lost for certain: sent again now, however far behind the queue seems to be.
+    this.dueCame(next, this.store.getJob(run.jobId), now, "lost");
   }
 
   /** A dead or failed run of a live job gets a fresh set of attempts. */
@@ -324,13 +325,16 @@ export class RunLedger {
     return next;
   }
 
-  /** A run's due time came: a claim deadline, a lease's end, a retry, a breaker's wait. */
-  private dueCame(run: RunRow, job: ShardJob | null, now: number): void {
+  /**
+   * A run's due time came: a claim deadline, a lease's end, a retry, a breaker's wait. A queued
+   * run's dispatch known to be `lost` is sent again even while the queue seems behind.
+   */
+  private dueCame(run: RunRow, job: ShardJob | null, now: number, lost?: "lost"): void {
     const stopped = stoppedFor(run, job);
     if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
       // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
       this.cancel(run, stopped, now);
-    } else if (run.state === "queued" && this.queue.behind(run, now, claimWait(this.claimTimeoutMs(), Infinity))) {
+    } else if (run.state === "queued" && !lost && this.queue.behind(run, now, MAX_CLAIM_WAIT_FACTOR * this.claimTimeoutMs())) {
       // The queue is still delivering dispatches sent before this one: it is late, not lost.
       // Looked at again a claim timeout from now, with no copy sent (queue-progress.ts).
       this.store.setDueAt(run.id, now + this.claimTimeoutMs());

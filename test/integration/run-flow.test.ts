@@ -329,6 +329,21 @@ describe("a slow queue", () => {
     }
   });
 
+  it("a dispatch the queue dead-lettered is sent again at once, however far behind the queue is", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-dead-lettered") } });
+    armFault("shard.queueSend", Infinity, job.shard);
+    try {
+      const firedAfter = Date.now();
+      await fireNow(job);
+      const [run] = await listRuns(job.id);
+      await deliveredSentAt(job, firedAfter - 30_000);
+      expect(await shardOf(job).abandonDispatches([{ runId: run!.id, fence: 1 }])).toEqual(["redispatched"]);
+      expect(await rowOf(job, run!.id)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
+  });
+
   it("a run left unclaimed for 16 claim timeouts is sent again, however far behind the queue is", async () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-oldest") } });
     armFault("shard.queueSend", Infinity, job.shard);
