@@ -29,7 +29,7 @@ export class QueueProgress {
   delivered(sentAt: number | undefined, now: number): void {
     if (sentAt === undefined || !Number.isFinite(sentAt)) return;
     this.#newestSent = Math.max(this.#newestSent, sentAt);
-    this.#lastDelivery = now;
+    this.#lastDelivery = Math.max(this.#lastDelivery, now);
   }
 
   /**
