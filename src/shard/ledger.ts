@@ -5,7 +5,7 @@ import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import { type Answer, type AttemptRow, type BreakerKey, type Dispatch, done, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
-import { QueueProgress } from "./queue-progress";
+import { claimWait, QueueProgress } from "./queue-progress";
 import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
@@ -334,7 +334,7 @@ export class RunLedger {
     if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
       // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
       this.cancel(run, stopped, now);
-    } else if (run.state === "queued" && !lost && this.queue.behind(run, now, MAX_CLAIM_WAIT_FACTOR * this.claimTimeoutMs())) {
+    } else if (run.state === "queued" && !lost && this.queue.behind(run, now, this.claimTimeoutMs())) {
       // The queue is still delivering dispatches sent before this one: it is late, not lost.
       // Looked at again a claim timeout from now, with no copy sent (queue-progress.ts).
       this.store.setDueAt(run.id, now + this.claimTimeoutMs());
@@ -419,13 +419,6 @@ export class RunLedger {
  * someone has looked at does not change under them later.
  */
 export const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
-
-/** The claim deadline after a dispatch's `redispatches`-th resend: doubling, at most this many claim timeouts. */
-export const MAX_CLAIM_WAIT_FACTOR = 16;
-
-export function claimWait(claimTimeoutMs: number, redispatches: number): number {
-  return claimTimeoutMs * Math.min(2 ** redispatches, MAX_CLAIM_WAIT_FACTOR);
-}
 
 /** Why nothing more may run for this job, or null when it is live. */
 export function stoppedReason(job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {

@@ -1,6 +1,7 @@
 /**
- * How far the dispatch queue has got, as this shard sees it through the claims it receives:
- * what lets a claim deadline tell a dispatch the queue lost from one it still holds.
+ * When a dispatch nobody claimed goes out again: the wait after each resend (`claimWait`), and
+ * how far the dispatch queue has got, as this shard sees it through the claims it receives,
+ * which lets a claim deadline tell a dispatch the queue lost from one it still holds.
  *
  * At a queued run's claim deadline its dispatch is either lost or still waiting in a queue that
  * is behind. Sending it again is right for the first; for the second it adds a message per run
@@ -16,6 +17,13 @@
  * deadline, as before. A queue that reorders makes this send sooner, never later than that cap.
  */
 import type { RunRow } from "./contract";
+
+/** The claim deadline after a dispatch's `redispatches`-th resend: doubling, at most this many claim timeouts. */
+export const MAX_CLAIM_WAIT_FACTOR = 16;
+
+export function claimWait(claimTimeoutMs: number, redispatches: number): number {
+  return claimTimeoutMs * Math.min(2 ** redispatches, MAX_CLAIM_WAIT_FACTOR);
+}
 
 /** The queue counts as delivering if a claim came within this long: a batch or two, even on a slow queue. */
 export const DELIVERING_WITHIN_MS = 10_000;
@@ -35,9 +43,13 @@ export class QueueProgress {
   /**
    * Whether the queue has likely not reached `run`'s dispatch yet: it is delivering, and all it
    * delivered was sent before the run was created, so before any dispatch of the run; and the
-   * run is younger than `maxWaitMs`, the longest a dispatch is left unsent again.
+   * run is younger than the longest claim wait, after which its dispatch goes again regardless.
    */
-  behind(run: Pick<RunRow, "createdAt">, now: number, maxWaitMs: number): boolean {
-    return now - this.#lastDelivery <= DELIVERING_WITHIN_MS && this.#newestSent < run.createdAt && now - run.createdAt < maxWaitMs;
+  behind(run: Pick<RunRow, "createdAt">, now: number, claimTimeoutMs: number): boolean {
+    return (
+      now - this.#lastDelivery <= DELIVERING_WITHIN_MS &&
+      this.#newestSent < run.createdAt &&
+      now - run.createdAt < MAX_CLAIM_WAIT_FACTOR * claimTimeoutMs
+    );
   }
 }
