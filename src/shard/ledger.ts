@@ -215,7 +215,7 @@ export class RunLedger {
   /**
    * The Queue gave up on this dispatch (its dead-letter queue), which happens when deliveries
    * or claims kept failing, e.g. while the shard restarted: nothing is wrong with the run. It
-   * stays queued and is due now, so the alarm sends its dispatch again (`advanceDue`); a run
+   * stays queued and its dispatch is sent again at once, as at a claim deadline; a run
    * never ends failed only because its shard was briefly unreachable. No terminal outcome
    * remains for this: the redispatch backoff caps what a dispatch that is never claimed costs,
    * the count and the note make it visible, and pausing the job ends it.
