@@ -6,7 +6,7 @@
  * At a queued run's claim deadline its dispatch is either lost or still waiting in a queue that
  * is behind. Sending it again is right for the first; for the second it adds a message per run
  * to a queue that is already late, and the copy's claim is wasted work once the first arrives
- * (measured: 1.40 messages per run in `npm run bench --workload steady`, where the queue's lag
+ * (measured: 1.22 to 1.40 messages per run in `npm run bench --workload steady`, whose queue lag
  * passes the 60 s claim timeout). A queue delivers roughly in the order messages were sent, so
  * while it is still delivering dispatches sent before the run was created, it has not reached
  * the run's dispatch yet: its deadline is put off, and the dispatch is sent again only once
