@@ -258,16 +258,28 @@ describe("a slow queue", () => {
     );
   }
 
-  it("a dispatch delivered after its run was redispatched still runs it, once", async () => {
-    const url = receiverPath("slow-queue");
+  /**
+   * A job fired once while the queue takes no dispatch (none reaches a consumer until the test
+   * delivers it): `check` gets the job, its run's id and a time before the fire; the queue takes
+   * dispatches again afterwards.
+   */
+  async function withHeldDispatch(url: string, check: (job: Job, runId: string, firedAfter: number) => Promise<void>) {
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
-    // The queue holds every dispatch back: none reaches a consumer until the test delivers it.
     armFault("shard.queueSend", Infinity, job.shard);
-    let runId: string;
     try {
+      const firedAfter = Date.now();
       await fireNow(job);
       const [run] = await listRuns(job.id);
-      runId = run!.id;
+      await check(job, run!.id, firedAfter);
+      return { job, runId: run!.id };
+    } finally {
+      disarmFault("shard.queueSend", job.shard);
+    }
+  }
+
+  it("a dispatch delivered after its run was redispatched still runs it, once", async () => {
+    const url = receiverPath("slow-queue");
+    const { job, runId } = await withHeldDispatch(url, async (job, runId) => {
       // Two claim deadlines pass: the shard sends the dispatch again each time, waiting longer.
       const once = await redispatched(job, runId, 1);
       expect(once).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
@@ -275,9 +287,7 @@ describe("a slow queue", () => {
       const twice = await redispatched(job, runId, 2);
       expect(twice).toMatchObject({ state: "queued", fence: 1, redispatches: 2 });
       expect((twice.due_at as number) - Date.now()).toBeGreaterThan(3.9 * 60_000);
-    } finally {
-      disarmFault("shard.queueSend", job.shard);
-    }
+    });
     // The first dispatch finally arrives, twice, as a slow at-least-once queue may deliver it.
     const body: DispatchMessage = { shard: job.shard, runId, fence: 1 };
     const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [
@@ -310,71 +320,45 @@ describe("a slow queue", () => {
   }
 
   it("a claim deadline that comes while the queue still delivers dispatches sent before the run is put off, not sent again", async () => {
-    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-behind") } });
-    armFault("shard.queueSend", Infinity, job.shard);
-    try {
-      const firedAfter = Date.now();
-      await fireNow(job);
-      const [run] = await listRuns(job.id);
+    await withHeldDispatch(receiverPath("slow-behind"), async (job, runId, firedAfter) => {
       // The queue is 30 s behind the run's dispatch: it is late, not lost.
       await deliveredSentAt(job, firedAfter - 30_000);
-      const late = await putOff(job, run!.id);
+      const late = await putOff(job, runId);
       expect(late).toMatchObject({ state: "queued", fence: 1, redispatches: 0 });
       expect((late.due_at as number) - Date.now()).toBeGreaterThan(0.9 * 60_000); // a claim timeout on
       // The queue delivers a dispatch sent after the run's: the run's own is lost, and goes again.
       await deliveredSentAt(job, Date.now());
-      expect(await redispatched(job, run!.id, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
-    } finally {
-      disarmFault("shard.queueSend", job.shard);
-    }
+      expect(await redispatched(job, runId, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+    });
   });
 
   it("a dispatch the queue dead-lettered is sent again at once, however far behind the queue is", async () => {
-    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-dead-lettered") } });
-    armFault("shard.queueSend", Infinity, job.shard);
-    try {
-      const firedAfter = Date.now();
-      await fireNow(job);
-      const [run] = await listRuns(job.id);
+    await withHeldDispatch(receiverPath("slow-dead-lettered"), async (job, runId, firedAfter) => {
       await deliveredSentAt(job, firedAfter - 30_000);
-      expect(await shardOf(job).abandonDispatches([{ runId: run!.id, fence: 1 }])).toEqual(["redispatched"]);
-      expect(await rowOf(job, run!.id)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
-    } finally {
-      disarmFault("shard.queueSend", job.shard);
-    }
+      expect(await shardOf(job).abandonDispatches([{ runId, fence: 1 }])).toEqual(["redispatched"]);
+      expect(await rowOf(job, runId)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+    });
   });
 
   it("a run left unclaimed for 16 claim timeouts is sent again, however far behind the queue is", async () => {
-    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-oldest") } });
-    armFault("shard.queueSend", Infinity, job.shard);
-    try {
-      await fireNow(job);
-      const [run] = await listRuns(job.id);
+    await withHeldDispatch(receiverPath("slow-oldest"), async (job, runId) => {
       const createdAt = Date.now() - 16 * 60_000 - 1_000;
       await runInDurableObject(shardOf(job), (_s: Shard, state) => {
-        state.storage.sql.exec("UPDATE runs SET created_at = ? WHERE id = ?", createdAt, run!.id);
+        state.storage.sql.exec("UPDATE runs SET created_at = ? WHERE id = ?", createdAt, runId);
       });
       await deliveredSentAt(job, createdAt - 60_000);
-      expect(await redispatched(job, run!.id, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
-    } finally {
-      disarmFault("shard.queueSend", job.shard);
-    }
+      expect(await redispatched(job, runId, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+    });
   });
 
   it("the claim deadline doubles with each redispatch, up to 16 claim timeouts", async () => {
-    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("slow-cap") } });
-    armFault("shard.queueSend", Infinity, job.shard);
-    try {
-      await fireNow(job);
-      const [run] = await listRuns(job.id);
+    await withHeldDispatch(receiverPath("slow-cap"), async (job, runId) => {
       const waits: number[] = [];
       for (let i = 0; i < 6; i++) {
-        const row = await redispatched(job, run!.id, i + 1);
+        const row = await redispatched(job, runId, i + 1);
         waits.push(Math.round((row.due_at as number) / 60_000 - Date.now() / 60_000));
       }
       expect(waits).toEqual([2, 4, 8, 16, 16, 16]);
-    } finally {
-      disarmFault("shard.queueSend", job.shard);
-    }
+    });
   });
 });
