@@ -334,21 +334,23 @@ export class RunLedger {
     if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
       // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
       this.cancel(run, stopped, now);
-    } else if (run.state === "queued" && !lost && this.queue.behind(run, now, this.claimTimeoutMs())) {
-      // The queue is still delivering dispatches sent before this one: it is late, not lost.
-      // Looked at again a claim timeout from now, with no copy sent (queue-progress.ts).
-      this.store.setDueAt(run.id, now + this.claimTimeoutMs());
-      this.renewCover(run, this.claimTimeoutMs() + this.timeoutOf(run) + LEASE_GRACE_MS);
     } else if (run.state === "queued") {
-      // The fence stays: a dispatch the queue delays past its claim deadline must still be
-      // claimable, or once queue latency exceeds the claim timeout every dispatch arrives
-      // stale and nothing runs (a livelock). One claim still wins, since it takes the run out
-      // of `queued` (docs/architecture.md, invariants 4 and 5). The wait doubles with each
-      // redispatch, capped, so a slow queue is not flooded with copies of one dispatch.
+      // While the queue is still delivering dispatches sent before this one, it is late, not
+      // lost: the deadline is put off a claim timeout, no copy sent (queue-progress.ts).
+      // Otherwise the dispatch goes again. The fence stays: a dispatch the queue delays past its
+      // claim deadline must still be claimable, or once queue latency exceeds the claim timeout
+      // every dispatch arrives stale and nothing runs (a livelock). One claim still wins, since
+      // it takes the run out of `queued` (docs/architecture.md, invariants 4 and 5). The wait
+      // doubles with each redispatch, capped, so a slow queue is not flooded with copies.
+      const late = !lost && this.queue.behind(run, now, this.claimTimeoutMs());
       const redispatches = run.redispatches + 1;
-      const wait = claimWait(this.claimTimeoutMs(), redispatches);
-      const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
-      this.dispatch(next.id, next.fence, job, now);
+      const wait = late ? this.claimTimeoutMs() : claimWait(this.claimTimeoutMs(), redispatches);
+      if (late) {
+        this.store.setDueAt(run.id, now + wait);
+      } else {
+        const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
+        this.dispatch(next.id, next.fence, job, now);
+      }
       this.renewCover(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
     } else if (run.state === "retry_wait") {
       this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
