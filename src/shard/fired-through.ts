@@ -172,21 +172,8 @@ export class FiredThrough {
   /** When the next claim deadline behind the position comes (at the earliest; `checkAt` may say later). */
   nextCheck(claimTimeoutMs: number): number | null {
     if (this.#nextCheck === undefined) {
-      const { fired, checked } = this.positions();
-      const from = checked ?? BEFORE_ALL;
-      const first =
-        fired &&
-        this.sql
-          .exec(
-            `SELECT next_due_at FROM jobs WHERE next_due_at IS NOT NULL AND (next_due_at, id) > (?, ?) AND (next_due_at, id) <= (?, ?)
-             ORDER BY next_due_at, id LIMIT 1`,
-            from.dueAt,
-            from.jobId,
-            fired.dueAt,
-            fired.jobId,
-          )
-          .toArray()[0];
-      this.#nextCheck = first ? (first.next_due_at as number) + claimTimeoutMs : null;
+      const [first] = this.awaitingCheck(Number.MAX_SAFE_INTEGER, 1);
+      this.#nextCheck = first ? (first.dueAt as number) + claimTimeoutMs : null;
     }
     return this.#nextCheck;
   }
