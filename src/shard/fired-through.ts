@@ -1,12 +1,20 @@
-import { scheduledRunId } from "../model/ids";
+import { runKeyRange, scheduledRunId } from "../model/ids";
 import { nextFireAfter } from "../schedule/next-fire";
-import { type ShardJob, toJob } from "./rows";
+import type { Row, ShardJob } from "./rows";
 
-/** A place in `jobs_next_due`: a due time, and a job id among the jobs due then. */
+/** A place in the order of entries (`jobs_next_due` and `runs_next`): a due time, and a job id among the entries due then. */
 export interface DuePosition {
   dueAt: number;
   jobId: string;
 }
+
+/** An entry: a fire of a job, due at `dueAt`, kept by the job's row or by a run of the job. */
+export interface FireEntry extends DuePosition {
+  fireAt: number;
+}
+
+/** A run's entry stands for its job's next fire while the job has not changed since, and is live and not frequent. */
+const CARRIED_IS_CURRENT = "runs.next_version = jobs.version AND jobs.paused = 0 AND jobs.deleted = 0 AND jobs.frequent = 0";
 
 /** How far the alarm has fired, and how far behind that it has looked at claim deadlines. */
 interface Positions {
@@ -48,6 +56,15 @@ const WRITE_EVERY_JOBS = 1_000;
  * So that a job the alarm has not fired is never behind the position, a paused or deleted job
  * has no due time (it enters the index when it resumes), and a due time given to a job is after
  * the position (`dueTimeOf`).
+ *
+ * A recurring job's next fire is kept the same way (docs/cost.md, "A recurring job's next
+ * fire"): its fire writes that fire on the run it makes (`runs_next`) and leaves the job's row as
+ * it was. The alarm reads both indexes after the position as one order; a run's entry counts
+ * while the job has not changed since (a change writes the row afresh). An entry behind the
+ * position, the row's or a run's, names a fire made, and the trailing position looks at that
+ * fire's run at its claim deadline: no run needs a `runs_due` entry, and no entry is cleared.
+ * The job's next fire is the newest of its entries (`live`). Retention keeps a run while its
+ * entry is ahead of the trailing position (`passedThrough`).
  */
 export class FiredThrough {
   /** undefined: not read from storage yet. */
@@ -66,12 +83,16 @@ export class FiredThrough {
     return this.#positions;
   }
 
-  /** Rows of jobs due by `now` after the position, in its order. Paused and deleted jobs have no due time (the filter is there should one have one). */
-  dueJobs(now: number, limit: number): Array<Record<string, SqlStorageValue>> {
+  /**
+   * Rows of jobs due by `now` after the position, in its order: by the job's own entry, or by
+   * a run's (the row's `next_fire_at` and `next_due_at` then the run's). Paused and deleted jobs
+   * have no due time of their own (the filter is there should one have one).
+   */
+  dueJobs(now: number, limit: number): Row[] {
     const from = this.positions().fired ?? BEFORE_ALL;
-    return this.sql
+    const own = this.sql
       .exec(
-        `SELECT * FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND paused = 0 AND deleted = 0
+        `SELECT *, id AS entry_job FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND paused = 0 AND deleted = 0
          ORDER BY next_due_at, id LIMIT ?`,
         now,
         from.dueAt,
@@ -79,19 +100,35 @@ export class FiredThrough {
         limit,
       )
       .toArray();
+    const carried = this.sql
+      .exec(
+        `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due
+         FROM runs JOIN jobs ON jobs.id = runs.job_id
+         WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?) AND ${CARRIED_IS_CURRENT}
+         ORDER BY runs.next_due_at, runs.job_id LIMIT ?`,
+        now,
+        from.dueAt,
+        from.jobId,
+        limit,
+      )
+      .toArray()
+      .map((r): Row => ({ ...r, next_fire_at: r.carried_fire ?? null, next_due_at: r.carried_due ?? null }));
+    return inOrder(own, carried, limit);
   }
 
   /** The first due time after the position. */
   earliest(): number | null {
     const from = this.positions().fired ?? BEFORE_ALL;
-    const first = this.sql
-      .exec(
-        "SELECT next_due_at FROM jobs WHERE next_due_at IS NOT NULL AND (next_due_at, id) > (?, ?) ORDER BY next_due_at, id LIMIT 1",
-        from.dueAt,
-        from.jobId,
-      )
-      .toArray()[0];
-    return (first?.next_due_at as number | undefined) ?? null;
+    const first = (query: string) => (this.sql.exec(query, from.dueAt, from.jobId).toArray()[0]?.next_due_at as number | undefined) ?? null;
+    const own = first(
+      "SELECT next_due_at FROM jobs WHERE next_due_at IS NOT NULL AND (next_due_at, id) > (?, ?) ORDER BY next_due_at, id LIMIT 1",
+    );
+    const carried = first(
+      `SELECT runs.next_due_at FROM runs JOIN jobs ON jobs.id = runs.job_id
+       WHERE runs.next_due_at IS NOT NULL AND (runs.next_due_at, runs.job_id) > (?, ?) AND ${CARRIED_IS_CURRENT}
+       ORDER BY runs.next_due_at, runs.job_id LIMIT 1`,
+    );
+    return own === null || carried === null ? (own ?? carried) : Math.min(own, carried);
   }
 
   /** The job, due at `dueAt` (in `jobs_next_due`), has been fired. */
@@ -99,10 +136,36 @@ export class FiredThrough {
     return behind({ dueAt, jobId }, this.positions().fired);
   }
 
-  /** A job the alarm fired and left as it was has nothing more to fire; its last fire is `firedAt`. */
+  /**
+   * The job as it stands: its next fire the newest of its entries (a recurring job's is on its
+   * latest run), and a job whose newest entry the alarm fired has nothing more to fire (its last
+   * fire is `firedAt`). A job whose row's entry was fired says which fire it named (`firedAt`).
+   */
   live(job: ShardJob): ShardJob {
-    if (job.frequent || job.dueAt === null || !this.covers(job.dueAt, job.id)) return job;
-    return asFired(job);
+    if (job.frequent || job.dueAt === null) return job;
+    const carried = this.carriedBy(job);
+    const current = carried ? { ...job, nextFireAt: carried.fireAt, dueAt: carried.dueAt } : job;
+    if (this.covers(current.dueAt as number, job.id)) return asFired(current);
+    return this.covers(job.dueAt, job.id) ? { ...current, firedAt: job.nextFireAt } : current;
+  }
+
+  /**
+   * The newest entry a run of the job carries for its current version, if newer than its row's.
+   * Runs fired from the row's entry on are one range of the runs' key (a scheduled run's id
+   * sorts as its instant), read from its newest end: the job's latest run carries it.
+   */
+  private carriedBy(job: ShardJob): { fireAt: number; dueAt: number } | null {
+    if (job.nextFireAt === null || job.spec.schedule.at !== undefined) return null; // a one-off job's runs carry nothing
+    const row = this.sql
+      .exec(
+        "SELECT next_fire_at, next_due_at FROM runs WHERE id >= ? AND id < ? AND next_version = ? AND next_fire_at > ? ORDER BY id DESC LIMIT 1",
+        scheduledRunId(job.id, job.nextFireAt),
+        runKeyRange(job.id)[1],
+        job.version,
+        job.nextFireAt,
+      )
+      .toArray()[0];
+    return row ? { fireAt: row.next_fire_at as number, dueAt: row.next_due_at as number } : null;
   }
 
   /**
@@ -135,33 +198,39 @@ export class FiredThrough {
   }
 
   /**
-   * Jobs behind the position whose entry is due by `until` (a claim timeout ago) and not yet
-   * checked, in order: their fired instant is `nextFireAt`, as their row kept it.
+   * Entries behind the position due by `until` (a claim timeout ago) and not yet checked, the
+   * rows' and the runs' in one order: each names a fire made (or, stale, one never made).
    */
-  awaitingCheck(until: number, limit: number): ShardJob[] {
+  awaitingCheck(until: number, limit: number): FireEntry[] {
     const { fired, checked } = this.positions();
     if (fired === null) return [];
     const from = checked ?? BEFORE_ALL;
-    return this.sql
-      .exec(
-        `SELECT * FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND (next_due_at, id) <= (?, ?)
-         ORDER BY next_due_at, id LIMIT ?`,
-        until,
-        from.dueAt,
-        from.jobId,
-        fired.dueAt,
-        fired.jobId,
-        limit,
-      )
-      .toArray()
-      .map(toJob);
+    const window = [until, from.dueAt, from.jobId, fired.dueAt, fired.jobId, limit];
+    const entries = (query: string) => this.sql.exec(query, ...window).toArray();
+    return inOrder(
+      entries(
+        `SELECT id AS entry_job, next_fire_at, next_due_at FROM jobs
+         WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND (next_due_at, id) <= (?, ?) ORDER BY next_due_at, id LIMIT ?`,
+      ),
+      entries(
+        `SELECT job_id AS entry_job, next_fire_at, next_due_at FROM runs
+         WHERE next_due_at <= ? AND (next_due_at, job_id) > (?, ?) AND (next_due_at, job_id) <= (?, ?) ORDER BY next_due_at, job_id LIMIT ?`,
+      ),
+      limit,
+    ).map((r) => ({ jobId: r.entry_job as string, fireAt: r.next_fire_at as number, dueAt: r.next_due_at as number }));
   }
 
-  /** The job's run's claim deadline was looked at. */
-  checked(job: ShardJob): void {
-    this.positions().checked = { dueAt: job.dueAt as number, jobId: job.id };
+  /** The entry's run's claim deadline was looked at. */
+  checked(entry: DuePosition): void {
+    this.positions().checked = { dueAt: entry.dueAt, jobId: entry.jobId };
     this.#nextCheck = undefined;
     this.noteUnwritten(1);
+  }
+
+  /** How far the alarm has fired, and looked at claim deadlines: retention keeps a run whose entry is still needed. */
+  passedThrough(): { fired: DuePosition; checked: DuePosition } {
+    const { fired, checked } = this.positions();
+    return { fired: fired ?? BEFORE_ALL, checked: checked ?? BEFORE_ALL };
   }
 
   /** The next job to check has a run whose claim deadline comes at `at`. */
@@ -173,7 +242,7 @@ export class FiredThrough {
   nextCheck(claimTimeoutMs: number): number | null {
     if (this.#nextCheck === undefined) {
       const [first] = this.awaitingCheck(Number.MAX_SAFE_INTEGER, 1);
-      this.#nextCheck = first ? (first.dueAt as number) + claimTimeoutMs : null;
+      this.#nextCheck = first ? first.dueAt + claimTimeoutMs : null;
     }
     return this.#nextCheck;
   }
@@ -205,6 +274,19 @@ export class FiredThrough {
 /** The job as it reads once its row's fire (`nextFireAt`) was made: nothing more to fire. */
 function asFired(job: ShardJob): ShardJob {
   return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
+}
+
+/** Rows of two queries, each in the order of entries (`next_due_at`, `entry_job`), as one, up to `limit`. */
+function inOrder(a: Row[], b: Row[], limit: number): Row[] {
+  const key = (r: Row): DuePosition => ({ dueAt: r.next_due_at as number, jobId: r.entry_job as string });
+  const merged: Row[] = [];
+  let i = 0;
+  let j = 0;
+  while (merged.length < limit && (i < a.length || j < b.length)) {
+    const takeA = j >= b.length || (i < a.length && behind(key(a[i]!), key(b[j]!)));
+    merged.push(takeA ? a[i++]! : b[j++]!);
+  }
+  return merged;
 }
 
 /** `p` is at or before `position`. */

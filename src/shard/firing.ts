@@ -94,9 +94,9 @@ export class Firing {
   }
 
   /**
-   * One due job's fires become runs, and the job moves to its next fire. A job left with
-   * nothing more to fire and no fire count to keep is "kept": its row is not written, and the
-   * alarm's position says it fired (fired-through.ts).
+   * One due job's fires become runs, and the job moves to its next fire. Its row is left as it
+   * was ("kept"; fired-through.ts) when it has nothing more to fire and no fire count to keep,
+   * or when its next fire goes on the run its last fire makes.
    */
   private fireJob(job: ShardJob, now: number, together: ClaimDeadline): "moved" | "kept" {
     const { ready, next } = this.readyFires(job, now);
@@ -105,8 +105,17 @@ export class Firing {
     // fires look at its runs' claim deadlines, these runs' included.
     const claimTimeout = this.ledger.claimTimeoutMs();
     const frequent = nextDue !== null && nextDue - now <= claimTimeout;
+    const countsFires = job.spec.schedule.maxRuns !== undefined;
     // Nothing more to fire and no fire count to keep: the row is left as it is (fired-through.ts).
-    const kept = next === null && !job.frequent && job.spec.schedule.maxRuns === undefined;
+    const kept = next === null && !job.frequent && !countsFires;
+    // A next fire and no fire count to keep: the fire's last run carries the next fire (in
+    // runs_next), and the row is left as it is, where moving it is two rows (fired-through.ts).
+    // Not when that run exists already: a repeated fire, or a backfill's run, which carries none.
+    const last = ready.at(-1);
+    const carried =
+      !frequent && !job.frequent && next !== null && !countsFires && job.spec.steps === undefined && last !== undefined
+        ? this.store.getRun(scheduledRunId(job.id, last.at)) === null
+        : false;
     let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
     for (const fire of ready) {
       const run = {
@@ -116,17 +125,19 @@ export class Firing {
         trigger: "schedule" as const,
         scheduledAt: fire.at,
         catchUp: fire.catchUp,
+        next: carried && fire === last ? { fireAt: next as number, dueAt: nextDue as number, version: job.version } : undefined,
       };
       // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
       const onJob = frequent && !fire.catchUp;
       if (onJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
-      // A kept job's entry in jobs_next_due is its run's claim deadline, if the run is the one
-      // its row names (the fire at its next_fire_at).
-      this.startRun(job, run, now, onJob || (kept && fire.at === job.nextFireAt) ? "job" : together);
+      // When the entry the alarm fired stays where it is (the job's row kept, or the entry on a
+      // run), it is the claim deadline of the run of the fire it names.
+      const byEntry = (kept || carried) && fire.at === job.nextFireAt;
+      this.startRun(job, run, now, onJob || byEntry ? "job" : together);
     }
     if (frequent) {
       this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
-    } else if (kept) {
+    } else if (kept || carried) {
       return "kept";
     } else {
       this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);

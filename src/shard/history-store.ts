@@ -1,10 +1,20 @@
 import { runKeyRange } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
 import type { AttemptRow, RunRow } from "./contract";
+import type { DuePosition } from "./fired-through";
 import { type ShardJob, toAttempt, toJob, toRun } from "./rows";
 import { FINAL_STATES, sqlList } from "./run-states";
 
 const FINAL = sqlList(FINAL_STATES);
+
+/**
+ * A run whose entry in `runs_next` the alarm still needs (fired-through.ts), bound to the
+ * checked position (?, ?) and the fired one (?, ?): an entry between them is the claim deadline
+ * of the fire it named; one after the fired position is its job's next fire, unless stale (the
+ * job changed since). A monthly job's latest run under a one-day window holds its next fire.
+ */
+const ENTRY_NEEDED = `(next_due_at IS NOT NULL AND (next_due_at, job_id) > (?, ?)
+  AND ((next_due_at, job_id) <= (?, ?) OR next_version = (SELECT version FROM jobs WHERE jobs.id = runs.job_id)))`;
 
 /**
  * The statements of retention (`retention.ts`): finding a shard's expired history, reading it
@@ -12,8 +22,14 @@ const FINAL = sqlList(FINAL_STATES);
  * `store.ts`, whose statements serve the runs in hand, because these serve the runs that are done.
  */
 export class HistoryStore {
-  /** Over the same storage as the shard's store (its meter's, so these rows are counted too). */
-  constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
+  /**
+   * Over the same storage as the shard's store (its meter's, so these rows are counted too).
+   * `passed`: how far the alarm has fired its entries, and looked at their claim deadlines (fired-through.ts).
+   */
+  constructor(
+    private readonly sql: Pick<SqlStorage, "exec">,
+    private readonly passed: () => { fired: DuePosition; checked: DuePosition },
+  ) {}
 
   getMeta(key: string): string | null {
     return (this.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined) ?? null;
@@ -47,14 +63,20 @@ export class HistoryStore {
     return (row?.scheduled_at as number | undefined) ?? null;
   }
 
-  /** Up to `limit` of the job's finished runs scheduled before `before`, oldest first. */
+  /** Up to `limit` of the job's finished runs scheduled before `before`, oldest first, save those `ENTRY_NEEDED` keeps. */
   finishedRunsBefore(jobId: string, before: number, limit: number): RunRow[] {
+    const { fired, checked } = this.passed();
     return this.sql
       .exec(
-        `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) ORDER BY scheduled_at LIMIT ?`,
+        `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) AND NOT ${ENTRY_NEEDED}
+         ORDER BY scheduled_at LIMIT ?`,
         ...runKeyRange(jobId),
         jobId,
         before,
+        checked.dueAt,
+        checked.jobId,
+        fired.dueAt,
+        fired.jobId,
         limit,
       )
       .toArray()
@@ -77,13 +99,23 @@ export class HistoryStore {
 
   /**
    * Removes finished runs and their earlier attempts (the latest goes with its row); a run
-   * revived meanwhile is no longer final and stays. Returns the ids removed.
+   * revived meanwhile is no longer final and stays, as does one whose entry is needed again
+   * (positions read afresh after a change rolled back). Returns the ids removed.
    */
   removeFinishedRuns(runIds: string[]): string[] {
+    const { fired, checked } = this.passed();
     const removed: string[] = [];
-    for (const chunk of chunksForStatement(runIds)) {
-      const ids = placeholders(chunk.length);
-      const gone = this.sql.exec(`DELETE FROM runs WHERE id IN (${ids}) AND state IN (${FINAL}) RETURNING id`, ...chunk).toArray();
+    for (const chunk of chunksForStatement(runIds, 4)) {
+      const gone = this.sql
+        .exec(
+          `DELETE FROM runs WHERE id IN (${placeholders(chunk.length)}) AND state IN (${FINAL}) AND NOT ${ENTRY_NEEDED} RETURNING id`,
+          ...chunk,
+          checked.dueAt,
+          checked.jobId,
+          fired.dueAt,
+          fired.jobId,
+        )
+        .toArray();
       removed.push(...gone.map((r) => r.id as string));
     }
     for (const chunk of chunksForStatement(removed)) {

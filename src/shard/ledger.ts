@@ -283,15 +283,15 @@ export class RunLedger {
   }
 
   /**
-   * Fired jobs a claim timeout behind the alarm's position (fired-through.ts): the run each one's
-   * row names is looked at as a due run if its claim deadline is the job's. Stops at the first
-   * run whose deadline is still to come.
+   * Entries a claim timeout behind the alarm's position (fired-through.ts): the run of the fire
+   * each one names is looked at as a due run if its claim deadline is the entry's. Stops at the
+   * first run whose deadline is still to come.
    */
   private checkFiredJobs(now: number): void {
     const timeout = this.claimTimeoutMs();
     const through = this.store.firedThrough;
-    for (const job of through.awaitingCheck(now - timeout, TICK_BATCH)) {
-      const run = this.store.getRun(scheduledRunId(job.id, job.nextFireAt as number));
+    for (const entry of through.awaitingCheck(now - timeout, TICK_BATCH)) {
+      const run = this.store.getRun(scheduledRunId(entry.jobId, entry.fireAt));
       if (run && awaitsDeadline(run)) {
         if (run.createdAt + timeout > now) {
           through.checkAt(run.createdAt + timeout);
@@ -299,7 +299,7 @@ export class RunLedger {
         }
         this.dueCame(run, this.store.getJob(run.jobId), now);
       }
-      through.checked(job);
+      through.checked(entry);
     }
   }
 

@@ -20,8 +20,9 @@ export interface ShardJob extends JobDefinition {
   /** Its earliest fire whose run's claim deadline its own fires have yet to look at (frequent-jobs.ts). */
   deadlinesFrom: number | null;
   /**
-   * The instant of its last fire when the alarm fired it and left its row as it was
-   * (fired-through.ts): its run's claim deadline is its place in `jobs_next_due`. Otherwise null.
+   * The fire its row names, when the alarm has fired it and left the row as it was
+   * (fired-through.ts): that run's claim deadline is the row's place in `jobs_next_due`, which
+   * a change moves (`RunLedger.leaveFired`). Otherwise null.
    */
   firedAt: number | null;
 }
@@ -49,11 +50,21 @@ export interface NotificationRow {
 /** A run about to be created. */
 export type NewRun = Pick<RunRow, "id" | "jobId" | "jobVersion" | "trigger" | "scheduledAt" | "catchUp">;
 
+/** A recurring job's next fire as the fire that made a run worked it out, carried on that run (fired-through.ts). */
+export interface CarriedFire {
+  fireAt: number;
+  /** The fire plus its jitter: its place in `runs_next`. */
+  dueAt: number;
+  /** The job's version then: a change of the job makes the entry stale. */
+  version: number;
+}
+
 /**
  * A run about to be written: whether it goes into `runs_open` while unfinished (`watchesOpenRuns`);
- * for a workflow step's run, the workflow run it belongs to and its first fence.
+ * for a workflow step's run, the workflow run it belongs to and its first fence; for the last run
+ * of a recurring job's fire, its job's next fire.
  */
-export type RunToWrite = NewRun & { watched: boolean; parentRunId?: string; fence?: number };
+export type RunToWrite = NewRun & { watched: boolean; parentRunId?: string; fence?: number; next?: CarriedFire };
 
 export type Row = Record<string, SqlStorageValue>;
 

@@ -109,7 +109,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.views = new Views(this.store, new ViewStore(this.meter.sql), this.workflows.steps);
     // Without a bucket bound, expired history is only deleted.
     const bucket = (env as Partial<Env>).ARCHIVE;
-    const history = new HistoryStore(this.meter.sql);
+    const history = new HistoryStore(this.meter.sql, () => this.store.firedThrough.passedThrough());
     this.retention = new Retention(
       history,
       (tenantId) => this.store.getTenant(tenantId),

@@ -205,8 +205,9 @@ export class ShardStore {
   ): boolean {
     const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
     const inserted = this.sql.exec(
-      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched, parent_run_id)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched,
+         parent_run_id, next_fire_at, next_due_at, next_version)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -221,6 +222,9 @@ export class ShardStore {
       as.state === "skipped" ? as.reason : null,
       run.watched ? 1 : 0,
       run.parentRunId ?? null,
+      run.next?.fireAt ?? null,
+      run.next?.dueAt ?? null,
+      run.next?.version ?? null,
     ).rowsWritten;
     return inserted > 0;
   }

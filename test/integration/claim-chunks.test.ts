@@ -28,9 +28,10 @@ describe("claim deadlines by chunk", () => {
     const shard = env.SHARD.get(env.SHARD.idFromName(name));
     const url = receiverPath("chunk-lost");
     const at = Date.now() + 1_000;
-    // Recurring jobs (hourly, from `at`): a one-off job's claim deadline is its own entry in
-    // jobs_next_due instead (fired-through.ts).
-    const spec = await specLike({ every: "1h", startAt: new Date(at).toISOString() }, url);
+    // Recurring jobs (hourly, from `at`) that count their fires (maxRuns), so their fires move
+    // their rows: a one-off job's claim deadline is its own entry in jobs_next_due, and another
+    // recurring job's the entry its run carries (fired-through.ts).
+    const spec = await specLike({ every: "1h", startAt: new Date(at).toISOString(), maxRuns: 100 }, url);
     const jobs = Array.from({ length: 5 }, () => definition(spec, Date.now()));
     await shard.applyJobs(jobs);
     const runIds = jobs.map((j) => scheduledRunId(j.id, at));

@@ -53,7 +53,7 @@ function readsHistory(query: string, step: string): boolean {
   const scan = /^SCAN (runs|attempts|jobs)\b(?: USING (?:COVERING )?INDEX (\w+))?/.exec(step);
   if (scan) return !(scan[2] !== undefined && [...OPEN_RUN_INDEXES, ...ONCE_PER_START_INDEXES].includes(scan[2]));
   const page = /ORDER BY scheduled_at DESC, id DESC LIMIT \?$/.test(query.trim());
-  return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page && !latestRuns(query);
+  return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page && !latestRuns(query) && !carriedFire(query);
 }
 
 /**
@@ -62,6 +62,13 @@ function readsHistory(query: string, step: string): boolean {
  * the range of all the job's runs. The bindings below check the bounds are such instants.
  */
 const latestRuns = (query: string) => /trigger = 'schedule' AND due_at IS NULL AND state IN/.test(query);
+
+/**
+ * A recurring job's next fire carried by its latest run (fired-through.ts, `carriedBy`): the
+ * range of the job's runs fired since its row's own fire, read from the newest end, where the
+ * latest run carries it; a fire that does not carry one writes the row, which moves that bound.
+ */
+const carriedFire = (query: string) => /next_version = \? AND next_fire_at > \? ORDER BY id DESC LIMIT 1$/.test(query.trim());
 
 interface Executed {
   query: string;
@@ -196,5 +203,9 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
       expect(ids).toHaveLength(2);
       expect(ids[0]! <= ids[1]!).toBe(true);
     }
+    // The job's next fire was looked for on its runs from its row's own fire on (a scheduled run id of the job).
+    const carried = [...distinct.values()].filter((e) => carriedFire(e.query));
+    expect(carried).toHaveLength(1);
+    expect(carried[0]!.bindings[0]).toMatch(new RegExp(`^run_${job.id.slice(4)}_[0-9a-z]{8}$`));
   });
 });

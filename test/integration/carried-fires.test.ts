@@ -1,0 +1,235 @@
+import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { armFault, disarmFaults, faultCounts } from "../../src/faults";
+import { scheduledRunId } from "../../src/model/ids";
+import type { JobSpec } from "../../src/model/job";
+import type { JobDefinition } from "../../src/shard/contract";
+import type { Shard } from "../../src/shard/shard";
+import { definition, receiverPath, specLike } from "./helpers";
+
+/**
+ * A recurring job's next fire carried by the run its fire makes (src/shard/fired-through.ts,
+ * docs/cost.md "A recurring job's next fire"): the fire leaves the job's row as it was; the
+ * alarm finds the next fire on the run, and the entry that fired a run is that run's claim
+ * deadline. What must hold: the job reads its next fire from its latest run; a lost dispatch is
+ * sent again; a change makes the runs' entries stale and hands the run the row's entry fired a
+ * deadline of its own; a pause and a resume keep the next fire; a restart fires nothing twice;
+ * retention keeps a run while its entry is still needed.
+ */
+
+type Row = Record<string, SqlStorageValue>;
+const HOUR = 3_600_000;
+
+const rows = (shard: DurableObjectStub<Shard>, query: string, ...bindings: SqlStorageValue[]) =>
+  runInDurableObject(shard, (_s: Shard, state) => state.storage.sql.exec(query, ...bindings).toArray() as Row[]);
+
+/** An hourly job whose first fire is `at`, a second from now, applied to a shard of the test's own. */
+async function hourlyJob(shardName: string, name: string, extra: Partial<JobSpec> = {}) {
+  const shard = env.SHARD.get(env.SHARD.idFromName(shardName));
+  const at = Date.now() + 1_000;
+  const spec = await specLike({ every: "1h", startAt: new Date(at).toISOString() }, receiverPath(name));
+  const job = definition({ ...spec, ...extra }, Date.now());
+  await shard.applyJobs([job]);
+  return { shard, at, job };
+}
+
+/** Waits until `at`, then runs the alarm (the runtime's own may have come first). */
+async function fireAt(shard: DurableObjectStub<Shard>, at: number): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, at - Date.now())));
+  await runDurableObjectAlarm(shard);
+}
+
+async function untilSucceeded(shard: DurableObjectStub<Shard>, runIds: string[]): Promise<void> {
+  await vi.waitFor(
+    async () => {
+      const runs = await rows(shard, "SELECT id, state FROM runs");
+      expect(Object.fromEntries(runs.map((r) => [r.id, r.state]))).toEqual(Object.fromEntries(runIds.map((id) => [id, "succeeded"])));
+    },
+    { timeout: 20_000, interval: 100 },
+  );
+}
+
+/** The job's newest run carrying an entry, as `runs_next` holds it. */
+async function carrier(shard: DurableObjectStub<Shard>, job: JobDefinition): Promise<Row | undefined> {
+  const [row] = await rows(
+    shard,
+    "SELECT id, next_fire_at, next_due_at, next_version FROM runs WHERE job_id = ? AND next_fire_at IS NOT NULL ORDER BY id DESC LIMIT 1",
+    job.id,
+  );
+  return row;
+}
+
+/** Makes the next fire the job's latest run carries due now, where it is (on the run); returns its instant. */
+async function carriedDueNow(shard: DurableObjectStub<Shard>, job: JobDefinition): Promise<number> {
+  const at = Date.now() - 1;
+  const { id } = (await carrier(shard, job)) as Row;
+  await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, id as string);
+  return at;
+}
+
+const nextRunAt = async (shard: DurableObjectStub<Shard>, job: JobDefinition) => (await shard.jobRuntimes([job.id]))[0]!.nextRunAt;
+
+/** Makes the shard's retention pass due and runs it (the runtime may run the past-due alarm itself). */
+async function runRetention(shard: DurableObjectStub<Shard>): Promise<void> {
+  const due = Date.now() - 1;
+  await runInDurableObject(shard, async (_s: Shard, state) => {
+    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(due));
+    await state.storage.setAlarm(due);
+  });
+  await runDurableObjectAlarm(shard);
+  await vi.waitFor(
+    async () =>
+      expect(Number((await rows(shard, "SELECT value FROM meta WHERE key = 'retention_next_at'"))[0]!.value)).toBeGreaterThan(due),
+    {
+      timeout: 5_000,
+      interval: 20,
+    },
+  );
+}
+
+describe("a recurring job's next fire, carried by its latest run", () => {
+  afterEach(() => disarmFaults());
+
+  it("a fire leaves the job's row as it was and writes the next fire on its run; the job reads it there; the alarm fires it", async () => {
+    const { shard, at, job } = await hourlyJob("shard-900401", "carried-fires");
+    await fireAt(shard, at);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
+
+    expect(await rows(shard, "SELECT next_fire_at, next_due_at, fires FROM jobs")).toEqual([
+      { next_fire_at: at, next_due_at: at, fires: 0 },
+    ]);
+    expect(await carrier(shard, job)).toEqual({
+      id: scheduledRunId(job.id, at),
+      next_fire_at: at + HOUR,
+      next_due_at: at + HOUR,
+      next_version: 1,
+    });
+    expect(await shard.jobRuntimes([job.id])).toMatchObject([{ nextRunAt: at + HOUR, completed: false }]);
+    // The alarm waits for the run's claim deadline (the entry that fired it), then for the next fire.
+    expect(await runInDurableObject(shard, (_s: Shard, state) => state.storage.getAlarm())).toBeLessThanOrEqual(at + HOUR);
+
+    const second = await carriedDueNow(shard, job);
+    await runDurableObjectAlarm(shard);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at), scheduledRunId(job.id, second)]);
+    expect(await carrier(shard, job)).toMatchObject({ id: scheduledRunId(job.id, second), next_fire_at: at + HOUR });
+    expect(await rows(shard, "SELECT next_fire_at, fires FROM jobs")).toEqual([{ next_fire_at: at, fires: 0 }]);
+    // Neither run has a claim deadline of its own: each one's is the entry that fired it.
+    expect(await rows(shard, "SELECT due_at FROM runs WHERE due_at IS NOT NULL")).toEqual([]);
+  });
+
+  it("a dispatch lost with the shard's memory is sent again at its claim deadline, by the run's entry that fired it", async () => {
+    const name = "shard-900402";
+    const { shard, at, job } = await hourlyJob(name, "carried-lost");
+    await fireAt(shard, at);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
+
+    // The second fire comes from the first run's entry; the alarm (the runtime's, which retries
+    // one that throws) commits it, then dies before sending; the shard is evicted, the dispatch with it.
+    const second = await carriedDueNow(shard, job);
+    const lost = scheduledRunId(job.id, second);
+    const faults = faultCounts.get("shard.afterCommit") ?? 0;
+    armFault("shard.afterCommit", 1, name);
+    await runInDurableObject(shard, (_s: Shard, state) => state.storage.setAlarm(Date.now()));
+    await vi.waitFor(() => expect(faultCounts.get("shard.afterCommit")).toBe(faults + 1), { timeout: 10_000, interval: 10 });
+    await evictDurableObject(shard);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", lost)).toEqual([{ state: "queued", due_at: null }]);
+    expect(await rows(shard, "SELECT * FROM claim_chunks")).toEqual([]);
+
+    // A claim timeout passes (the run and the entry that fired it made older rather than waited for).
+    await rows(shard, "UPDATE runs SET created_at = created_at - 120000 WHERE id = ?", lost);
+    await rows(shard, "UPDATE runs SET next_due_at = next_due_at - 120000 WHERE id = ?", scheduledRunId(job.id, at));
+    await evictDurableObject(shard);
+    await runDurableObjectAlarm(shard);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at), lost]);
+    expect(await rows(shard, "SELECT redispatches FROM runs WHERE id = ?", lost)).toEqual([{ redispatches: 1 }]);
+    expect(await nextRunAt(shard, job)).toBe(at + HOUR);
+  });
+
+  it("a change writes the next fire on the row again: the runs' entries are stale, and the run the row's entry fired gets a claim deadline of its own", async () => {
+    const name = "shard-900403";
+    const { shard, at, job } = await hourlyJob(name, "carried-changed");
+    armFault("shard.queueSend", Infinity, name); // the run stays queued, unclaimed
+    await fireAt(shard, at);
+    const first = scheduledRunId(job.id, at);
+    // The runtime may run the alarm by itself at `at`, concurrently with the test's.
+    const queued = await vi.waitFor(
+      async () => {
+        const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs WHERE id = ?", first);
+        expect(run).toMatchObject({ state: "queued", due_at: null });
+        return run!;
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+
+    const [runtime] = await shard.applyJobs([{ ...job, version: 2, spec: { ...job.spec, timeoutMs: 20_000 } }]);
+    expect(runtime).toMatchObject({ nextRunAt: at + HOUR, completed: false });
+    expect(await rows(shard, "SELECT next_fire_at, next_due_at, version FROM jobs")).toEqual([
+      { next_fire_at: at + HOUR, next_due_at: at + HOUR, version: 2 },
+    ]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([
+      { state: "queued", due_at: (queued.created_at as number) + 60_000 },
+    ]);
+
+    // The run's entry, of version 1, fires nothing however due it is.
+    await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, first);
+    await runDurableObjectAlarm(shard);
+    expect((await rows(shard, "SELECT id FROM runs")).map((r) => r.id)).toEqual([first]);
+
+    // A new schedule starts from now, on the row.
+    const changed = await shard.applyJobs([{ ...job, version: 3, spec: { ...job.spec, schedule: { every: "2h" } } }]);
+    expect(changed[0]!.nextRunAt).toBeGreaterThan(Date.now() + HOUR);
+  });
+
+  it("a pause and a resume keep the next fire the latest run carries", async () => {
+    const { shard, at, job } = await hourlyJob("shard-900404", "carried-paused");
+    await fireAt(shard, at);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
+
+    const [paused] = await shard.applyJobs([{ ...job, version: 2, paused: true }]);
+    expect(paused).toMatchObject({ nextRunAt: null, completed: false });
+    const [resumed] = await shard.applyJobs([{ ...job, version: 3, paused: false }]);
+    expect(resumed).toMatchObject({ nextRunAt: at + HOUR, completed: false });
+    expect(await rows(shard, "SELECT next_fire_at, next_due_at FROM jobs")).toEqual([{ next_fire_at: at + HOUR, next_due_at: at + HOUR }]);
+  });
+
+  it("a shard that lost its memory reads the fired entries again and fires nothing twice", async () => {
+    const { shard, at, job } = await hourlyJob("shard-900405", "carried-restart");
+    await fireAt(shard, at);
+    await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
+    const second = await carriedDueNow(shard, job);
+    await runDurableObjectAlarm(shard);
+    const made = [scheduledRunId(job.id, at), scheduledRunId(job.id, second)];
+    await untilSucceeded(shard, made);
+    expect(await rows(shard, "SELECT value FROM meta WHERE key = 'fired_through'")).toEqual([]); // not written yet
+
+    await evictDurableObject(shard);
+    await runDurableObjectAlarm(shard);
+    await untilSucceeded(shard, made);
+    expect(await nextRunAt(shard, job)).toBe(at + HOUR);
+  });
+
+  it("retention keeps the run holding its job's next fire, and removes it once that fire was made and looked at", async () => {
+    const { shard, at, job } = await hourlyJob("shard-900406", "carried-retention", { retention: { days: 1 } });
+    await fireAt(shard, at);
+    const first = scheduledRunId(job.id, at);
+    await untilSucceeded(shard, [first]);
+    // The run is made days old: past the job's window, yet it holds the job's next fire.
+    await rows(shard, "UPDATE runs SET scheduled_at = scheduled_at - 3 * 86400000");
+    await runRetention(shard);
+    expect((await rows(shard, "SELECT id FROM runs")).map((r) => r.id)).toEqual([first]);
+
+    // The next fire is made: the first run's entry is now the second run's claim deadline, still to come.
+    const second = scheduledRunId(job.id, await carriedDueNow(shard, job));
+    await runDurableObjectAlarm(shard);
+    await untilSucceeded(shard, [first, second]);
+    await runRetention(shard);
+    expect((await rows(shard, "SELECT id FROM runs ORDER BY id")).map((r) => r.id)).toEqual([first, second]);
+
+    // A claim timeout later the alarm has looked at it: the first run leaves.
+    await rows(shard, "UPDATE runs SET next_due_at = next_due_at - 120000 WHERE id = ?", first);
+    await runDurableObjectAlarm(shard);
+    await runRetention(shard);
+    expect((await rows(shard, "SELECT id FROM runs")).map((r) => r.id)).toEqual([second]);
+    expect(await nextRunAt(shard, job)).toBe(at + HOUR);
+  });
+});
