@@ -105,8 +105,9 @@ export class ShardStore {
     return chunksForStatement(ids).flatMap((chunk) => this.sql.exec(`${select} (${placeholders(chunk.length)})`, ...chunk).toArray());
   }
 
+  /** The versions the shard holds of these jobs (the sweep's comparison): the rows alone, not the jobs as they stand. */
   jobVersions(ids: string[]): Map<string, number> {
-    return new Map(this.getJobs(ids).map((j) => [j.id, j.version]));
+    return new Map(this.whereIdIn("SELECT id, version FROM jobs WHERE id IN", ids).map((r) => [r.id as string, r.version as number]));
   }
 
   /** Inserts or replaces a job's definition; its fire count carries over. */

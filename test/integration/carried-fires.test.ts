@@ -5,6 +5,7 @@ import { scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
 import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
+import type { ShardStore } from "../../src/shard/store";
 import { definition, receiverPath, specLike } from "./helpers";
 
 /**
@@ -85,6 +86,36 @@ async function runRetention(shard: DurableObjectStub<Shard>): Promise<void> {
       interval: 20,
     },
   );
+}
+
+/**
+ * Runs of the shard dispatched or running that nobody would look at again: no due time of their
+ * own, in no claim chunk, and named by no entry (their job's row's or a run's) that the trailing
+ * position has yet to pass. A run a lost dispatch left there would never run: always empty.
+ */
+async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ unwatched: Row[]; open: number }> {
+  return runInDurableObject(shard, (instance: Shard, state) => {
+    const sql = state.storage.sql;
+    const { checked } = (instance as unknown as { store: ShardStore }).store.firedThrough.passedThrough();
+    const chunked = new Set(
+      sql
+        .exec("SELECT runs FROM claim_chunks")
+        .toArray()
+        .flatMap((r) => JSON.parse(r.runs as string) as string[]),
+    );
+    const open = sql.exec("SELECT id, job_id, state, due_at FROM runs WHERE state IN ('queued', 'running')").toArray();
+    const entries = [
+      ...sql.exec("SELECT id AS job_id, next_fire_at, next_due_at FROM jobs WHERE next_due_at IS NOT NULL").toArray(),
+      ...sql.exec("SELECT job_id, next_fire_at, next_due_at FROM runs WHERE next_due_at IS NOT NULL").toArray(),
+    ];
+    const ahead = (e: Row) =>
+      Number(e.next_due_at) > checked.dueAt || (Number(e.next_due_at) === checked.dueAt && String(e.job_id) > checked.jobId);
+    const named = new Set(entries.filter(ahead).map((e) => scheduledRunId(e.job_id as string, e.next_fire_at as number)));
+    return {
+      unwatched: open.filter((r) => r.due_at === null && !chunked.has(r.id as string) && !named.has(r.id as string)),
+      open: open.length,
+    };
+  });
 }
 
 describe("a recurring job's next fire, carried by its latest run", () => {
@@ -206,6 +237,51 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     await runDurableObjectAlarm(shard);
     await untilSucceeded(shard, made);
     expect(await nextRunAt(shard, job)).toBe(at + HOUR);
+  });
+
+  it("through changes of every kind and a restart, no dispatched or running run is left with nobody to look at it", async () => {
+    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900407"));
+    // Runs that take 3 s, so that some are running at each check, and some still queued.
+    const spec = await specLike({ every: "1h" }, receiverPath("carried-watched", "delayMs=3000"));
+    const jobs = [0, 1, 2].map(() => definition(spec, Date.now()));
+    await shard.applyJobs(jobs);
+    let openSeen = 0;
+    const check = async (step: string) => {
+      const { unwatched, open } = await unwatchedRuns(shard);
+      openSeen += open;
+      expect(unwatched, step).toEqual([]);
+    };
+    /** Each job's next fire made due now where it is (its row's entry, or its latest run's), and fired. */
+    const fireAll = async (fired: JobDefinition[]) => {
+      const at = Date.now() - 1;
+      for (const job of fired) {
+        const held = await carrier(shard, job);
+        if (held) await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, held.id as string);
+        else await rows(shard, "UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, job.id);
+      }
+      await runDurableObjectAlarm(shard);
+    };
+    const [a, b, c] = jobs as [JobDefinition, JobDefinition, JobDefinition];
+    await fireAll(jobs);
+    await check("first fires, from the jobs' rows");
+    await shard.applyJobs([{ ...a, version: 2, spec: { ...a.spec, timeoutMs: 20_000 } }]);
+    await check("a changed while its run is open");
+    await fireAll(jobs);
+    await check("second fires, from the runs' entries and a's row");
+    await shard.applyJobs([{ ...b, version: 2, paused: true }]);
+    await check("b paused");
+    await shard.applyJobs([{ ...b, version: 3, paused: false }]);
+    await fireAll([a, b]);
+    await check("b resumed, a and b fired");
+    await shard.applyJobs([{ ...c, version: 2, spec: { ...c.spec, schedule: { every: "2h" } } }]);
+    await check("c's schedule changed");
+    await evictDurableObject(shard);
+    await check("the shard lost its memory");
+    await fireAll(jobs);
+    await check("all fired after the restart");
+    await shard.applyJobs([{ ...a, version: 3, deleted: true }]);
+    await check("a deleted");
+    expect(openSeen).toBeGreaterThan(0); // the checks looked at open runs, not only at an empty shard
   });
 
   it("retention keeps the run holding its job's next fire, and removes it once that fire was made and looked at", async () => {
