@@ -1,6 +1,6 @@
 import { runKeyRange, scheduledRunId } from "../model/ids";
 import { nextFireAfter } from "../schedule/next-fire";
-import type { Row, ShardJob } from "./rows";
+import { type Row, type ShardJob, toJob } from "./rows";
 
 /** A place in the order of entries (`jobs_next_due` and `runs_next`): a due time, and a job id among the entries due then. */
 export interface DuePosition {
@@ -84,11 +84,12 @@ export class FiredThrough {
   }
 
   /**
-   * Rows of jobs due by `now` after the position, in its order: by the job's own entry, or by
-   * a run's (the row's `next_fire_at` and `next_due_at` then the run's). Paused and deleted jobs
-   * have no due time of their own (the filter is there should one have one).
+   * Jobs due by `now` after the position, in its order: by the job's own entry, or by a run's
+   * (the job's next fire then the run's, and `firedAt` the fire its row names, which has been
+   * made). Paused and deleted jobs have no due time of their own (the filter is there should
+   * one have one).
    */
-  dueJobs(now: number, limit: number): Row[] {
+  dueJobs(now: number, limit: number): ShardJob[] {
     const from = this.positions().fired ?? BEFORE_ALL;
     const own = this.sql
       .exec(
@@ -102,7 +103,7 @@ export class FiredThrough {
       .toArray();
     const carried = this.sql
       .exec(
-        `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due
+        `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due, jobs.next_fire_at AS row_fire
          FROM runs JOIN jobs ON jobs.id = runs.job_id
          WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?) AND ${CARRIED_IS_CURRENT}
          ORDER BY runs.next_due_at, runs.job_id LIMIT ?`,
@@ -113,7 +114,7 @@ export class FiredThrough {
       )
       .toArray()
       .map((r): Row => ({ ...r, next_fire_at: r.carried_fire ?? null, next_due_at: r.carried_due ?? null }));
-    return inOrder(own, carried, limit);
+    return inOrder(own, carried, limit).map((r) => ({ ...toJob(r), firedAt: (r.row_fire as number | undefined) ?? null }));
   }
 
   /** The first due time after the position. */
@@ -138,15 +139,15 @@ export class FiredThrough {
 
   /**
    * The job as it stands: its next fire the newest of its entries (a recurring job's is on its
-   * latest run), and a job whose newest entry the alarm fired has nothing more to fire (its last
-   * fire is `firedAt`). A job whose row's entry was fired says which fire it named (`firedAt`).
+   * latest run); none once the alarm fired that entry. A job whose row's entry the alarm fired
+   * says which fire that was (`firedAt`).
    */
   live(job: ShardJob): ShardJob {
     if (job.frequent || job.dueAt === null) return job;
     const carried = this.carriedBy(job);
     const current = carried ? { ...job, nextFireAt: carried.fireAt, dueAt: carried.dueAt } : job;
-    if (this.covers(current.dueAt as number, job.id)) return asFired(current);
-    return this.covers(job.dueAt, job.id) ? { ...current, firedAt: job.nextFireAt } : current;
+    const firedAt = this.covers(job.dueAt, job.id) ? job.nextFireAt : null;
+    return this.covers(current.dueAt as number, job.id) ? { ...current, nextFireAt: null, dueAt: null, firedAt } : { ...current, firedAt };
   }
 
   /**

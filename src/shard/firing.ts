@@ -55,7 +55,7 @@ export class Firing {
       // A changed job starts again as one that is not frequent; its next fires decide.
       if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);
       // A fired job's run keeps its claim deadline by the job's entry, which the change moves.
-      if (held && held.firedAt !== null) this.ledger.leaveFired(held);
+      if (held) this.ledger.leaveFired(held);
       const next = nextFireOnChange(held, def, now);
       this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next));
       const tenant = this.store.getTenant(def.tenantId);
@@ -135,6 +135,9 @@ export class Firing {
       const byEntry = (kept || carried) && fire.at === job.nextFireAt;
       this.startRun(job, run, now, onJob || byEntry ? "job" : together);
     }
+    // A fire that writes the job's row moves its entry: if that entry fired a run and stays the
+    // run's claim deadline (a job fired by its run's entry since), the run gets one of its own first.
+    if (frequent || !(kept || carried)) this.ledger.leaveFired(job);
     if (frequent) {
       this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
     } else if (kept || carried) {

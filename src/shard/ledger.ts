@@ -303,9 +303,10 @@ export class RunLedger {
     }
   }
 
-  /** A fired job is changed, which takes it from behind the alarm's position: its run gets a claim deadline of its own. */
+  /** The job's row's entry, behind the alarm's position, moves (a change, a fire writing the row): the run it fired (`firedAt`) gets a deadline of its own. */
   leaveFired(job: ShardJob): void {
-    const run = this.store.getRun(scheduledRunId(job.id, job.firedAt as number));
+    if (job.firedAt === null) return;
+    const run = this.store.getRun(scheduledRunId(job.id, job.firedAt));
     if (run && awaitsDeadline(run)) this.store.setDueAt(run.id, run.createdAt + this.claimTimeoutMs());
   }
 

@@ -21,8 +21,8 @@ export interface ShardJob extends JobDefinition {
   deadlinesFrom: number | null;
   /**
    * The fire its row names, when the alarm has fired it and left the row as it was
-   * (fired-through.ts): that run's claim deadline is the row's place in `jobs_next_due`, which
-   * a change moves (`RunLedger.leaveFired`). Otherwise null.
+   * (fired-through.ts): that fire's run has its claim deadline at the row's place in
+   * `jobs_next_due`, which a change moves (`RunLedger.leaveFired`). Otherwise null.
    */
   firedAt: number | null;
 }

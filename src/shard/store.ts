@@ -149,7 +149,7 @@ export class ShardStore {
 
   /** Jobs whose next fire is due, earliest first: frequent ones from memory, others by `jobs_next_due` after the alarm's position. */
   dueJobs(now: number, limit: number): ShardJob[] {
-    const others = this.firedThrough.dueJobs(now, limit).map(toJob);
+    const others = this.firedThrough.dueJobs(now, limit);
     const frequent = this.frequent.due(now, limit);
     if (frequent.length === 0) return others;
     return [...others, ...frequent].sort((a, b) => (a.dueAt as number) - (b.dueAt as number)).slice(0, limit);

@@ -211,6 +211,39 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(changed[0]!.nextRunAt).toBeGreaterThan(Date.now() + HOUR);
   });
 
+  it("a fire that writes the job's row (its run made already, by a backfill) gives the run the row's entry fired a claim deadline of its own", async () => {
+    const name = "shard-900408";
+    const { shard, at, job } = await hourlyJob(name, "carried-row-moved");
+    armFault("shard.queueSend", Infinity, name); // the first run stays queued, unclaimed
+    await fireAt(shard, at);
+    const first = scheduledRunId(job.id, at);
+    const queued = await vi.waitFor(
+      async () => {
+        const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs WHERE id = ?", first);
+        expect(run).toMatchObject({ state: "queued", due_at: null });
+        return run!;
+      },
+      { timeout: 5_000, interval: 20 },
+    );
+    // The next fire, made due now, already has its run: the fire carries nothing and moves the row.
+    const second = await carriedDueNow(shard, job);
+    await rows(
+      shard,
+      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, created_at, finished_at)
+       VALUES (?, ?, 1, 'backfill', ?, 'succeeded', 1, 1, ?, ?)`,
+      scheduledRunId(job.id, second),
+      job.id,
+      second,
+      second,
+      second,
+    );
+    await runDurableObjectAlarm(shard);
+    expect(await rows(shard, "SELECT next_fire_at FROM jobs")).toEqual([{ next_fire_at: at + HOUR }]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([
+      { state: "queued", due_at: (queued.created_at as number) + 60_000 },
+    ]);
+  });
+
   it("a pause and a resume keep the next fire the latest run carries", async () => {
     const { shard, at, job } = await hourlyJob("shard-900404", "carried-paused");
     await fireAt(shard, at);
