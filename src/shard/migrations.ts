@@ -406,6 +406,8 @@ UPDATE jobs SET next_due_at = NULL WHERE next_due_at IS NOT NULL AND (paused = 1
     // entry in runs_next is how the alarm finds that fire, after its position, beside
     // jobs_next_due (fired-through.ts, docs/cost.md "A recurring job's next fire"). An entry
     // behind the position is never read again, so none is cleared: it leaves with its run.
+    // One way: code from before this step reads jobs_next_due alone, so it would never fire a
+    // recurring job again once the job's next fire is on a run.
     sql: `
 ALTER TABLE runs ADD COLUMN next_fire_at INTEGER;
 ALTER TABLE runs ADD COLUMN next_due_at INTEGER;
