@@ -63,8 +63,8 @@ const WRITE_EVERY_JOBS = 1_000;
  * while the job has not changed since (a change writes the row afresh). An entry behind the
  * position, the row's or a run's, names a fire made, and the trailing position looks at that
  * fire's run at its claim deadline: no run needs a `runs_due` entry, and no entry is cleared.
- * The job's next fire is the newest of its entries (`live`). Retention keeps a run while its
- * entry is ahead of the trailing position (`passedThrough`).
+ * The job's next fire is the newest of its entries (`live`). Retention keeps a run while the
+ * alarm still needs its entry (`passedThrough`; history-store.ts).
  */
 export class FiredThrough {
   /** undefined: not read from storage yet. */

@@ -60,6 +60,21 @@ async function carrier(shard: DurableObjectStub<Shard>, job: JobDefinition): Pro
   return row;
 }
 
+/**
+ * The run, its dispatch held back (the Queue refusing sends), once it is queued with no claim
+ * deadline of its own: its row. The runtime may run the alarm by itself, concurrently with the test's.
+ */
+async function heldInQueue(shard: DurableObjectStub<Shard>, runId: string): Promise<Row> {
+  return vi.waitFor(
+    async () => {
+      const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs WHERE id = ?", runId);
+      expect(run).toMatchObject({ state: "queued", due_at: null });
+      return run!;
+    },
+    { timeout: 5_000, interval: 20 },
+  );
+}
+
 /** Makes the next fire the job's latest run carries due now, where it is (on the run); returns its instant. */
 async function carriedDueNow(shard: DurableObjectStub<Shard>, job: JobDefinition): Promise<number> {
   const at = Date.now() - 1;
@@ -182,15 +197,7 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     armFault("shard.queueSend", Infinity, name); // the run stays queued, unclaimed
     await fireAt(shard, at);
     const first = scheduledRunId(job.id, at);
-    // The runtime may run the alarm by itself at `at`, concurrently with the test's.
-    const queued = await vi.waitFor(
-      async () => {
-        const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs WHERE id = ?", first);
-        expect(run).toMatchObject({ state: "queued", due_at: null });
-        return run!;
-      },
-      { timeout: 5_000, interval: 20 },
-    );
+    const queued = await heldInQueue(shard, first);
 
     const [runtime] = await shard.applyJobs([{ ...job, version: 2, spec: { ...job.spec, timeoutMs: 20_000 } }]);
     expect(runtime).toMatchObject({ nextRunAt: at + HOUR, completed: false });
@@ -217,14 +224,7 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     armFault("shard.queueSend", Infinity, name); // the first run stays queued, unclaimed
     await fireAt(shard, at);
     const first = scheduledRunId(job.id, at);
-    const queued = await vi.waitFor(
-      async () => {
-        const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs WHERE id = ?", first);
-        expect(run).toMatchObject({ state: "queued", due_at: null });
-        return run!;
-      },
-      { timeout: 5_000, interval: 20 },
-    );
+    const queued = await heldInQueue(shard, first);
     // The next fire, made due now, already has its run: the fire carries nothing and moves the row.
     const second = await carriedDueNow(shard, job);
     await rows(
