@@ -85,9 +85,9 @@ export class FiredThrough {
 
   /**
    * Jobs due by `now` after the position, in its order: by the job's own entry, or by a run's
-   * (the job's next fire then the run's, and `firedAt` the fire its row names, which has been
-   * made). Paused and deleted jobs have no due time of their own (the filter is there should
-   * one have one).
+   * (the job's next fire and fire count then the run's, and `firedAt` the fire its row names,
+   * which has been made). Paused and deleted jobs have no due time of their own (the filter is
+   * there should one have one). An entry may have been superseded (`superseded`).
    */
   dueJobs(now: number, limit: number): ShardJob[] {
     const from = this.positions().fired ?? BEFORE_ALL;
@@ -103,7 +103,8 @@ export class FiredThrough {
       .toArray();
     const carried = this.sql
       .exec(
-        `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due, jobs.next_fire_at AS row_fire
+        `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due,
+           runs.next_fires AS carried_fires, jobs.next_fire_at AS row_fire
          FROM runs JOIN jobs ON jobs.id = runs.job_id
          WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?) AND ${CARRIED_IS_CURRENT}
          ORDER BY runs.next_due_at, runs.job_id LIMIT ?`,
@@ -113,7 +114,7 @@ export class FiredThrough {
         limit,
       )
       .toArray()
-      .map((r): Row => ({ ...r, next_fire_at: r.carried_fire ?? null, next_due_at: r.carried_due ?? null }));
+      .map((r): Row => ({ ...r, next_fire_at: r.carried_fire ?? null, next_due_at: r.carried_due ?? null, fires: r.carried_fires ?? 0 }));
     return inOrder(own, carried, limit).map((r) => ({ ...toJob(r), firedAt: (r.row_fire as number | undefined) ?? null }));
   }
 
@@ -145,28 +146,39 @@ export class FiredThrough {
   live(job: ShardJob): ShardJob {
     if (job.frequent || job.dueAt === null) return job;
     const carried = this.carriedBy(job);
-    const current = carried ? { ...job, nextFireAt: carried.fireAt, dueAt: carried.dueAt } : job;
+    const current = carried ? { ...job, ...carried } : job;
     const firedAt = this.covers(job.dueAt, job.id) ? job.nextFireAt : null;
     return this.covers(current.dueAt as number, job.id) ? { ...current, nextFireAt: null, dueAt: null, firedAt } : { ...current, firedAt };
   }
 
   /**
-   * The newest entry a run of the job carries for its current version, if newer than its row's.
-   * Runs fired from the row's entry on are one range of the runs' key (a scheduled run's id
-   * sorts as its instant), read from its newest end: the job's latest run carries it.
+   * The alarm read the job by an entry that a newer one has replaced (read again after a
+   * restart): the fire it names was made, or passed over by the misfire policy, by the fire
+   * that wrote the newer one. It is passed without a fire.
    */
-  private carriedBy(job: ShardJob): { fireAt: number; dueAt: number } | null {
+  superseded(job: ShardJob): boolean {
+    return !job.frequent && this.carriedBy(job) !== null;
+  }
+
+  /**
+   * The newest entry a run of the job carries for its current version, if newer than the one
+   * `job` holds (its row's, or the run's it was read by). Runs fired from that entry's fire on
+   * are one range of the runs' key (a scheduled run's id sorts as its instant), read from its
+   * newest end: the job's latest run carries it.
+   */
+  private carriedBy(job: ShardJob): Pick<ShardJob, "nextFireAt" | "dueAt" | "fires"> | null {
     if (job.nextFireAt === null || job.spec.schedule.at !== undefined) return null; // a one-off job's runs carry nothing
     const row = this.sql
       .exec(
-        "SELECT next_fire_at, next_due_at FROM runs WHERE id >= ? AND id < ? AND next_version = ? AND next_fire_at > ? ORDER BY id DESC LIMIT 1",
+        `SELECT next_fire_at, next_due_at, next_fires FROM runs WHERE id >= ? AND id < ? AND next_version = ? AND next_fire_at > ?
+         ORDER BY id DESC LIMIT 1`,
         scheduledRunId(job.id, job.nextFireAt),
         runKeyRange(job.id)[1],
         job.version,
         job.nextFireAt,
       )
       .toArray()[0];
-    return row ? { fireAt: row.next_fire_at as number, dueAt: row.next_due_at as number } : null;
+    return row ? { nextFireAt: row.next_fire_at as number, dueAt: row.next_due_at as number, fires: row.next_fires as number } : null;
   }
 
   /**

@@ -57,7 +57,7 @@ export class Firing {
       // A fired job's run keeps its claim deadline by the job's entry, which the change moves.
       if (held) this.ledger.leaveFired(held);
       const next = nextFireOnChange(held, def, now);
-      this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next));
+      this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next), held?.fires ?? 0);
       const tenant = this.store.getTenant(def.tenantId);
       if (held && watchesOpenRuns(def.spec, tenant) && !watchesOpenRuns(held.spec, tenant)) this.store.watchOpenRuns(def.id);
       const stopped = stoppedReason(def);
@@ -84,7 +84,7 @@ export class Firing {
     const together: ClaimDeadline = jobs.length > 1 ? "chunk" : "own";
     this.ledger.takeChunk(); // what a chunk that rolled back left, if anything: its runs were never written
     let kept = 0;
-    for (const job of jobs) if (this.fireJob(job, now, together) === "kept") kept++;
+    for (const job of jobs) if (this.store.firedThrough.superseded(job) || this.fireJob(job, now, together) === "kept") kept++;
     const chunk = this.ledger.takeChunk();
     if (chunk.length > 0) this.store.claimChunks.add(now + this.ledger.claimTimeoutMs(), chunk);
     // The jobs taken from jobs_next_due are a prefix of it after the position (frequent ones are not in it).
@@ -105,17 +105,18 @@ export class Firing {
     // fires look at its runs' claim deadlines, these runs' included.
     const claimTimeout = this.ledger.claimTimeoutMs();
     const frequent = nextDue !== null && nextDue - now <= claimTimeout;
-    const countsFires = job.spec.schedule.maxRuns !== undefined;
     // Nothing more to fire and no fire count to keep: the row is left as it is (fired-through.ts).
-    const kept = next === null && !job.frequent && !countsFires;
-    // A next fire and no fire count to keep: the fire's last run carries the next fire (in
-    // runs_next), and the row is left as it is, where moving it is two rows (fired-through.ts).
-    // Not when that run exists already: a repeated fire, or a backfill's run, which carries none.
+    const kept = next === null && !job.frequent && job.spec.schedule.maxRuns === undefined;
+    // A next fire: the fire's last run carries it, with the fire count (in runs_next), and the
+    // row is left as it is, where moving it is two rows (fired-through.ts). Not when that run
+    // exists already (a backfill's, which carries nothing), nor for a workflow, whose step runs
+    // retention removes apart from their run.
     const last = ready.at(-1);
     const carried =
-      !frequent && !job.frequent && next !== null && !countsFires && job.spec.steps === undefined && last !== undefined
+      !frequent && !job.frequent && next !== null && job.spec.steps === undefined && last !== undefined
         ? this.store.getRun(scheduledRunId(job.id, last.at)) === null
         : false;
+    const fires = job.fires + ready.length;
     let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
     for (const fire of ready) {
       const run = {
@@ -125,7 +126,7 @@ export class Firing {
         trigger: "schedule" as const,
         scheduledAt: fire.at,
         catchUp: fire.catchUp,
-        next: carried && fire === last ? { fireAt: next as number, dueAt: nextDue as number, version: job.version } : undefined,
+        next: carried && fire === last ? { fireAt: next as number, dueAt: nextDue as number, version: job.version, fires } : undefined,
       };
       // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
       const onJob = frequent && !fire.catchUp;
@@ -144,7 +145,7 @@ export class Firing {
       return "kept";
     } else {
       this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);
-      this.store.setNextFire(job.id, next, nextDue, ready.length);
+      this.store.setNextFire(job.id, next, nextDue, fires);
     }
     return "moved";
   }

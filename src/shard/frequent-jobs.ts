@@ -75,10 +75,10 @@ export class FrequentJobs {
     // Becoming frequent, once: the job leaves jobs_next_due (free) and enters jobs_frequent (a row).
     const becomes = job.frequent ? "" : "frequent = 1, next_due_at = NULL, ";
     this.sql.exec(
-      `UPDATE jobs SET ${becomes}next_fire_at = ?, soon_at = ?, fires = fires + ?, deadlines_from = ? WHERE id = ?`,
+      `UPDATE jobs SET ${becomes}next_fire_at = ?, soon_at = ?, fires = ?, deadlines_from = ? WHERE id = ?`,
       nextFireAt,
       dueAt,
-      firesMade,
+      job.fires + firesMade, // the job's as it stands: its row's may be behind a run's (fired-through.ts)
       deadlinesFrom,
       job.id,
     );

@@ -402,7 +402,8 @@ UPDATE jobs SET next_due_at = NULL WHERE next_due_at IS NOT NULL AND (paused = 1
     version: 17,
     name: "a recurring job's next fire on its run",
     // A recurring job's fire writes its next fire on the run it makes (`next_fire_at`, due at
-    // `next_due_at`, for the job at `next_version`) rather than moving the job's row: the run's
+    // `next_due_at`, for the job at `next_version`, with `next_fires` its fires counted so far)
+    // rather than moving the job's row: the run's
     // entry in runs_next is how the alarm finds that fire, after its position, beside
     // jobs_next_due (fired-through.ts, docs/cost.md "A recurring job's next fire"). An entry
     // behind the position is never read again, so none is cleared: it leaves with its run.
@@ -412,6 +413,7 @@ UPDATE jobs SET next_due_at = NULL WHERE next_due_at IS NOT NULL AND (paused = 1
 ALTER TABLE runs ADD COLUMN next_fire_at INTEGER;
 ALTER TABLE runs ADD COLUMN next_due_at INTEGER;
 ALTER TABLE runs ADD COLUMN next_version INTEGER;
+ALTER TABLE runs ADD COLUMN next_fires INTEGER;
 CREATE INDEX runs_next ON runs (next_due_at, job_id) WHERE next_due_at IS NOT NULL;`,
   },
 ];

@@ -57,6 +57,8 @@ export interface CarriedFire {
   dueAt: number;
   /** The job's version then: a change of the job makes the entry stale. */
   version: number;
+  /** The job's fires counted with this one (`maxRuns`). */
+  fires: number;
 }
 
 /**

@@ -110,16 +110,16 @@ export class ShardStore {
     return new Map(this.whereIdIn("SELECT id, version FROM jobs WHERE id IN", ids).map((r) => [r.id as string, r.version as number]));
   }
 
-  /** Inserts or replaces a job's definition; its fire count carries over. */
-  putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null): void {
+  /** Inserts or replaces a job's definition; `fires`: its fire count (`maxRuns`), as it stands. */
+  putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null, fires: number): void {
     const watches = watchesOutcomes(job.spec) || Boolean(this.getTenant(job.tenantId)?.notify);
     this.watching?.[watches ? "add" : "delete"](job.id);
     this.sql.exec(
-      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, watches_outcomes)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, watches_outcomes, fires)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
          deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at,
-         watches_outcomes = excluded.watches_outcomes`,
+         watches_outcomes = excluded.watches_outcomes, fires = excluded.fires`,
       job.id,
       job.tenantId,
       job.version,
@@ -130,6 +130,7 @@ export class ShardStore {
       nextFireAt,
       this.firedThrough.dueTimeOf(job, nextDueAt),
       watches ? 1 : 0,
+      fires,
     );
   }
 
@@ -155,13 +156,13 @@ export class ShardStore {
     return [...others, ...frequent].sort((a, b) => (a.dueAt as number) - (b.dueAt as number)).slice(0, limit);
   }
 
-  /** Moves a job that is not frequent to its next fire, counting the fires just made. */
-  setNextFire(jobId: string, nextFireAt: number | null, nextDueAt: number | null, firesMade: number): void {
+  /** Moves a job that is not frequent to its next fire; `fires`: its fire count with the fires just made (its row's may be behind a run's). */
+  setNextFire(jobId: string, nextFireAt: number | null, nextDueAt: number | null, fires: number): void {
     this.sql.exec(
-      "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = fires + ? WHERE id = ?",
+      "UPDATE jobs SET next_fire_at = ?, next_due_at = ?, fires = ? WHERE id = ?",
       nextFireAt,
       this.firedThrough.dueTimeOf({ id: jobId, paused: false, deleted: false }, nextDueAt),
-      firesMade,
+      fires,
       jobId,
     );
   }
@@ -207,8 +208,8 @@ export class ShardStore {
     const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
     const inserted = this.sql.exec(
       `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched,
-         parent_run_id, next_fire_at, next_due_at, next_version)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+         parent_run_id, next_fire_at, next_due_at, next_version, next_fires)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -226,6 +227,7 @@ export class ShardStore {
       run.next?.fireAt ?? null,
       run.next?.dueAt ?? null,
       run.next?.version ?? null,
+      run.next?.fires ?? null,
     ).rowsWritten;
     return inserted > 0;
   }

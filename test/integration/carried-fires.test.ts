@@ -244,6 +244,34 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     ]);
   });
 
+  it("a job with maxRuns counts its fires on its runs, through a change, and stops at its count", async () => {
+    const base = await hourlyJob("shard-900409", "carried-max-runs");
+    const { shard, at } = base;
+    const job = { ...base.job, spec: { ...base.job.spec, schedule: { ...base.job.spec.schedule, maxRuns: 3 } } };
+    await shard.applyJobs([{ ...job, version: 2 }]);
+    await fireAt(shard, at);
+    const made = [scheduledRunId(job.id, at)];
+    await untilSucceeded(shard, made);
+    expect(await carrier(shard, job)).toMatchObject({ next_fire_at: at + HOUR, next_version: 2 });
+    expect(await rows(shard, "SELECT next_fires FROM runs")).toEqual([{ next_fires: 1 }]);
+
+    // The second fire comes from the first run's entry; a change after it writes the count on the row.
+    made.push(scheduledRunId(job.id, await carriedDueNow(shard, job)));
+    await runDurableObjectAlarm(shard);
+    await untilSucceeded(shard, made);
+    await shard.applyJobs([{ ...job, version: 3, spec: { ...job.spec, timeoutMs: 20_000 } }]);
+    expect(await rows(shard, "SELECT fires, next_fire_at FROM jobs")).toEqual([{ fires: 2, next_fire_at: at + HOUR }]);
+
+    // The third, from the row, is the last: none is left after it.
+    const third = Date.now() - 1;
+    await rows(shard, "UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1", third);
+    await runDurableObjectAlarm(shard);
+    made.push(scheduledRunId(job.id, third));
+    await untilSucceeded(shard, made);
+    expect(await shard.jobRuntimes([job.id])).toMatchObject([{ nextRunAt: null, completed: true }]);
+    expect(await rows(shard, "SELECT fires FROM jobs")).toEqual([{ fires: 3 }]);
+  });
+
   it("a pause and a resume keep the next fire the latest run carries", async () => {
     const { shard, at, job } = await hourlyJob("shard-900404", "carried-paused");
     await fireAt(shard, at);
@@ -256,7 +284,7 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(await rows(shard, "SELECT next_fire_at, next_due_at FROM jobs")).toEqual([{ next_fire_at: at + HOUR, next_due_at: at + HOUR }]);
   });
 
-  it("a shard that lost its memory reads the fired entries again and fires nothing twice", async () => {
+  it("a shard that lost its memory passes over the entries it reads again, replaced by newer ones", async () => {
     const { shard, at, job } = await hourlyJob("shard-900405", "carried-restart");
     await fireAt(shard, at);
     await untilSucceeded(shard, [scheduledRunId(job.id, at)]);
@@ -270,6 +298,8 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     await runDurableObjectAlarm(shard);
     await untilSucceeded(shard, made);
     expect(await nextRunAt(shard, job)).toBe(at + HOUR);
+    // The entries read again had been replaced by newer ones: passed over, with nothing written.
+    expect(await rows(shard, "SELECT next_fire_at, fires FROM jobs")).toEqual([{ next_fire_at: at, fires: 0 }]);
   });
 
   it("through changes of every kind and a restart, no dispatched or running run is left with nobody to look at it", async () => {

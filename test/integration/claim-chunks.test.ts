@@ -27,20 +27,21 @@ describe("claim deadlines by chunk", () => {
     const name = "shard-900201";
     const shard = env.SHARD.get(env.SHARD.idFromName(name));
     const url = receiverPath("chunk-lost");
-    const at = Date.now() + 1_000;
-    // Recurring jobs (hourly, from `at`) that count their fires (maxRuns), so their fires move
-    // their rows: a one-off job's claim deadline is its own entry in jobs_next_due, and another
-    // recurring job's the entry its run carries (fired-through.ts).
-    const spec = await specLike({ every: "1h", startAt: new Date(at).toISOString(), maxRuns: 100 }, url);
-    const jobs = Array.from({ length: 5 }, () => definition(spec, Date.now()));
-    await shard.applyJobs(jobs);
-    const runIds = jobs.map((j) => scheduledRunId(j.id, at));
+    // Hourly jobs whose fires were missed (made 2.5 h ago, unapplied since): the most recent
+    // missed fire of each is caught up (misfire fire_once). A fire's run whose claim deadline is
+    // the entry that fired it is not in a chunk (a one-off job's, a recurring job's on time:
+    // fired-through.ts); a catch-up fire, late already, is.
+    const startAt = Date.now() - 2.5 * 3_600_000;
+    const spec = await specLike({ every: "1h", startAt: new Date(startAt).toISOString() }, url);
+    const jobs = Array.from({ length: 5 }, () => definition(spec, startAt));
+    const runIds = jobs.map((j) => scheduledRunId(j.id, startAt + 2 * 3_600_000));
 
     // The alarm commits the fires, then dies before sending; the shard is evicted, and the
     // dispatches it kept in memory with it (docs/architecture.md, invariant 3).
     const faults = faultCounts.get("shard.afterCommit") ?? 0;
     armFault("shard.afterCommit", 1, name);
-    // The runtime runs the alarm at `at` by itself; evicted at once, before it retries the alarm 2 s later.
+    await shard.applyJobs(jobs);
+    // The runtime runs the alarm at once by itself; evicted at once, before it retries the alarm 2 s later.
     await vi.waitFor(() => expect(faultCounts.get("shard.afterCommit")).toBe(faults + 1), { timeout: 10_000, interval: 10 });
     await evictDurableObject(shard);
 

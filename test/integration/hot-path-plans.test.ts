@@ -68,7 +68,7 @@ const latestRuns = (query: string) => /trigger = 'schedule' AND due_at IS NULL A
  * range of the job's runs fired since its row's own fire, read from the newest end, where the
  * latest run carries it; a fire that does not carry one writes the row, which moves that bound.
  */
-const carriedFire = (query: string) => /next_version = \? AND next_fire_at > \? ORDER BY id DESC LIMIT 1$/.test(query.trim());
+const carriedFire = (query: string) => /next_version = \? AND next_fire_at > \?\s+ORDER BY id DESC LIMIT 1$/.test(query.trim());
 
 interface Executed {
   query: string;

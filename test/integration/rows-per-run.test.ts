@@ -197,6 +197,16 @@ describe("rows written per successful run", () => {
     const together = perRun(beforeTogether, await costOf(shard), 30);
     console.log(`recurring run fired with others: ${together.all.toFixed(2)} SQLite rows written`, together.byOperation);
     expect(together.all).toBeLessThanOrEqual(4);
+
+    // A job that counts its fires (maxRuns) carries the count on its run too.
+    const counted = definition(await specLike({ every: "1h", maxRuns: 1_000 }), Date.now());
+    await shard.applyJobs([counted]);
+    await fire([counted]);
+    const beforeCounted = await costOf(shard);
+    for (let i = 0; i < 5; i++) await fire([counted]);
+    const countedRun = perRun(beforeCounted, await costOf(shard), 5);
+    console.log(`recurring run with maxRuns: ${countedRun.all.toFixed(2)} SQLite rows written`, countedRun.byOperation);
+    expect(countedRun.all).toBeLessThanOrEqual(4);
   });
 
   it("a run of a frequent job (due again within a claim timeout): fire, claim and report", async () => {
