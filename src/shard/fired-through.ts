@@ -140,14 +140,14 @@ export class FiredThrough {
 
   /**
    * The job as it stands: its next fire the newest of its entries (a recurring job's is on its
-   * latest run); none once the alarm fired that entry. A job whose row's entry the alarm fired
-   * says which fire that was (`firedAt`).
+   * latest run); none once the alarm fired that entry. A job whose row's entry has fired (the
+   * position passed it, or a newer entry replaced it) says which fire that was (`firedAt`).
    */
   live(job: ShardJob): ShardJob {
     if (job.frequent || job.dueAt === null) return job;
     const carried = this.carriedBy(job);
     const current = carried ? { ...job, ...carried } : job;
-    const firedAt = this.covers(job.dueAt, job.id) ? job.nextFireAt : null;
+    const firedAt = carried !== null || this.covers(job.dueAt, job.id) ? job.nextFireAt : null;
     return this.covers(current.dueAt as number, job.id) ? { ...current, nextFireAt: null, dueAt: null, firedAt } : { ...current, firedAt };
   }
 
@@ -246,7 +246,7 @@ export class FiredThrough {
     return { fired: fired ?? BEFORE_ALL, checked: checked ?? BEFORE_ALL };
   }
 
-  /** The next job to check has a run whose claim deadline comes at `at`. */
+  /** The next entry to check names a run whose claim deadline comes at `at`. */
   checkAt(at: number): void {
     this.#nextCheck = at;
   }

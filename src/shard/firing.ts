@@ -136,8 +136,9 @@ export class Firing {
       const byEntry = (kept || carried) && fire.at === job.nextFireAt;
       this.startRun(job, run, now, onJob || byEntry ? "job" : together);
     }
-    // A fire that writes the job's row moves its entry: if that entry fired a run and stays the
-    // run's claim deadline (a job fired by its run's entry since), the run gets one of its own first.
+    // A fire that writes the job's row moves the row's entry, which may still be the claim
+    // deadline of a run it fired earlier (this fire came from a run's entry): that run gets one
+    // of its own first.
     if (frequent || !(kept || carried)) this.ledger.leaveFired(job);
     if (frequent) {
       this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);

@@ -218,6 +218,22 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(changed[0]!.nextRunAt).toBeGreaterThan(Date.now() + HOUR);
   });
 
+  it("a change after a restart, before the alarm read the job again, still hands that run its claim deadline", async () => {
+    const name = "shard-900410";
+    const { shard, at, job } = await hourlyJob(name, "carried-changed-restart");
+    armFault("shard.queueSend", Infinity, name);
+    await fireAt(shard, at);
+    const first = scheduledRunId(job.id, at);
+    const queued = await heldInQueue(shard, first);
+    // The position that passed the row's entry was not written: the shard no longer knows it fired.
+    await evictDurableObject(shard);
+    await shard.applyJobs([{ ...job, version: 2, spec: { ...job.spec, timeoutMs: 20_000 } }]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([
+      { state: "queued", due_at: (queued.created_at as number) + 60_000 },
+    ]);
+    expect(await nextRunAt(shard, job)).toBe(at + HOUR);
+  });
+
   it("a fire that writes the job's row (its run made already, by a backfill) gives the run the row's entry fired a claim deadline of its own", async () => {
     const name = "shard-900408";
     const { shard, at, job } = await hourlyJob(name, "carried-row-moved");
