@@ -5,7 +5,7 @@ import { scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
 import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import type { ShardStore } from "../../src/shard/store";
+import { type Row, rows, unwatchedRuns } from "./entries";
 import { definition, receiverPath, specLike } from "./helpers";
 
 /**
@@ -18,11 +18,7 @@ import { definition, receiverPath, specLike } from "./helpers";
  * retention keeps a run while its entry is still needed.
  */
 
-type Row = Record<string, SqlStorageValue>;
 const HOUR = 3_600_000;
-
-const rows = (shard: DurableObjectStub<Shard>, query: string, ...bindings: SqlStorageValue[]) =>
-  runInDurableObject(shard, (_s: Shard, state) => state.storage.sql.exec(query, ...bindings).toArray() as Row[]);
 
 /** An hourly job whose first fire is `at`, a second from now, applied to a shard of the test's own. */
 async function hourlyJob(shardName: string, name: string, extra: Partial<JobSpec> = {}) {
@@ -101,36 +97,6 @@ async function runRetention(shard: DurableObjectStub<Shard>): Promise<void> {
       interval: 20,
     },
   );
-}
-
-/**
- * Runs of the shard dispatched or running that nobody would look at again: no due time of their
- * own, in no claim chunk, and named by no entry (their job's row's or a run's) that the trailing
- * position has yet to pass. A run a lost dispatch left there would never run: always empty.
- */
-async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ unwatched: Row[]; open: number }> {
-  return runInDurableObject(shard, (instance: Shard, state) => {
-    const sql = state.storage.sql;
-    const { checked } = (instance as unknown as { store: ShardStore }).store.firedThrough.passedThrough();
-    const chunked = new Set(
-      sql
-        .exec("SELECT runs FROM claim_chunks")
-        .toArray()
-        .flatMap((r) => JSON.parse(r.runs as string) as string[]),
-    );
-    const open = sql.exec("SELECT id, job_id, state, due_at FROM runs WHERE state IN ('queued', 'running')").toArray();
-    const entries = [
-      ...sql.exec("SELECT id AS job_id, next_fire_at, next_due_at FROM jobs WHERE next_due_at IS NOT NULL").toArray(),
-      ...sql.exec("SELECT job_id, next_fire_at, next_due_at FROM runs WHERE next_due_at IS NOT NULL").toArray(),
-    ];
-    const ahead = (e: Row) =>
-      Number(e.next_due_at) > checked.dueAt || (Number(e.next_due_at) === checked.dueAt && String(e.job_id) > checked.jobId);
-    const named = new Set(entries.filter(ahead).map((e) => scheduledRunId(e.job_id as string, e.next_fire_at as number)));
-    return {
-      unwatched: open.filter((r) => r.due_at === null && !chunked.has(r.id as string) && !named.has(r.id as string)),
-      open: open.length,
-    };
-  });
 }
 
 describe("a recurring job's next fire, carried by its latest run", () => {

@@ -1,0 +1,72 @@
+import { runInDurableObject } from "cloudflare:test";
+import { scheduledRunId } from "../../src/model/ids";
+import type { Shard } from "../../src/shard/shard";
+import type { ShardStore } from "../../src/shard/store";
+
+/**
+ * What a shard's entries (src/shard/fired-through.ts: a job's row's in `jobs_next_due`, a run's
+ * in `runs_next`) must always give, read straight from its storage and its positions in memory.
+ */
+
+export type Row = Record<string, SqlStorageValue>;
+
+export const rows = (shard: DurableObjectStub<Shard>, query: string, ...bindings: SqlStorageValue[]) =>
+  runInDurableObject(shard, (_s: Shard, state) => state.storage.sql.exec(query, ...bindings).toArray() as Row[]);
+
+const positionsOf = (instance: Shard) => (instance as unknown as { store: ShardStore }).store.firedThrough.passedThrough();
+
+const after = (e: Row, p: { dueAt: number; jobId: string }) =>
+  Number(e.next_due_at) > p.dueAt || (Number(e.next_due_at) === p.dueAt && String(e.job_id) > p.jobId);
+
+/**
+ * Runs of the shard dispatched or running that nobody would look at again: no due time of their
+ * own, in no claim chunk, and named by no entry (their job's row's or a run's) that the trailing
+ * position has yet to pass. A run a lost dispatch left there would never run: always empty.
+ * (A frequent job's runs are its own fires' to look at: frequent-jobs.test.ts checks those.)
+ */
+export async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ unwatched: Row[]; open: number }> {
+  return runInDurableObject(shard, (instance: Shard, state) => {
+    const sql = state.storage.sql;
+    const { checked } = positionsOf(instance);
+    const chunked = new Set(
+      sql
+        .exec("SELECT runs FROM claim_chunks")
+        .toArray()
+        .flatMap((r) => JSON.parse(r.runs as string) as string[]),
+    );
+    const open = sql.exec("SELECT id, job_id, state, due_at FROM runs WHERE state IN ('queued', 'running')").toArray();
+    const entries = [
+      ...sql.exec("SELECT id AS job_id, next_fire_at, next_due_at FROM jobs WHERE next_due_at IS NOT NULL").toArray(),
+      ...sql.exec("SELECT job_id, next_fire_at, next_due_at FROM runs WHERE next_due_at IS NOT NULL").toArray(),
+    ];
+    const named = new Set(
+      entries.filter((e) => after(e, checked)).map((e) => scheduledRunId(e.job_id as string, e.next_fire_at as number)),
+    );
+    return {
+      unwatched: open.filter((r) => r.due_at === null && !chunked.has(r.id as string) && !named.has(r.id as string)),
+      open: open.length,
+    };
+  });
+}
+
+/**
+ * Each live, unpaused, not frequent recurring job of the shard, and the entries that stand for
+ * its next fire after the alarm's position: its row's, and its runs' of its version. One at
+ * least, or the job never fires again; the newest is its next fire.
+ */
+export async function entriesAhead(shard: DurableObjectStub<Shard>): Promise<Array<{ jobId: string; fires: number[] }>> {
+  return runInDurableObject(shard, (instance: Shard, state) => {
+    const sql = state.storage.sql;
+    const { fired } = positionsOf(instance);
+    const jobs = sql.exec("SELECT id, version FROM jobs WHERE paused = 0 AND deleted = 0 AND frequent = 0").toArray();
+    return jobs.map((job) => {
+      const own = sql
+        .exec("SELECT id AS job_id, next_fire_at, next_due_at FROM jobs WHERE id = ? AND next_due_at IS NOT NULL", job.id)
+        .toArray();
+      const carried = sql
+        .exec("SELECT job_id, next_fire_at, next_due_at FROM runs WHERE job_id = ? AND next_version = ?", job.id, job.version)
+        .toArray();
+      return { jobId: job.id as string, fires: [...own, ...carried].filter((e) => after(e, fired)).map((e) => Number(e.next_fire_at)) };
+    });
+  });
+}
