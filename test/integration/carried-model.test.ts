@@ -8,26 +8,32 @@ import { entriesAhead, rows, unwatchedRuns } from "./entries";
 import { definition, receiverPath, specLike } from "./helpers";
 
 /**
- * Recurring jobs whose runs carry their next fire (src/shard/fired-through.ts), driven through
- * random sequences of fires (some with their dispatch held back), changes, new schedules,
- * pauses, resumes, restarts and retention passes. After every step: each live job has an entry
- * after the alarm's position, the newest of which is the next fire the job reads (or it would
- * never fire again, or read wrong); and no dispatched or running run is left with nobody to
- * look at it.
+ * Recurring jobs whose runs carry their next fire (src/shard/fired-through.ts), one of them
+ * with `maxRuns`, driven through random sequences of fires (some with their dispatch held
+ * back), triggers, changes, new schedules, pauses, resumes, restarts and retention passes. After
+ * every step: each live job not completed has an entry after the alarm's position, the newest
+ * of which is the next fire the job reads (or it would never fire again, or read wrong); no job
+ * fired more than its `maxRuns`; and no dispatched or running run is left with nobody to look at
+ * it.
  */
 
 type Action =
   | { kind: "fire"; job: number; held: boolean }
-  | { kind: "change" | "reschedule" | "pause"; job: number }
+  | { kind: "change" | "reschedule" | "pause" | "trigger"; job: number }
   | { kind: "restart" }
   | { kind: "retention" };
 
-const JOBS = 2;
+const JOBS = 3;
+/** The last job's: small enough that sequences reach it. */
+const MAX_RUNS = 3;
 const DAY = 86_400_000;
 
 const action: fc.Arbitrary<Action> = fc.oneof(
   { arbitrary: fc.record({ kind: fc.constant("fire" as const), job: fc.nat(JOBS - 1), held: fc.boolean() }), weight: 4 },
-  fc.record({ kind: fc.constantFrom("change" as const, "reschedule" as const, "pause" as const), job: fc.nat(JOBS - 1) }),
+  fc.record({
+    kind: fc.constantFrom("change" as const, "reschedule" as const, "pause" as const, "trigger" as const),
+    job: fc.nat(JOBS - 1),
+  }),
   fc.constant({ kind: "restart" as const }),
   fc.constant({ kind: "retention" as const }),
 );
@@ -66,6 +72,10 @@ async function step(shard: DurableObjectStub<Shard>, name: string, jobs: JobDefi
     return;
   }
   const job = jobs[a.job]!;
+  if (a.kind === "trigger") {
+    if (!job.paused) await shard.trigger(job.id, { triggerKey: crypto.randomUUID() });
+    return;
+  }
   if (a.kind === "fire") {
     if (job.paused || !(await makeDue(shard, job))) return;
     if (a.held) armFault("shard.queueSend", Infinity, name); // the dispatch waits in memory: a restart loses it
@@ -78,7 +88,11 @@ async function step(shard: DurableObjectStub<Shard>, name: string, jobs: JobDefi
       ? { ...job, version: job.version + 1, paused: !job.paused }
       : a.kind === "change"
         ? { ...job, version: job.version + 1, spec: { ...job.spec, timeoutMs: job.spec.timeoutMs === 20_000 ? 30_000 : 20_000 } }
-        : { ...job, version: job.version + 1, spec: { ...job.spec, schedule: { every: job.spec.schedule.every === "1h" ? "2h" : "1h" } } };
+        : {
+            ...job,
+            version: job.version + 1,
+            spec: { ...job.spec, schedule: { ...job.spec.schedule, every: job.spec.schedule.every === "1h" ? "2h" : "1h" } },
+          };
   jobs[a.job] = changed;
   await shard.applyJobs([changed]);
 }
@@ -89,12 +103,16 @@ async function check(shard: DurableObjectStub<Shard>, jobs: JobDefinition[], aft
   const ahead = new Map((await entriesAhead(shard)).map((e) => [e.jobId, e.fires]));
   const runtimes = new Map((await shard.jobRuntimes(jobs.map((j) => j.id))).map((r) => [r.id, r]));
   for (const [i, job] of jobs.entries()) {
-    const nextRunAt = runtimes.get(job.id)!.nextRunAt;
-    if (job.paused) {
-      expect(nextRunAt, `${after}: job ${i} is paused`).toBeNull();
+    const { nextRunAt, completed } = runtimes.get(job.id)!;
+    const scheduled = await rows(shard, "SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND trigger = 'schedule'", job.id);
+    expect(Number(scheduled[0]!.n), `${after}: job ${i} within its maxRuns`).toBeLessThanOrEqual(job.spec.schedule.maxRuns ?? Infinity);
+    const fires = ahead.get(job.id) ?? [];
+    // A completed job may still have entries after a position that a restart took back: the
+    // alarm reads them again and passes them, or fires them to no effect (their runs exist).
+    if (job.paused || completed) {
+      expect(nextRunAt, `${after}: job ${i} is paused or completed`).toBeNull();
       continue;
     }
-    const fires = ahead.get(job.id) ?? [];
     expect(fires.length, `${after}: job ${i} has an entry after the alarm's position`).toBeGreaterThan(0);
     expect(nextRunAt, `${after}: job ${i} reads its newest entry`).toBe(Math.max(...fires));
   }
@@ -109,10 +127,15 @@ describe("a recurring job's entries through any sequence of fires, changes, rest
     // Runs take 1.5 s, so that some are open at the checks.
     const spec = await specLike({ every: "1h" }, receiverPath("carried-model", "delayMs=1500"));
     await fc.assert(
-      fc.asyncProperty(fc.array(action, { minLength: 4, maxLength: 12 }), async (actions) => {
+      fc.asyncProperty(fc.array(action, { minLength: 4, maxLength: 16 }), async (actions) => {
         const name = `shard-model-${crypto.randomUUID()}`;
         const shard = env.SHARD.get(env.SHARD.idFromName(name));
-        const jobs = Array.from({ length: JOBS }, () => definition({ ...spec, retention: { days: 1 } }, Date.now()));
+        const jobs = Array.from({ length: JOBS }, (_, i) =>
+          definition(
+            { ...spec, retention: { days: 1 }, schedule: i === JOBS - 1 ? { every: "1h", maxRuns: MAX_RUNS } : { every: "1h" } },
+            Date.now(),
+          ),
+        );
         await shard.applyJobs(jobs);
         for (const [i, a] of actions.entries()) {
           await step(shard, name, jobs, a);
@@ -121,7 +144,7 @@ describe("a recurring job's entries through any sequence of fires, changes, rest
         disarmFaults();
         await shard.applyJobs(jobs.map((j) => ({ ...j, version: j.version + 1, deleted: true })));
       }),
-      { numRuns: 30 },
+      { numRuns: 40 },
     );
   });
 });
