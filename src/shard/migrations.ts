@@ -402,13 +402,10 @@ UPDATE jobs SET next_due_at = NULL WHERE next_due_at IS NOT NULL AND (paused = 1
     version: 17,
     name: "a recurring job's next fire on its run",
     // A recurring job's fire writes its next fire on the run it makes (`next_fire_at`, due at
-    // `next_due_at`, for the job at `next_version`, with `next_fires` its fires counted so far)
-    // rather than moving the job's row: the run's
-    // entry in runs_next is how the alarm finds that fire, after its position, beside
-    // jobs_next_due (fired-through.ts, docs/cost.md "A recurring job's next fire"). An entry
-    // behind the position is never read again, so none is cleared: it leaves with its run.
-    // One way: code from before this step reads jobs_next_due alone, so it would never fire a
-    // recurring job again once the job's next fire is on a run.
+    // `next_due_at`, for the job at `next_version`, its fires counted in `next_fires`), found in
+    // runs_next beside jobs_next_due (fired-through.ts, docs/cost.md "A recurring job's next
+    // fire"); entries leave with their runs. One way: code from before this step, reading
+    // jobs_next_due alone, would never fire a recurring job again once its next fire is on a run.
     sql: `
 ALTER TABLE runs ADD COLUMN next_fire_at INTEGER;
 ALTER TABLE runs ADD COLUMN next_due_at INTEGER;

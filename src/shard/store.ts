@@ -105,11 +105,6 @@ export class ShardStore {
     return chunksForStatement(ids).flatMap((chunk) => this.sql.exec(`${select} (${placeholders(chunk.length)})`, ...chunk).toArray());
   }
 
-  /** The versions the shard holds of these jobs (the sweep's comparison): the rows alone, not the jobs as they stand. */
-  jobVersions(ids: string[]): Map<string, number> {
-    return new Map(this.whereIdIn("SELECT id, version FROM jobs WHERE id IN", ids).map((r) => [r.id as string, r.version as number]));
-  }
-
   /** Inserts or replaces a job's definition; `fires`: its fire count (`maxRuns`), as it stands. */
   putJob(job: JobDefinition, nextFireAt: number | null, nextDueAt: number | null, fires: number): void {
     const watches = watchesOutcomes(job.spec) || Boolean(this.getTenant(job.tenantId)?.notify);
@@ -190,11 +185,10 @@ export class ShardStore {
   }
 
   /**
-   * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline of
-   * its own when its frequent job's fires or its claim chunk keep it), `waiting` (for flow
-   * control to admit it), `buffered` (for the job's unfinished run), or `skipped` (final).
-   * False, and nothing written, if the run exists: run ids are derived, so this is what makes a
-   * repeated fire harmless.
+   * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline of its
+   * own when something else keeps it: its frequent job's fires, its chunk, the entry that fired
+   * it), `waiting` (for admission), `buffered` (for the job's unfinished run) or `skipped` (final).
+   * False, and nothing written, if the run exists: run ids are derived, so a repeated fire is harmless.
    */
   createRun(
     run: RunToWrite,

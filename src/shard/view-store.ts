@@ -7,13 +7,21 @@ import { DEAD_LETTER_STATES, sqlList } from "./run-states";
 const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
 
 /**
- * The statements of views (`views.ts`): pages of a job's runs, dead letters, attempt logs and
- * metrics. Apart from `store.ts`, whose statements serve the runs in hand, because these only
+ * The statements of views (`views.ts`): pages of a job's runs, dead letters, attempt logs,
+ * metrics, the job versions the sweep compares. Apart from `store.ts`, whose statements serve the runs in hand, because these only
  * read, for the API, never on the way from a fire to its outcome.
  */
 export class ViewStore {
   /** Over the same storage as the shard's store (its meter's, so these rows are counted too). */
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
+
+  /** The versions the shard holds of these jobs (the sweep's comparison): their rows' alone. */
+  jobVersions(ids: string[]): Map<string, number> {
+    const rows = chunksForStatement(ids).flatMap((chunk) =>
+      this.sql.exec(`SELECT id, version FROM jobs WHERE id IN (${placeholders(chunk.length)})`, ...chunk).toArray(),
+    );
+    return new Map(rows.map((r) => [r.id as string, r.version as number]));
+  }
 
   /**
    * A job's runs, newest fire first, a page at a time. They are one range of the runs' primary

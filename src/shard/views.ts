@@ -78,7 +78,7 @@ export class Views {
    * with retention, so the catalog's tombstone may go too).
    */
   compareJobs(entries: CatalogEntry[]): JobComparison {
-    const held = this.store.jobVersions(entries.map((e) => e.id));
+    const held = this.reads.jobVersions(entries.map((e) => e.id));
     const comparison: JobComparison = { stale: [], gone: [] };
     for (const e of entries) {
       const version = held.get(e.id);
