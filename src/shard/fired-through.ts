@@ -13,9 +13,6 @@ export interface FireEntry extends DuePosition {
   fireAt: number;
 }
 
-/** A run's entry stands for its job's next fire while the job has not changed since, and is live and not frequent. */
-const CARRIED_IS_CURRENT = "runs.next_version = jobs.version AND jobs.paused = 0 AND jobs.deleted = 0 AND jobs.frequent = 0";
-
 /** How far the alarm has fired, and how far behind that it has looked at claim deadlines. */
 interface Positions {
   fired: DuePosition | null;
@@ -87,7 +84,10 @@ export class FiredThrough {
    * Jobs due by `now` after the position, in its order: by the job's own entry, or by a run's
    * (the job's next fire and fire count then the run's, and `firedAt` the fire its row names,
    * which has been made). Paused and deleted jobs have no due time of their own (the filter is
-   * there should one have one). An entry may have been superseded (`superseded`).
+   * there should one have one). A run's entry stands for its job's next fire while the job has
+   * not changed since and is live and not frequent; one that does not (`stale`) is read all the
+   * same, once, so that the position passes it: filtered out here, a shard's stale entries would
+   * be read again by every call that asks for the first due one.
    */
   dueJobs(now: number, limit: number): ShardJob[] {
     const from = this.positions().fired ?? BEFORE_ALL;
@@ -104,9 +104,9 @@ export class FiredThrough {
     const carried = this.sql
       .exec(
         `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due,
-           runs.next_fires AS carried_fires, jobs.next_fire_at AS row_fire
+           runs.next_fires AS carried_fires, runs.next_version AS carried_version, jobs.next_fire_at AS row_fire
          FROM runs JOIN jobs ON jobs.id = runs.job_id
-         WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?) AND ${CARRIED_IS_CURRENT}
+         WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?)
          ORDER BY runs.next_due_at, runs.job_id LIMIT ?`,
         now,
         from.dueAt,
@@ -115,7 +115,13 @@ export class FiredThrough {
       )
       .toArray()
       .map((r): Row => ({ ...r, next_fire_at: r.carried_fire ?? null, next_due_at: r.carried_due ?? null, fires: r.carried_fires ?? 0 }));
-    return inOrder(own, carried, limit).map((r) => ({ ...toJob(r), firedAt: (r.row_fire as number | undefined) ?? null }));
+    return inOrder(own, carried, limit).map((r) => {
+      const job: ShardJob = { ...toJob(r), firedAt: (r.row_fire as number | undefined) ?? null };
+      if (r.carried_version === undefined) return job;
+      const stale = r.carried_version !== r.version || job.paused || job.deleted || job.frequent;
+      // Passed at its own place in the order, whatever its job is now (a frequent job's due time is another).
+      return stale ? { ...job, frequent: false, dueAt: r.next_due_at as number, stale } : job;
+    });
   }
 
   /** The first due time after the position. */
@@ -125,10 +131,9 @@ export class FiredThrough {
     const own = first(
       "SELECT next_due_at FROM jobs WHERE next_due_at IS NOT NULL AND (next_due_at, id) > (?, ?) ORDER BY next_due_at, id LIMIT 1",
     );
+    // A stale entry counts too: the alarm it brings passes it (`dueJobs`).
     const carried = first(
-      `SELECT runs.next_due_at FROM runs JOIN jobs ON jobs.id = runs.job_id
-       WHERE runs.next_due_at IS NOT NULL AND (runs.next_due_at, runs.job_id) > (?, ?) AND ${CARRIED_IS_CURRENT}
-       ORDER BY runs.next_due_at, runs.job_id LIMIT 1`,
+      "SELECT next_due_at FROM runs WHERE next_due_at IS NOT NULL AND (next_due_at, job_id) > (?, ?) ORDER BY next_due_at, job_id LIMIT 1",
     );
     return own === null || carried === null ? (own ?? carried) : Math.min(own, carried);
   }
@@ -152,12 +157,12 @@ export class FiredThrough {
   }
 
   /**
-   * The alarm read the job by an entry that a newer one has replaced (read again after a
-   * restart): the fire it names was made, or passed over by the misfire policy, by the fire
-   * that wrote the newer one. It is passed without a fire.
+   * The alarm read the job by an entry that is stale (`dueJobs`) or that a newer one has
+   * replaced (read again after a restart: the fire it names was made, or passed over by the
+   * misfire policy, by the fire that wrote the newer one). It is passed without a fire.
    */
   superseded(job: ShardJob): boolean {
-    return !job.frequent && this.carriedBy(job) !== null;
+    return job.stale === true || (!job.frequent && this.carriedBy(job) !== null);
   }
 
   /**

@@ -25,6 +25,8 @@ export interface ShardJob extends JobDefinition {
    * `jobs_next_due`, which a change moves (`RunLedger.leaveFired`). Otherwise null.
    */
   firedAt: number | null;
+  /** Read by a run's entry from before the job's last change, or while it is paused, deleted or frequent: passed without a fire (fired-through.ts). */
+  stale?: boolean;
 }
 
 /** A job asks how its runs end when it pauses itself after failures, sends notifications or triggers other jobs. */

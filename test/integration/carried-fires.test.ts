@@ -329,6 +329,38 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(openSeen).toBeGreaterThan(0); // the checks looked at open runs, not only at an empty shard
   });
 
+  it("the entries a change made stale are read once, as the alarm passes them, not by every call", async () => {
+    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900411"));
+    const spec = await specLike({ every: "1h" }, receiverPath("carried-stale"));
+    const jobs = Array.from({ length: 300 }, () => definition(spec, Date.now()));
+    await shard.applyJobs(jobs);
+    const at = Date.now() - 1;
+    await rows(shard, "UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1", at);
+    await runDurableObjectAlarm(shard);
+    await untilSucceeded(
+      shard,
+      jobs.map((j) => scheduledRunId(j.id, at)),
+    );
+    // Every job changes: each run's entry is stale now, each job's next fire on its row again.
+    await shard.applyJobs(jobs.map((j) => ({ ...j, version: 2, spec: { ...j.spec, timeoutMs: 20_000 } })));
+    // Rows read by everything but the meter's own reading (metrics reads the shard's runs).
+    const rowsRead = async () =>
+      Object.entries((await shard.metrics(3_600_000)).cost.byOperation)
+        .filter(([operation]) => operation !== "metrics")
+        .reduce((n, [, o]) => n + o.rowsRead, 0);
+    const before = await rowsRead();
+    for (let i = 0; i < 5; i++) await shard.jobRuntimes([jobs[0]!.id]);
+    // Each call reads its job and asks when the alarm is next due: a few rows, not the 300 stale entries.
+    expect((await rowsRead()) - before).toBeLessThan(100);
+
+    // Due, the stale entries are read by the alarm, which passes them with no fire and waits for what comes next.
+    const due = Date.now() - 1;
+    await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1", due);
+    await runDurableObjectAlarm(shard);
+    expect((await rows(shard, "SELECT COUNT(*) AS n FROM runs"))[0]!.n).toBe(300);
+    expect(await runInDurableObject(shard, (_s: Shard, state) => state.storage.getAlarm())).toBeGreaterThan(Date.now() + 10_000);
+  });
+
   it("retention keeps the run holding its job's next fire, and removes it once that fire was made and looked at", async () => {
     const { shard, at, job } = await hourlyJob("shard-900406", "carried-retention", { retention: { days: 1 } });
     await fireAt(shard, at);
