@@ -48,7 +48,8 @@ export class Firing {
   applyJobs(definitions: JobDefinition[], tenants: TenantSettings[], now: number): void {
     for (const tenant of tenants) this.store.putTenant(tenant);
     for (const def of definitions) {
-      const stored = this.store.getJob(def.id);
+      const row = this.store.getJob(def.id);
+      const stored = row && this.store.firedThrough.live(row); // its next fire as it stands
       if (stored && stored.version >= def.version) continue;
       // Read again after a restart, a fired job may not say so yet (fired-through.ts, `asChanged`).
       const held = stored && this.store.firedThrough.asChanged(stored, now, (runId) => this.store.getRun(runId) !== null);

@@ -91,13 +91,14 @@ export class ShardStore {
 
   // ---- jobs ----
 
+  /** A job as its row holds it, which is what runs need; its next fire as it stands is `firedThrough.live`'s. */
   getJob(id: string): ShardJob | null {
     const row = this.sql.exec("SELECT * FROM jobs WHERE id = ?", id).toArray()[0];
-    return row ? this.firedThrough.live(toJob(row)) : null;
+    return row ? toJob(row) : null;
   }
 
   getJobs(ids: string[]): ShardJob[] {
-    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map((row) => this.firedThrough.live(toJob(row)));
+    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(toJob);
   }
 
   /** Rows of `select (...ids)`, asked in as many statements as the bound-parameter limit needs. */
@@ -143,7 +144,7 @@ export class ShardStore {
     return this.watching.has(jobId);
   }
 
-  /** Jobs whose next fire is due, earliest first: frequent ones from memory, others by `jobs_next_due` after the alarm's position. */
+  /** Jobs whose next fire is due, earliest first: frequent ones from memory, others by their entries after the alarm's position. */
   dueJobs(now: number, limit: number): ShardJob[] {
     const others = this.firedThrough.dueJobs(now, limit);
     const frequent = this.frequent.due(now, limit);

@@ -64,12 +64,16 @@ export class Views {
   }
 
   jobRuntimes(ids: string[]): JobRuntime[] {
-    return this.store.getJobs(ids).map((j) => ({
-      id: j.id,
-      version: j.version,
-      nextRunAt: j.paused ? null : j.nextFireAt,
-      completed: !j.deleted && j.nextFireAt === null,
-    }));
+    // Each job with its next fire as it stands, not as its row holds it (fired-through.ts, `live`).
+    return this.store
+      .getJobs(ids)
+      .map((row) => this.store.firedThrough.live(row))
+      .map((j) => ({
+        id: j.id,
+        version: j.version,
+        nextRunAt: j.paused ? null : j.nextFireAt,
+        completed: !j.deleted && j.nextFireAt === null,
+      }));
   }
 
   /**
