@@ -153,7 +153,7 @@ export class FiredThrough {
     const carried = this.carriedBy(job);
     const current = carried ? { ...job, ...carried } : job;
     const firedAt = carried !== null || this.covers(job.dueAt, job.id) ? job.nextFireAt : null;
-    return this.covers(current.dueAt as number, job.id) ? { ...current, nextFireAt: null, dueAt: null, firedAt } : { ...current, firedAt };
+    return { ...(this.covers(current.dueAt as number, job.id) ? asFired(current) : current), firedAt };
   }
 
   /**

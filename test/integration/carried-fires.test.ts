@@ -5,7 +5,7 @@ import { scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
 import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { type Row, rows, unwatchedRuns } from "./entries";
+import { makeDue, type Row, rows, unwatchedRuns } from "./entries";
 import { definition, receiverPath, specLike } from "./helpers";
 
 /**
@@ -71,11 +71,10 @@ async function heldInQueue(shard: DurableObjectStub<Shard>, runId: string): Prom
   );
 }
 
-/** Makes the next fire the job's latest run carries due now, where it is (on the run); returns its instant. */
+/** Makes the job's next fire due now where it stands (on its latest run, once one carries it); returns its instant. */
 async function carriedDueNow(shard: DurableObjectStub<Shard>, job: JobDefinition): Promise<number> {
   const at = Date.now() - 1;
-  const { id } = (await carrier(shard, job)) as Row;
-  await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, id as string);
+  await makeDue(shard, [job.id], at);
   return at;
 }
 
@@ -298,12 +297,11 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     };
     /** Each job's next fire made due now where it is (its row's entry, or its latest run's), and fired. */
     const fireAll = async (fired: JobDefinition[]) => {
-      const at = Date.now() - 1;
-      for (const job of fired) {
-        const held = await carrier(shard, job);
-        if (held) await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, held.id as string);
-        else await rows(shard, "UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, job.id);
-      }
+      await makeDue(
+        shard,
+        fired.map((j) => j.id),
+        Date.now() - 1,
+      );
       await runDurableObjectAlarm(shard);
     };
     const [a, b, c] = jobs as [JobDefinition, JobDefinition, JobDefinition];

@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
 import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { entriesAhead, rows, unwatchedRuns } from "./entries";
+import { entriesAhead, makeDue, rows, unwatchedRuns } from "./entries";
 import { definition, receiverPath, specLike } from "./helpers";
 
 /**
@@ -38,27 +38,6 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   fc.constant({ kind: "retention" as const }),
 );
 
-/** The job's entry that stands for its next fire (its newest of its version), made due now; false when it has none. */
-async function makeDue(shard: DurableObjectStub<Shard>, job: JobDefinition): Promise<boolean> {
-  const at = Date.now() - 1;
-  return runInDurableObject(shard, (_s: Shard, state) => {
-    const sql = state.storage.sql;
-    const row = sql.exec("SELECT next_fire_at, next_due_at, version FROM jobs WHERE id = ?", job.id).one();
-    if (row.next_due_at === null) return false;
-    const [run] = sql
-      .exec(
-        "SELECT id FROM runs WHERE job_id = ? AND next_version = ? AND next_fire_at > ? ORDER BY id DESC LIMIT 1",
-        job.id,
-        row.version,
-        row.next_fire_at,
-      )
-      .toArray();
-    if (run) sql.exec("UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, run.id);
-    else sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, job.id);
-    return true;
-  });
-}
-
 async function step(shard: DurableObjectStub<Shard>, name: string, jobs: JobDefinition[], a: Action): Promise<void> {
   if (a.kind === "restart") return evictDurableObject(shard);
   if (a.kind === "retention") {
@@ -77,7 +56,7 @@ async function step(shard: DurableObjectStub<Shard>, name: string, jobs: JobDefi
     return;
   }
   if (a.kind === "fire") {
-    if (job.paused || !(await makeDue(shard, job))) return;
+    if (job.paused || !(await makeDue(shard, [job.id], Date.now() - 1))[0]) return;
     if (a.held) armFault("shard.queueSend", Infinity, name); // the dispatch waits in memory: a restart loses it
     await runDurableObjectAlarm(shard);
     disarmFaults();

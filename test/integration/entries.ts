@@ -70,3 +70,28 @@ export async function entriesAhead(shard: DurableObjectStub<Shard>): Promise<Arr
     });
   });
 }
+
+/**
+ * Makes each job's next fire due at `at` where it stands: its newest entry of its version, on its
+ * latest run once one carries it, else on its row. False for a job with none (paused).
+ */
+export async function makeDue(shard: DurableObjectStub<Shard>, jobIds: string[], at: number): Promise<boolean[]> {
+  return runInDurableObject(shard, (_s: Shard, state) => {
+    const sql = state.storage.sql;
+    return jobIds.map((jobId) => {
+      const row = sql.exec("SELECT next_fire_at, next_due_at, version FROM jobs WHERE id = ?", jobId).one();
+      if (row.next_due_at === null) return false;
+      const [run] = sql
+        .exec(
+          "SELECT id FROM runs WHERE job_id = ? AND next_version = ? AND next_fire_at > ? ORDER BY id DESC LIMIT 1",
+          jobId,
+          row.version,
+          row.next_fire_at,
+        )
+        .toArray();
+      if (run) sql.exec("UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, run.id);
+      else sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, jobId);
+      return true;
+    });
+  });
+}

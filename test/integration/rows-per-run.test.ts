@@ -4,6 +4,7 @@ import { scheduledRunId } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { JobDefinition, ShardCost } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
+import { makeDue } from "./entries";
 import { api, createJob, createTenant, definition, FAR_CRON, receiverPath, specLike } from "./helpers";
 
 /**
@@ -167,15 +168,11 @@ describe("rows written per successful run", () => {
     // then on its latest run, which carries it (fired-through.ts).
     const fire = async (fired: JobDefinition[]) => {
       const at = Date.now() - 1;
-      await runInDurableObject(shard, (_s: Shard, state) => {
-        for (const job of fired) {
-          const [carrier] = state.storage.sql
-            .exec("SELECT MAX(id) AS id FROM runs WHERE job_id = ? AND next_fire_at IS NOT NULL", job.id)
-            .toArray();
-          if (carrier?.id) state.storage.sql.exec("UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, carrier.id);
-          else state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", at, job.id);
-        }
-      });
+      await makeDue(
+        shard,
+        fired.map((job) => job.id),
+        at,
+      );
       await runDurableObjectAlarm(shard);
       await runsSucceeded(
         shard,
