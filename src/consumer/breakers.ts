@@ -1,10 +1,11 @@
 import { BASE_COOLDOWN_MS, countsAsFailure } from "../gate/breaker";
-import type { DispatchMessage, Outcome } from "../shard/contract";
+import type { KeyedDispatch, Outcome } from "../shard/contract";
 import { gateStub, shardStub } from "../stubs";
+import type { Delivery } from "./deliveries";
 
 /** A dispatch the breaker of its origin holds back, and until when. */
 export interface Held {
-  message: Message<DispatchMessage>;
+  delivery: Delivery;
   until: number;
   reason: string;
 }
@@ -16,17 +17,14 @@ const keyOf = (tenantId: string, origin: string) => `${tenantId} ${origin}`;
  * may call each origin now (src/gate/breaker.ts). The others are held: they are not claimed, so
  * no attempt is spent on an origin known to be down. A gate that cannot be asked holds nothing.
  */
-export async function screenDispatches(
-  env: Env,
-  messages: Message<DispatchMessage>[],
-): Promise<{ go: Message<DispatchMessage>[]; held: Held[] }> {
-  const keyed = messages.filter((m) => m.body.tenantId !== undefined && m.body.origin !== undefined);
-  if (keyed.length === 0) return { go: messages, held: [] };
+export async function screenDispatches(env: Env, deliveries: Delivery[]): Promise<{ go: Delivery[]; held: Held[] }> {
+  const keyed = deliveries.filter((d) => d.dispatch.tenantId !== undefined && d.dispatch.origin !== undefined);
+  if (keyed.length === 0) return { go: deliveries, held: [] };
   const verdicts = new Map<string, { pass: number; waitUntil: number | null }>();
   await Promise.all(
-    [...Map.groupBy(keyed, (m) => m.body.tenantId!)].map(async ([tenantId, list]) => {
+    [...Map.groupBy(keyed, (d) => d.dispatch.tenantId!)].map(async ([tenantId, list]) => {
       const runs = new Map<string, number>();
-      for (const m of list) runs.set(m.body.origin!, (runs.get(m.body.origin!) ?? 0) + 1);
+      for (const d of list) runs.set(d.dispatch.origin!, (runs.get(d.dispatch.origin!) ?? 0) + 1);
       try {
         const answers = await gateStub(env, tenantId).checkBreakers([...runs].map(([origin, n]) => ({ origin, runs: n })));
         for (const [origin, answer] of Object.entries(answers)) verdicts.set(keyOf(tenantId, origin), answer);
@@ -35,37 +33,37 @@ export async function screenDispatches(
       }
     }),
   );
-  const go: Message<DispatchMessage>[] = [];
+  const go: Delivery[] = [];
   const held: Held[] = [];
-  for (const m of messages) {
-    const { tenantId, origin } = m.body;
+  for (const d of deliveries) {
+    const { tenantId, origin } = d.dispatch;
     const verdict = tenantId !== undefined && origin !== undefined ? verdicts.get(keyOf(tenantId, origin)) : undefined;
     if (!verdict || verdict.pass > 0) {
       if (verdict) verdict.pass--;
-      go.push(m);
+      go.push(d);
       continue;
     }
     const until = verdict.waitUntil ?? Date.now() + BASE_COOLDOWN_MS;
-    held.push({ message: m, until, reason: `circuit breaker open for ${origin}: waiting until ${new Date(until).toISOString()}` });
+    held.push({ delivery: d, until, reason: `circuit breaker open for ${origin}: waiting until ${new Date(until).toISOString()}` });
   }
   return { go, held };
 }
 
 /**
- * Tells each shard to hold its runs (queued → waiting until the breaker lets a probe go), then
- * acks their messages. A shard that cannot be told gets the messages again later.
+ * Tells each shard to hold its runs (queued → waiting until the breaker lets a probe go): their
+ * dispatches are then done. A shard that cannot be told gets the dispatches again later.
  */
-export async function holdDispatches(env: Env, held: Held[], redeliverLater: (m: Message<DispatchMessage>) => void): Promise<void> {
+export async function holdDispatches(env: Env, held: Held[]): Promise<void> {
   await Promise.all(
-    [...Map.groupBy(held, (h) => h.message.body.shard)].map(async ([shard, list]) => {
+    [...Map.groupBy(held, (h) => h.delivery.shard)].map(async ([shard, list]) => {
       try {
         await shardStub(env, shard).holdDispatches(
-          list.map((h) => ({ runId: h.message.body.runId, fence: h.message.body.fence, until: h.until, reason: h.reason })),
+          list.map(({ delivery: { dispatch }, until, reason }) => ({ runId: dispatch.runId, fence: dispatch.fence, until, reason })),
         );
-        for (const h of list) h.message.ack();
+        for (const h of list) h.delivery.done();
       } catch (err) {
         console.error(`shard ${shard}: could not hold ${list.length} runs for a breaker; their dispatches come again`, err);
-        for (const h of list) redeliverLater(h.message);
+        for (const h of list) h.delivery.again();
       }
     }),
   );
@@ -75,7 +73,7 @@ export async function holdDispatches(env: Env, held: Held[], redeliverLater: (m:
 export class BreakerLog {
   readonly #byTenant = new Map<string, Array<{ origin: string; ok: boolean | null }>>();
 
-  note(dispatch: DispatchMessage, outcome: Outcome): void {
+  note(dispatch: KeyedDispatch, outcome: Outcome): void {
     if (dispatch.tenantId === undefined || dispatch.origin === undefined) return;
     const refused = outcome.kind === "permanent" && outcome.status === null;
     const ok = outcome.ok || outcome.accepted === true ? true : countsAsFailure(outcome.status, refused) ? false : null;

@@ -1,23 +1,21 @@
 import { failpoint } from "../faults";
-import { type ClaimResult, type DispatchMessage, isOutboxMessage, type OutboxMessage, type QueueMessage } from "../shard/contract";
+import { type ClaimResult, type DispatchesMessage, isOutboxMessage, type OutboxMessage, type QueueMessage } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { ConnectionSlots } from "./connections";
+import { type Delivery, unpack } from "./deliveries";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
 
-/** Redelivery waits this long after a first failure, doubling per attempt: a shard that is briefly away gets time to come back. */
-const REDELIVERY_BASE_SECONDS = 2;
-const REDELIVERY_MAX_SECONDS = 60;
-
 /**
- * The Queue consumer. Jobs' notifications and chained triggers go to `deliverOutbox`; run dispatches are
- * grouped by shard: one claim call per shard; the claimed
+ * The Queue consumer. Jobs' notifications and chained triggers go to `deliverOutbox`; run dispatches,
+ * several to a message, are grouped by shard: one claim call per shard; the claimed
  * targets then share the invocation's connection slots, and each outcome is reported as it
- * finishes (docs/architecture.md, invariant 6). A message is acked once the shard has the
+ * finishes (docs/architecture.md, invariant 6). A dispatch is done once the shard has the
  * outcome of its attempt, or said its claim was stale; never before, so a message whose outcome
  * was lost goes back to the Queue (its redelivery is stale, and the attempt's lease retries it).
+ * A message is acked once all its dispatches are done (src/consumer/deliveries.ts).
  */
 export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: Env): Promise<void> {
   // Read before anything is claimed: a misconfigured Worker then leaves every dispatch to the Queue's retries.
@@ -26,11 +24,11 @@ export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: 
   const connections = new ConnectionSlots();
   const { dispatches, outbox } = split(batch.messages);
   // Runs whose origin's breaker is open are held before they are claimed: no attempt is spent.
-  const { go, held } = await screenDispatches(env, dispatches);
+  const { go, held } = await screenDispatches(env, unpack(dispatches));
   const breakers = new BreakerLog();
   await settleAll([
-    ...[...groupByShard(go)].map(([shard, messages]) => runShardGroup(env, context, connections, breakers, shard, messages)),
-    holdDispatches(env, held, redeliverLater),
+    ...[...groupByShard(go)].map(([shard, deliveries]) => runShardGroup(env, context, connections, breakers, shard, deliveries)),
+    holdDispatches(env, held),
     deliverOutbox(env, context, connections, outbox),
   ]);
   await breakers.flush(env);
@@ -38,17 +36,17 @@ export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: 
 
 /** A batch's run dispatches, and its outbox messages: notifications and chained triggers (src/shard/notifier.ts). */
 function split(messages: readonly Message<QueueMessage>[]) {
-  const dispatches: Message<DispatchMessage>[] = [];
+  const dispatches: Message<DispatchesMessage>[] = [];
   const outbox: Message<OutboxMessage>[] = [];
   for (const m of messages) {
     if (isOutboxMessage(m.body)) outbox.push(m as Message<OutboxMessage>);
-    else dispatches.push(m as Message<DispatchMessage>);
+    else dispatches.push(m as Message<DispatchesMessage>);
   }
   return { dispatches, outbox };
 }
 
-function groupByShard(messages: readonly Message<DispatchMessage>[]): Map<string, Message<DispatchMessage>[]> {
-  return Map.groupBy(messages, (m) => m.body.shard);
+function groupByShard(deliveries: readonly Delivery[]): Map<string, Delivery[]> {
+  return Map.groupBy(deliveries, (d) => d.shard);
 }
 
 async function runShardGroup(
@@ -57,36 +55,31 @@ async function runShardGroup(
   connections: ConnectionSlots,
   breakers: BreakerLog,
   shard: string,
-  messages: Message<DispatchMessage>[],
+  deliveries: Delivery[],
 ): Promise<void> {
   const stub = shardStub(env, shard);
   let claims: ClaimResult[];
   try {
     failpoint("consumer.beforeClaim", shard);
-    claims = await stub.claim(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence, sentAt: m.timestamp.getTime() })));
+    claims = await stub.claim(deliveries.map((d) => ({ runId: d.dispatch.runId, fence: d.dispatch.fence, sentAt: d.sentAt })));
   } catch (err) {
     // Nothing was claimed that we know of: let the Queue deliver these again, once the shard had time to recover.
     console.error(`claim from ${shard} failed`, err);
-    for (const m of messages) redeliverLater(m);
+    for (const d of deliveries) d.again();
     return;
   }
   const reporter = new OutcomeReporter(stub, shard, claims.filter((c) => c.result === "claimed").length);
   // The shard answers claims in the order of the dispatches, one each.
   await settleAll(
     claims.map(async (claim, i) => {
-      const message = messages[i]!;
-      if (claim.result !== "claimed") return message.ack();
+      const delivery = deliveries[i]!;
+      if (claim.result !== "claimed") return delivery.done();
       const outcome = await executeTarget(claim, context, connections);
-      breakers.note(message.body, outcome);
-      if (await reporter.report(outcome)) message.ack();
-      else redeliverLater(message);
+      breakers.note(delivery.dispatch, outcome);
+      if (await reporter.report(outcome)) delivery.done();
+      else delivery.again();
     }),
   );
-}
-
-function redeliverLater(message: Message<DispatchMessage>): void {
-  const delaySeconds = Math.min(REDELIVERY_MAX_SECONDS, REDELIVERY_BASE_SECONDS * 2 ** (message.attempts - 1));
-  message.retry({ delaySeconds });
 }
 
 /**
@@ -111,9 +104,9 @@ export async function consumeDeadLetters(batch: MessageBatch<QueueMessage>, env:
   // An outbox message the Queue gave up on stays in its shard's outbox, which sends it again later.
   for (const m of outbox) m.ack();
   await Promise.all(
-    [...groupByShard(dispatches)].map(async ([shard, messages]) => {
-      await shardStub(env, shard).abandonDispatches(messages.map((m) => ({ runId: m.body.runId, fence: m.body.fence })));
-      for (const m of messages) m.ack();
+    [...groupByShard(unpack(dispatches))].map(async ([shard, deliveries]) => {
+      await shardStub(env, shard).abandonDispatches(deliveries.map((d) => ({ runId: d.dispatch.runId, fence: d.dispatch.fence })));
+      for (const d of deliveries) d.done();
     }),
   );
 }

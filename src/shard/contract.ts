@@ -217,9 +217,26 @@ export interface BreakerKey {
   origin: string;
 }
 
-/** A dispatch on the Queue: its shard's name, so that the consumer knows whom to ask. */
-export interface DispatchMessage extends Dispatch, Partial<BreakerKey> {
+/** A dispatch with what the consumer's circuit breakers need to know of it. */
+export type KeyedDispatch = Dispatch & Partial<BreakerKey>;
+
+/**
+ * One dispatch on the Queue, with its shard's name, so that the consumer knows whom to ask.
+ * What shards sent before dispatches were packed; the consumer still takes it, so that the
+ * messages a deploy finds in a queue are not lost, and a dead-letter queue may hold it.
+ */
+export interface DispatchMessage extends KeyedDispatch {
   shard: string;
+}
+
+/**
+ * Several dispatches of one shard on the Queue as one message: the Queue bills three operations
+ * a message whatever it holds (up to 64 KB), so ten dispatches to a message cost a tenth
+ * (docs/cost.md). The consumer acks it once each of its dispatches is done, or retries it whole.
+ */
+export interface DispatchPack {
+  shard: string;
+  dispatches: KeyedDispatch[];
 }
 
 /** A job's notification on its way to its receiver (notifier.ts): everything the consumer needs to send it. */
@@ -249,7 +266,9 @@ export interface ChainMessage {
 }
 
 /** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications and chained triggers. */
-export type QueueMessage = DispatchMessage | NotifyMessage | ChainMessage;
+export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage;
+/** A message of run dispatches: a pack, or one dispatch as shards sent them before packs. */
+export type DispatchesMessage = DispatchPack | DispatchMessage;
 export type OutboxMessage = NotifyMessage | ChainMessage;
 
 export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m;

@@ -1,13 +1,12 @@
 import { failpoint } from "../faults";
 import { jobIdOfRun } from "../model/ids";
-import type { BreakerKey, Dispatch, DispatchMessage, RunRow } from "./contract";
+import type { DispatchesMessage, KeyedDispatch, RunRow } from "./contract";
+import { packDispatches } from "./dispatch-packs";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
 
 /** How long unsent dispatches wait after the Queue refused a send. */
 const SEND_RETRY_MS = 2_000;
-/** Messages per `sendBatch`: the Queues limit. */
-const QUEUE_BATCH = 100;
 
 /** What dispatch needs of a tenant's gate (a TenantGate Durable Object). */
 export interface PermitKeeper {
@@ -26,7 +25,7 @@ export interface PermitKeeper {
  */
 export class Dispatcher {
   /** Dispatches committed (or about to be, see `mark`) and not yet taken by the Queue. */
-  private unsent: Array<Dispatch & Partial<BreakerKey>> = [];
+  private unsent: KeyedDispatch[] = [];
   /** The flush under way: one at a time, since the alarm and a call may both ask. */
   private flushing: Promise<void> | null = null;
   /** A change committed while a flush was under way: its permit releases may have been read past. */
@@ -42,7 +41,7 @@ export class Dispatcher {
   constructor(
     private readonly store: ShardStore,
     /** The shard's dispatch queue (src/queues.ts); asked at each send, so a misconfigured one is a refused send. */
-    private readonly queueOf: (shard: string) => Queue<DispatchMessage>,
+    private readonly queueOf: (shard: string) => Queue<DispatchesMessage>,
     private readonly gateOf: (tenantId: string) => PermitKeeper,
     private readonly shardName: () => string,
     /** Hears of each batch the Queue took, for the cost meter. */
@@ -77,7 +76,7 @@ export class Dispatcher {
   }
 
   /** A run's dispatch, to send once the change that made it commits. */
-  send(dispatch: Dispatch & Partial<BreakerKey>): void {
+  send(dispatch: KeyedDispatch): void {
     this.unsent.push(dispatch);
   }
 
@@ -118,28 +117,23 @@ export class Dispatcher {
   private async sendDispatches(): Promise<boolean> {
     const shard = this.shardName();
     for (;;) {
-      // Taken off the list while they are sent; a refused chunk goes back.
+      // Taken off the list while they are sent; a refused batch's dispatches go back.
       const pending = this.unsent.splice(0, TICK_BATCH);
       if (pending.length === 0) return true;
-      const chunks: Array<Array<Dispatch & Partial<BreakerKey>>> = [];
-      for (let i = 0; i < pending.length; i += QUEUE_BATCH) chunks.push(pending.slice(i, i + QUEUE_BATCH));
+      const batches = packDispatches(shard, pending);
       const sent = await Promise.allSettled(
-        chunks.map(async (chunk) => {
+        batches.map(async (batch) => {
           failpoint("shard.queueSend", shard);
-          await this.queueOf(shard).sendBatch(
-            chunk.map((d): { body: DispatchMessage; contentType: "json" } => ({
-              body: { shard, ...d },
-              contentType: "json",
-            })),
-          );
+          await this.queueOf(shard).sendBatch(batch.map((body) => ({ body, contentType: "json" })));
         }),
       );
-      const ok = chunks.filter((_, i) => sent[i]?.status === "fulfilled");
-      this.onSent(ok.reduce((n, chunk) => n + chunk.length, 0));
-      if (ok.length < chunks.length) {
-        this.unsent.unshift(...chunks.filter((_, i) => sent[i]?.status !== "fulfilled").flat());
+      const refused = batches.filter((_, i) => sent[i]?.status !== "fulfilled");
+      this.onSent(batches.reduce((n, batch, i) => (sent[i]?.status === "fulfilled" ? n + batch.length : n), 0));
+      if (refused.length > 0) {
+        const kept = refused.flat().flatMap((pack) => pack.dispatches);
+        this.unsent.unshift(...kept);
         const reason = sent.find((s) => s.status === "rejected") as PromiseRejectedResult;
-        console.error(`shard ${shard}: queue send failed, ${pending.length} dispatches kept`, reason.reason);
+        console.error(`shard ${shard}: queue send failed, ${kept.length} dispatches kept`, reason.reason);
         return false;
       }
     }

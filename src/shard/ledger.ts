@@ -4,7 +4,7 @@ import { DEFAULT_RETRY } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
-import { type Answer, type AttemptRow, type BreakerKey, type Dispatch, done, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
+import { type Answer, type AttemptRow, type Dispatch, done, type KeyedDispatch, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
 import { claimWait, QueueProgress } from "./queue-progress";
 import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
@@ -57,7 +57,7 @@ export class RunLedger {
     /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
     private readonly renewPermit: (run: RunRow, leaseMs: number) => void,
     /** Sends a run's dispatch once the change commits (dispatch's, kept in memory: invariant 3). */
-    private readonly send: (dispatch: Dispatch & Partial<BreakerKey>) => void,
+    private readonly send: (dispatch: KeyedDispatch) => void,
   ) {}
 
   /**

@@ -6,7 +6,7 @@ import worker from "../../src/index";
 import { dispatchQueueIndex } from "../../src/model/dispatch-queue";
 import type { Job } from "../../src/model/job";
 import { dispatchQueue } from "../../src/queues";
-import type { DispatchMessage } from "../../src/shard/contract";
+import type { DispatchMessage, DispatchPack } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import { createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
@@ -63,7 +63,12 @@ describe("several dispatch queues", () => {
     // Which queue delivered each run: always its shard's.
     const deliveredFrom = new Map<string, Set<string>>();
     for (const [batch] of deliveries.mock.calls) {
-      for (const m of batch.messages) deliveredFrom.set(m.body.runId, (deliveredFrom.get(m.body.runId) ?? new Set()).add(batch.queue));
+      for (const m of batch.messages) {
+        // A shard sends its dispatches several to a message (src/shard/dispatch-packs.ts).
+        for (const { runId } of (m.body as unknown as DispatchPack).dispatches) {
+          deliveredFrom.set(runId, (deliveredFrom.get(runId) ?? new Set()).add(batch.queue));
+        }
+      }
     }
     byQueue.forEach((queueJobs, i) => {
       for (const job of queueJobs) {

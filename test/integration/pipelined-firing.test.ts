@@ -4,7 +4,8 @@ import { armFault, disarmFaults } from "../../src/faults";
 import { newJobId, scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
 import { dispatchQueue } from "../../src/queues";
-import type { DispatchMessage, JobDefinition } from "../../src/shard/contract";
+import type { DispatchPack, JobDefinition } from "../../src/shard/contract";
+import { DISPATCHES_PER_MESSAGE, QUEUE_BATCH_MESSAGES } from "../../src/shard/dispatch-packs";
 import { FIRE_CHUNK } from "../../src/shard/firing";
 import { TICK_BATCH } from "../../src/shard/ledger";
 import type { Shard } from "../../src/shard/shard";
@@ -29,6 +30,8 @@ afterEach(() => {
 
 interface Send {
   runIds: string[];
+  /** Dispatches in each of its messages. */
+  packs: number[];
   /** Runs the shard had committed when this `sendBatch` was called. */
   runsAtCall: number;
   /** Runs it had committed at the next turn of the event loop, when a real send's request goes out. */
@@ -74,8 +77,10 @@ async function burst(count: number) {
     const queue = dispatchQueue((shard as unknown as { env: Env }).env, name); // the queue this shard sends to
     const runsCommitted = () => state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs").one().n as number;
     vi.spyOn(queue, "sendBatch").mockImplementation((messages) => {
+      const packs = [...messages].map((m) => (m.body as DispatchPack).dispatches);
       const send: Send = {
-        runIds: [...messages].map((m) => (m.body as DispatchMessage).runId),
+        runIds: packs.flat().map((d) => d.runId),
+        packs: packs.map((p) => p.length),
         runsAtCall: runsCommitted(),
         runsWhenOut: null,
       };
@@ -136,7 +141,10 @@ describe("pipelined firing", () => {
     // its turn to go out before the second chunk was written.
     expect(b.sends.length).toBeGreaterThan(0);
     expect(b.sends[0]).toMatchObject({ runsAtCall: FIRE_CHUNK, runsWhenOut: FIRE_CHUNK });
-    expect(b.sends[0]!.runIds).toHaveLength(Math.min(FIRE_CHUNK, 100));
+    expect(b.sends[0]!.runIds).toHaveLength(FIRE_CHUNK);
+    // Ten dispatches to a message, a hundred messages to a send at most: the Queue's limit.
+    expect(b.sends[0]!.packs).toEqual(Array(FIRE_CHUNK / DISPATCHES_PER_MESSAGE).fill(DISPATCHES_PER_MESSAGE));
+    for (const send of b.sends) expect(send.packs.length).toBeLessThanOrEqual(QUEUE_BATCH_MESSAGES);
     expect(first.runs).toBe(TICK_BATCH); // the cap per alarm holds
     // Sends went out between the later chunks of the same alarm too.
     expect(b.sends.filter((s) => s.runsWhenOut! > FIRE_CHUNK && s.runsWhenOut! < TICK_BATCH).length).toBeGreaterThan(0);

@@ -1,0 +1,139 @@
+import { createExecutionContext, createMessageBatch, env, getQueueResult, runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { armFault, disarmFaults } from "../../src/faults";
+import worker from "../../src/index";
+import { scheduledRunId } from "../../src/model/ids";
+import type { DispatchPack, JobDefinition, QueueMessage } from "../../src/shard/contract";
+import { DISPATCHES_PER_MESSAGE } from "../../src/shard/dispatch-packs";
+import type { Shard } from "../../src/shard/shard";
+import { definition, FAR_CRON, hitsOf, receiverPath, specLike } from "./helpers";
+
+/**
+ * Dispatches travel several to a queue message (src/shard/dispatch-packs.ts), and the consumer
+ * settles each on its own while the Queue acks or retries the message whole
+ * (src/consumer/deliveries.ts). One dispatch to a message, as shards sent them before, is
+ * still taken: run-flow.test.ts and fault-injection.test.ts deliver that shape. Each test has a
+ * shard of its own (alarms are not reset between tests).
+ */
+
+const consumer = worker as ExportedHandler<Env, QueueMessage>;
+
+afterEach(() => disarmFaults());
+
+/**
+ * A shard of its own holding one job per target URL, all fired at one instant (just past) by
+ * one alarm. With `held`, every send of the shard is refused for the rest of the test, so its
+ * runs stay queued for a hand-made delivery and the real Queue never races it.
+ */
+async function firedTogether(urls: string[], { held = false } = {}) {
+  const name = `packs-${crypto.randomUUID()}`;
+  const stub = env.SHARD.get(env.SHARD.idFromName(name));
+  const now = Date.now();
+  const jobs: JobDefinition[] = [];
+  for (const url of urls) jobs.push(definition(await specLike(FAR_CRON, url), now));
+  await stub.applyJobs(jobs);
+  // Deleting the jobs cancels whatever run of theirs is left: nothing of this test runs later.
+  onTestFinished(async () => {
+    disarmFaults();
+    await stub.applyJobs(jobs.map((j) => ({ ...j, version: 2, deleted: true })));
+  });
+  if (held) armFault("shard.queueSend", Infinity, name);
+  const due = Date.now() - 1;
+  await runInDurableObject(stub, async (shard: Shard, state) => {
+    state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1", due);
+    await shard.alarm();
+  });
+  const runIds = jobs.map((j) => scheduledRunId(j.id, due));
+  return { name, stub, runIds };
+}
+
+async function runStates(stub: DurableObjectStub<Shard>, runIds: string[]): Promise<string[]> {
+  return runInDurableObject(stub, (_s: Shard, state) =>
+    runIds.map((id) => state.storage.sql.exec("SELECT state FROM runs WHERE id = ?", id).one().state as string),
+  );
+}
+
+/** Queue messages the shard has sent (its cost meter's count). */
+async function messagesSent(stub: DurableObjectStub<Shard>): Promise<number> {
+  const metrics = await stub.metrics(3_600_000);
+  return Object.values(metrics.cost.byOperation).reduce((n, op) => n + op.queueMessages, 0);
+}
+
+/** One message holding the given dispatches of the shard, delivered as the Queue would, once it was delivered `attempts` times. */
+async function deliverPack(shard: string, runIds: string[], attempts = 1) {
+  const body: DispatchPack = { shard, dispatches: runIds.map((runId) => ({ runId, fence: 1 })) };
+  const batch = createMessageBatch<QueueMessage>("edgecron-runs", [{ id: "pack", timestamp: new Date(), attempts, body }]);
+  const ctx = createExecutionContext();
+  await consumer.queue!(batch, env, ctx);
+  return getQueueResult(batch, ctx);
+}
+
+describe("dispatches packed into queue messages", () => {
+  it("a shard's fires go out ten to a message, and each runs and is recorded once", async () => {
+    const count = 2 * DISPATCHES_PER_MESSAGE + 3;
+    const url = receiverPath("packs");
+    const { stub, runIds } = await firedTogether(Array(count).fill(url));
+    await expect.poll(() => runStates(stub, runIds), { timeout: 20_000, interval: 50 }).toEqual(Array(count).fill("succeeded"));
+    // 10 + 10 + 3: three messages for 23 runs, where one each made 23.
+    expect(await messagesSent(stub)).toBe(3);
+    const hits = await hitsOf(url);
+    expect(hits.map((h) => h.headers["idempotency-key"]).sort()).toEqual([...runIds].sort());
+  });
+
+  it("one dispatch whose outcome could not be reported brings its message back whole; the others are not run again", async () => {
+    // The first target answers at once; the others later, once its report has failed.
+    const urls = [receiverPath("packs-fast"), receiverPath("packs-slow", "delayMs=2000"), receiverPath("packs-slow", "delayMs=2000")];
+    const { name, stub, runIds } = await firedTogether(urls, { held: true });
+    expect(await runStates(stub, runIds)).toEqual(["queued", "queued", "queued"]);
+
+    // Every try of the first report fails (3 tries); the later report goes through.
+    armFault("consumer.report", 3, name);
+    const first = await deliverPack(name, runIds);
+    expect(first.explicitAcks).toEqual([]);
+    expect(first.retryMessages).toEqual([{ msgId: "pack" }]);
+    expect(await runStates(stub, runIds)).toEqual(["running", "succeeded", "succeeded"]);
+
+    // Delivered again: nothing is claimed twice (the first run's attempt is its lease's to retry).
+    const again = await deliverPack(name, runIds, 2);
+    expect(again.explicitAcks).toEqual(["pack"]);
+    expect(again.retryMessages).toEqual([]);
+    for (const url of urls) expect(await hitsOf(url)).toHaveLength(1);
+    expect(await runStates(stub, runIds)).toEqual(["running", "succeeded", "succeeded"]);
+  });
+
+  it("a message whose dispatches all ran is acked, one whose claim failed is retried whole", async () => {
+    const urls = [receiverPath("packs-a"), receiverPath("packs-b")];
+    const { name, stub, runIds } = await firedTogether(urls, { held: true });
+
+    armFault("consumer.beforeClaim", 1, name);
+    const refused = await deliverPack(name, runIds);
+    expect(refused.retryMessages).toEqual([{ msgId: "pack" }]);
+    expect(await runStates(stub, runIds)).toEqual(["queued", "queued"]);
+
+    const delivered = await deliverPack(name, runIds, 2);
+    expect(delivered.explicitAcks).toEqual(["pack"]);
+    expect(delivered.retryMessages).toEqual([]);
+    expect(await runStates(stub, runIds)).toEqual(["succeeded", "succeeded"]);
+  });
+
+  it("a dead-lettered message has each of its current dispatches sent again", async () => {
+    const urls = [receiverPath("packs-dl-a"), receiverPath("packs-dl-b")];
+    const { name, stub, runIds } = await firedTogether(urls, { held: true });
+    const body: DispatchPack = {
+      shard: name,
+      dispatches: [...runIds.map((runId) => ({ runId, fence: 1 })), { runId: runIds[0]!, fence: 7 }],
+    };
+    const batch = createMessageBatch<QueueMessage>("edgecron-runs-dlq", [{ id: "dead", timestamp: new Date(), attempts: 6, body }]);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toEqual(["dead"]);
+    // Both runs stay queued, each sent again once; the dispatch of a fence it never had is stale.
+    const redispatches = await runInDurableObject(stub, (_s: Shard, state) =>
+      runIds.map((id) => state.storage.sql.exec("SELECT state, redispatches FROM runs WHERE id = ?", id).one()),
+    );
+    expect(redispatches).toEqual([
+      { state: "queued", redispatches: 1 },
+      { state: "queued", redispatches: 1 },
+    ]);
+  });
+});
