@@ -1,11 +1,13 @@
 import { createExecutionContext, createMessageBatch, env, getQueueResult, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
+import { FAILURES_TO_OPEN } from "../../src/gate/breaker";
 import worker from "../../src/index";
 import { scheduledRunId } from "../../src/model/ids";
 import type { DispatchPack, JobDefinition, QueueMessage } from "../../src/shard/contract";
 import { DISPATCHES_PER_MESSAGE } from "../../src/shard/dispatch-packs";
 import type { Shard } from "../../src/shard/shard";
+import { gateStub } from "../../src/stubs";
 import { definition, FAR_CRON, hitsOf, receiverPath, specLike } from "./helpers";
 
 /**
@@ -114,6 +116,31 @@ describe("dispatches packed into queue messages", () => {
     expect(delivered.explicitAcks).toEqual(["pack"]);
     expect(delivered.retryMessages).toEqual([]);
     expect(await runStates(stub, runIds)).toEqual(["succeeded", "succeeded"]);
+  });
+
+  it("a dispatch held for its origin's breaker is done: the others of its message run, and the message is acked", async () => {
+    const urls = [receiverPath("packs-down"), receiverPath("packs-up")];
+    const { name, stub, runIds } = await firedTogether(urls, { held: true });
+    // The first dispatch names an origin whose breaker is open (the key is the dispatch's: its
+    // target is the receiver all the same); the second names none, as for a job that opted out.
+    const down = `https://down-${crypto.randomUUID()}.example`;
+    await gateStub(env, "default").recordOutcomes(Array(FAILURES_TO_OPEN).fill({ origin: down, ok: false }));
+    const body: DispatchPack = {
+      shard: name,
+      dispatches: [
+        { runId: runIds[0]!, fence: 1, tenantId: "default", origin: down },
+        { runId: runIds[1]!, fence: 1 },
+      ],
+    };
+    const batch = createMessageBatch<QueueMessage>("edgecron-runs", [{ id: "pack", timestamp: new Date(), attempts: 1, body }]);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    const result = await getQueueResult(batch, ctx);
+    expect(result.explicitAcks).toEqual(["pack"]);
+    expect(result.retryMessages).toEqual([]);
+    expect(await runStates(stub, runIds)).toEqual(["waiting", "succeeded"]);
+    expect(await hitsOf(urls[0]!)).toHaveLength(0);
+    expect(await hitsOf(urls[1]!)).toHaveLength(1);
   });
 
   it("a dead-lettered message has each of its current dispatches sent again", async () => {
