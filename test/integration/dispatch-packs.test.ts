@@ -1,5 +1,7 @@
 import { createExecutionContext, createMessageBatch, env, getQueueResult, runInDurableObject } from "cloudflare:test";
+import fc from "fast-check";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { unpack } from "../../src/consumer/deliveries";
 import { armFault, disarmFaults } from "../../src/faults";
 import { FAILURES_TO_OPEN } from "../../src/gate/breaker";
 import worker from "../../src/index";
@@ -164,3 +166,48 @@ describe("dispatches packed into queue messages", () => {
     ]);
   });
 });
+
+describe("deliveries: a message settles once all its dispatches have", () => {
+  it("is acked when every dispatch is done, retried when any must come again, left alone while one is unsettled", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        // Per message: its dispatches' fates (done, again, or never settled), in a settling order.
+        fc.array(fc.array(fc.constantFrom("done", "again", "unsettled"), { minLength: 1, maxLength: 10 }), { minLength: 1, maxLength: 8 }),
+        fc.integer({ min: 0, max: 1_000 }),
+        async (fates, seed) => {
+          const batch = createMessageBatch<QueueMessage>(
+            "edgecron-runs",
+            fates.map((f, m) => ({
+              id: `m${m}`,
+              timestamp: new Date(),
+              attempts: 1,
+              body: { shard: "shard-1", dispatches: f.map((_, d) => ({ runId: `run_${m}_${d}`, fence: 1 })) },
+            })),
+          );
+          const deliveries = unpack(batch.messages as Message<DispatchPack>[]);
+          const fateOf = new Map<string, string>(fates.flatMap((f, m) => f.map((fate, d) => [`run_${m}_${d}`, fate] as const)));
+          // Settle in a shuffled order, each delivery twice (the second must change nothing).
+          const order = [...deliveries].sort((a, b) => hash(a.dispatch.runId, seed) - hash(b.dispatch.runId, seed));
+          for (const delivery of [...order, ...order]) {
+            const fate = fateOf.get(delivery.dispatch.runId);
+            if (fate === "done") delivery.done();
+            else if (fate === "again") delivery.again();
+          }
+          const result = await getQueueResult(batch, createExecutionContext());
+          const expectAcked = fates.flatMap((f, m) => (f.every((x) => x === "done") ? [`m${m}`] : []));
+          const expectRetried = fates.flatMap((f, m) => (!f.includes("unsettled") && f.includes("again") ? [`m${m}`] : []));
+          expect(result.explicitAcks.sort()).toEqual(expectAcked.sort());
+          expect(result.retryMessages.map((r) => r.msgId).sort()).toEqual(expectRetried.sort());
+        },
+      ),
+      { numRuns: 100 },
+    );
+  });
+});
+
+/** A deterministic shuffle key. */
+function hash(text: string, seed: number): number {
+  let h = seed >>> 0;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 16_777_619) >>> 0;
+  return h;
+}
