@@ -6,7 +6,7 @@ import type { JobSpec } from "../../src/model/job";
 import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import { makeDue, type Row, rows, unwatchedRuns } from "./entries";
-import { definition, receiverPath, specLike } from "./helpers";
+import { definition, receiverPath, runRetention, specLike } from "./helpers";
 
 /**
  * A recurring job's next fire carried by the run its fire makes (src/shard/fired-through.ts,
@@ -79,24 +79,6 @@ async function carriedDueNow(shard: DurableObjectStub<Shard>, job: JobDefinition
 }
 
 const nextRunAt = async (shard: DurableObjectStub<Shard>, job: JobDefinition) => (await shard.jobRuntimes([job.id]))[0]!.nextRunAt;
-
-/** Makes the shard's retention pass due and runs it (the runtime may run the past-due alarm itself). */
-async function runRetention(shard: DurableObjectStub<Shard>): Promise<void> {
-  const due = Date.now() - 1;
-  await runInDurableObject(shard, async (_s: Shard, state) => {
-    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(due));
-    await state.storage.setAlarm(due);
-  });
-  await runDurableObjectAlarm(shard);
-  await vi.waitFor(
-    async () =>
-      expect(Number((await rows(shard, "SELECT value FROM meta WHERE key = 'retention_next_at'"))[0]!.value)).toBeGreaterThan(due),
-    {
-      timeout: 5_000,
-      interval: 20,
-    },
-  );
-}
 
 describe("a recurring job's next fire, carried by its latest run", () => {
   afterEach(() => disarmFaults());

@@ -239,3 +239,29 @@ export function definition(spec: JobSpec, now: number): JobDefinition {
 export async function rereadFrequentJobs(stub: DurableObjectStub<Shard>): Promise<void> {
   await runInDurableObject(stub, (shard: Shard) => (shard as unknown as { store: ShardStore }).store.frequent.forget());
 }
+
+/**
+ * Makes the shard's retention pass due and runs its alarm; returns the pass's bookkeeping after.
+ * The runtime may run the past-due alarm itself, and `runDurableObjectAlarm` then finds none:
+ * the pass is over when it has moved its next time past the one set here (in the same
+ * transaction as its removals).
+ */
+export async function runRetention(stub: DurableObjectStub<Shard>): Promise<{ nextAt: number; cursor: string | null }> {
+  const due = Date.now() - 1;
+  await runInDurableObject(stub, async (_s: Shard, state) => {
+    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(due));
+    await state.storage.setAlarm(due);
+  });
+  await runDurableObjectAlarm(stub);
+  return vi.waitFor(
+    () =>
+      runInDurableObject(stub, (_s: Shard, state) => {
+        const meta = (key: string) =>
+          state.storage.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined;
+        const nextAt = Number(meta("retention_next_at"));
+        if (nextAt <= due) throw new Error("the retention pass has not finished");
+        return { nextAt, cursor: meta("retention_cursor") ?? null };
+      }),
+    { timeout: 10_000, interval: 20 },
+  );
+}

@@ -1,11 +1,11 @@
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
 import { runKeyRange } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { RETENTION_CHUNK } from "../../src/shard/retention";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf, sweepFully } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, runRetention, shardOf, sweepFully } from "./helpers";
 
 const DAY = 86_400_000;
 
@@ -44,33 +44,6 @@ async function seedRuns(job: Job, runs: Array<{ id: string; scheduledAt: number;
   });
 }
 
-/**
- * Makes the shard's retention pass due and runs its alarm; returns the pass's bookkeeping after.
- * The runtime may run the past-due alarm itself, and `runDurableObjectAlarm` then finds none:
- * the pass is over when it has moved its next time past the one set here (in the same
- * transaction as its removals).
- */
-async function runRetention(job: Job): Promise<{ nextAt: number; cursor: string | null }> {
-  const stub = shardOf(job);
-  const due = Date.now() - 1;
-  await runInDurableObject(stub, async (_s: Shard, state) => {
-    state.storage.sql.exec("UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(due));
-    await state.storage.setAlarm(due);
-  });
-  await runDurableObjectAlarm(stub);
-  return vi.waitFor(
-    () =>
-      runInDurableObject(stub, (_s: Shard, state) => {
-        const meta = (key: string) =>
-          state.storage.sql.exec("SELECT value FROM meta WHERE key = ?", key).toArray()[0]?.value as string | undefined;
-        const nextAt = Number(meta("retention_next_at"));
-        if (nextAt <= due) throw new Error("the retention pass has not finished");
-        return { nextAt, cursor: meta("retention_cursor") ?? null };
-      }),
-    { timeout: 10_000, interval: 20 },
-  );
-}
-
 async function runIdsInShard(job: Job): Promise<string[]> {
   return runInDurableObject(shardOf(job), (_s: Shard, state) =>
     state.storage.sql
@@ -100,7 +73,7 @@ describe("retention", () => {
     const unfinished = { id: "run_unfinished", scheduledAt: now - 9 * DAY, state: "retry_wait" };
     await seedRuns(job, [...recent, ...old, unfinished]);
 
-    await runRetention(job);
+    await runRetention(shardOf(job));
 
     // The three newest stay; the other finished ones leave; an unfinished run never does.
     expect(await runIdsInShard(job)).toEqual(["run_unfinished", "run_recent_3", "run_recent_4", "run_recent_5"]);
@@ -162,7 +135,7 @@ describe("retention", () => {
     await runInDurableObject(shardOf(job), (_s: Shard, state) => {
       state.storage.sql.exec("UPDATE jobs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", now - 1, job.id);
     });
-    const first = await runRetention(job);
+    const first = await runRetention(shardOf(job));
     const afterFirst = await runIdsInShard(job);
     expect(afterFirst.filter((id) => !id.startsWith("run_backlog_"))).toHaveLength(1); // the fire
     expect(afterFirst.length).toBeLessThan(backlog + 1);
@@ -170,7 +143,7 @@ describe("retention", () => {
 
     let last = first;
     for (let pass = 0; pass < 5 && (await runIdsInShard(job)).some((id) => id.startsWith("run_backlog_")); pass++) {
-      last = await runRetention(job);
+      last = await runRetention(shardOf(job));
     }
     expect((await runIdsInShard(job)).filter((id) => id.startsWith("run_backlog_"))).toEqual([]);
     expect(last.nextAt).toBeGreaterThan(Date.now() + 60_000); // done: the next pass in a while
@@ -198,8 +171,8 @@ describe("retention", () => {
     const now = Date.now();
     await seedRuns(byTenant, [{ id: "run_three_days_a", scheduledAt: now - 3 * DAY }]);
     await seedRuns(byJob, [{ id: "run_three_days_b", scheduledAt: now - 3 * DAY }]);
-    await runRetention(byTenant);
-    await runRetention(byJob);
+    await runRetention(shardOf(byTenant));
+    await runRetention(shardOf(byJob));
     expect(await runIdsInShard(byTenant)).toEqual([]);
     expect(await runIdsInShard(byJob)).toEqual(["run_three_days_b"]);
     const shown = await (await tenant.api(`/v1/tenants/${tenant.id}`)).json();
@@ -217,7 +190,7 @@ describe("retention", () => {
         (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM jobs WHERE id = ?", job.id).one().n,
       );
     expect(await held()).toBe(1);
-    await runRetention(job);
+    await runRetention(shardOf(job));
     expect(await runIdsInShard(job)).toEqual([]);
     expect(await held()).toBe(0);
     // Its archived runs stay readable through the catalog's tombstone, until the sweep, finding
