@@ -29,6 +29,8 @@ const BEFORE_ALL: DuePosition = { dueAt: Number.MIN_SAFE_INTEGER, jobId: "" };
  * retention pass writes them too, before it removes any run.
  */
 const WRITE_EVERY_JOBS = 1_000;
+/** How far two machines' clocks may differ: a shard that moved reads instants its last host wrote. */
+const CLOCK_SKEW_MS = 60_000;
 
 /**
  * How far the alarm has fired: the place in `jobs_next_due` (due time, then job id) of the last
@@ -69,11 +71,19 @@ export class FiredThrough {
   #unwritten = 0;
   /** When the next claim deadline behind the position comes; undefined: to be read. */
   #nextCheck: number | null | undefined;
+  /**
+   * When the positions were last read from storage. An entry the alarm reads again because the
+   * written position lags the one it had (a restart, a rolled-back change) was due before then:
+   * only such an entry can have been replaced by a newer one (`superseded`). Not `#`: a test
+   * sets it back, to see a later fire skip that read.
+   */
+  private readAt = Number.POSITIVE_INFINITY;
 
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
 
   private positions(): Positions {
     if (this.#positions === undefined) {
+      this.readAt = Date.now();
       const value = this.sql.exec("SELECT value FROM meta WHERE key = ?", KEY).toArray()[0]?.value as string | undefined;
       this.#positions = value === undefined ? { fired: null, checked: null } : (JSON.parse(value) as Positions);
     }
@@ -159,10 +169,14 @@ export class FiredThrough {
   /**
    * The alarm read the job by an entry that is stale (`dueJobs`) or that a newer one has
    * replaced (read again after a restart: the fire it names was made, or passed over by the
-   * misfire policy, by the fire that wrote the newer one). It is passed without a fire.
+   * misfire policy, by the fire that wrote the newer one). It is passed without a fire. Only an
+   * entry due before the positions were read can have been read before, so only such a one
+   * costs the read for a newer entry (with a minute for another machine's clock after a move).
    */
   superseded(job: ShardJob): boolean {
-    return job.stale === true || (!job.frequent && this.carriedBy(job) !== null);
+    if (job.stale === true) return true;
+    const mayBeReread = job.dueAt !== null && job.dueAt <= this.readAt + CLOCK_SKEW_MS;
+    return !job.frequent && mayBeReread && this.carriedBy(job) !== null;
   }
 
   /**

@@ -265,6 +265,45 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(await rows(shard, "SELECT next_fire_at, fires FROM jobs")).toEqual([{ next_fire_at: at, fires: 0 }]);
   });
 
+  it("a fire looks for a newer entry of its job only when its entry was due before the shard read its positions", async () => {
+    const { shard, at, job } = await hourlyJob("shard-900412", "carried-reread");
+    await fireAt(shard, at);
+    const made = [scheduledRunId(job.id, at)];
+    await untilSucceeded(shard, made);
+    /** Fires the job's carried entry, due now, with the positions read `readAgo` ms before: the statements that asked for a newer entry. */
+    const fire = async (readAgo: number) => {
+      const due = await carriedDueNow(shard, job);
+      const asked = await runInDurableObject(shard, async (instance: Shard) => {
+        const through = (instance as unknown as { store: { firedThrough: unknown } }).store.firedThrough as {
+          readAt: number;
+          sql: { exec: (query: string, ...bindings: unknown[]) => unknown };
+        };
+        through.readAt = Date.now() - readAgo;
+        const exec = through.sql.exec;
+        const queries: string[] = [];
+        through.sql.exec = (query, ...bindings) => {
+          queries.push(query);
+          return exec(query, ...bindings);
+        };
+        try {
+          await instance.alarm();
+        } finally {
+          through.sql.exec = exec;
+        }
+        return queries.filter((q) => q.includes("ORDER BY id DESC LIMIT 1") && q.includes("next_version = ?"));
+      });
+      made.push(scheduledRunId(job.id, due));
+      await untilSucceeded(shard, made);
+      return asked;
+    };
+    // Read just now: the entry may be one read again after a restart, so a newer one is looked for.
+    expect(await fire(0)).toHaveLength(1);
+    // Read two minutes ago, past any clock skew: this shard fired everything due since, so no newer entry can exist.
+    expect(await fire(2 * 60_000)).toEqual([]);
+    expect(await carrier(shard, job)).toMatchObject({ id: made.at(-1), next_fire_at: at + HOUR });
+    expect(await rows(shard, "SELECT next_fire_at, fires FROM jobs")).toEqual([{ next_fire_at: at, fires: 0 }]);
+  });
+
   it("through changes of every kind and a restart, no dispatched or running run is left with nobody to look at it", async () => {
     const shard = env.SHARD.get(env.SHARD.idFromName("shard-900407"));
     // Runs that take 3 s, so that some are running at each check, and some still queued.
