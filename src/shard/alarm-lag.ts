@@ -27,8 +27,9 @@ export interface LagCounts {
 }
 
 /**
- * The columns of `cost_minutes` that hold them (shard schema step 10), in `counts` order, then
- * the sum. That step writes them out by hand: a change of bounds needs a step of its own.
+ * The columns of `cost_minutes` that held them (shard schema step 10), in `counts` order, then
+ * the sum; a tally (meter.ts) keeps them in that order since step 18. Those steps write them
+ * out by hand: a change of bounds needs a step of its own.
  */
 export const ALARM_LAG_COLUMNS = [
   ...ALARM_LAG_BOUNDS_MS.map((ms) => `alarm_lag_le_${ms}ms`),
@@ -52,8 +53,8 @@ export function addLags(into: LagCounts, more: LagCounts): void {
 /** The values to store, in ALARM_LAG_COLUMNS order. */
 export const lagColumnValues = (lags: LagCounts): number[] => [...lags.counts, lags.sumMs];
 
-/** Read back from a row holding ALARM_LAG_COLUMNS (or their sums under the same names). */
-export const lagsOfRow = (row: Record<string, SqlStorageValue>): LagCounts => {
-  const values = ALARM_LAG_COLUMNS.map((column) => Number(row[column] ?? 0));
-  return { counts: values.slice(0, -1), sumMs: values.at(-1)! };
+/** Read back from values in ALARM_LAG_COLUMNS order (`lagColumnValues`); a missing value counts 0. */
+export const lagsOfValues = (values: readonly number[]): LagCounts => {
+  const all = ALARM_LAG_COLUMNS.map((_, i) => values[i] ?? 0);
+  return { counts: all.slice(0, -1), sumMs: all.at(-1)! };
 };

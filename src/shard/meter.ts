@@ -1,7 +1,9 @@
 /**
  * The shard's cost meter: SQLite rows read and written, requests, queue messages, gate calls
  * and finished runs, per named operation (an RPC method, the alarm, or `settle`, the shared
- * step after every change), kept in `cost_minutes` so that they outlive the object.
+ * step after every change), kept in `cost_tallies` so that they outlive the object: one row
+ * per minute holding every operation's counts, so that a write costs one row however many
+ * operations it carries.
  *
  * Rows are read off each statement's cursor (`rowsRead`, `rowsWritten`), which are final only
  * once the cursor is consumed, so cursors are kept and summed at `persist`. The statements the
@@ -11,7 +13,7 @@
  * how late its alarms came. Those ride on the next row written (whichever operation's), so they
  * cost no row of their own.
  */
-import { ALARM_LAG_COLUMNS, addLags, countLag, type LagCounts, lagColumnValues, lagsOfRow, noLags } from "./alarm-lag";
+import { addLags, countLag, lagColumnValues, lagsOfValues, noLags } from "./alarm-lag";
 import { ArmedAlarm } from "./armed-alarm";
 import type { DurableObjectFigures, OperationCost, ShardCost } from "./contract";
 
@@ -32,28 +34,31 @@ const WRITE_EVERY_MS = 10_000;
 
 const MINUTE_MS = 60_000;
 
-/** Every column of `cost_minutes`: the key, then counts, each added to on conflict and summed over a window. */
-const COLUMNS = [
-  "minute",
-  "operation",
+/** The counts of an operation, in the order a tally stores them. */
+const OPERATION_COUNTS = [
   "calls",
-  "rows_read",
-  "rows_written",
-  "queue_messages",
-  "gate_requests",
-  "runs_finished",
-  "meter_rows_read",
-  "meter_rows_written",
-  "starts",
-  ...ALARM_LAG_COLUMNS,
-];
-const COUNTS = COLUMNS.slice(2);
+  "rowsRead",
+  "rowsWritten",
+  "queueMessages",
+  "gateRequests",
+  "runsFinished",
+] as const satisfies ReadonlyArray<keyof OperationCost>;
 
-const UPSERT = `INSERT INTO cost_minutes (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})
-   ON CONFLICT (minute, operation) DO UPDATE SET ${COUNTS.map((c) => `${c} = ${c} + excluded.${c}`).join(", ")}`;
+/**
+ * One minute's counts, a `cost_tallies` row (shard schema step 18) as JSON: each operation's
+ * counts in OPERATION_COUNTS order, the meter's own rows read and written, the object's
+ * starts, and its alarm lags in `lagColumnValues` order.
+ */
+interface Tally {
+  ops: Record<string, number[]>;
+  meter: [number, number];
+  starts: number;
+  lags: number[];
+}
 
-const WINDOW = `SELECT operation, ${COUNTS.map((c) => `SUM(${c}) AS ${c}`).join(", ")}
-   FROM cost_minutes WHERE minute >= ? GROUP BY operation`;
+const emptyTally = (): Tally => ({ ops: {}, meter: [0, 0], starts: 0, lags: lagColumnValues(noLags()) });
+
+const UPSERT = "INSERT INTO cost_tallies (minute, tally) VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET tally = excluded.tally";
 
 const zero = (): OperationCost => ({ calls: 0, rowsRead: 0, rowsWritten: 0, queueMessages: 0, gateRequests: 0, runsFinished: 0 });
 
@@ -72,6 +77,8 @@ export class ShardMeter {
   private readonly alarm = new ArmedAlarm();
   private prunedMinute = 0;
   private lastWrite = 0;
+  /** The tally this object last wrote, kept so that the next write of that minute need not read it back. */
+  private written: { minute: number; tally: Tally } | undefined;
 
   constructor(private readonly raw: SqlStorage) {}
 
@@ -150,10 +157,10 @@ export class ShardMeter {
   }
 
   /**
-   * Adds up what the invocation's statements read and wrote, and writes the tally (one upsert
-   * per operation, to the minute of the write) when WRITE_EVERY_MS have passed, or at once when
-   * `force`d. Called at the end of every invocation, after its last await, so the write commits
-   * with the invocation's last implicit transaction.
+   * Adds up what the invocation's statements read and wrote, and writes the tally (one row, the
+   * minute of the write) when WRITE_EVERY_MS have passed, or at once when `force`d. Called at
+   * the end of every invocation, after its last await, so the write commits with the
+   * invocation's last implicit transaction.
    */
   persist(now: number, force = false): void {
     for (const { label, cursor } of this.cursors.splice(0)) {
@@ -164,70 +171,64 @@ export class ShardMeter {
     if (this.counted.size === 0 || (!force && now - this.lastWrite < WRITE_EVERY_MS)) return;
     this.lastWrite = now;
     const minute = Math.floor(now / MINUTE_MS);
-    // Carried from the last persist; this one's own cost is carried to the next. Starts and
-    // alarm lags go with the first row too.
-    let own = this.own;
+    const tally = this.tallyOf(minute);
+    for (const [operation, c] of this.counted) {
+      const counts = tally.ops[operation] ?? OPERATION_COUNTS.map(() => 0);
+      tally.ops[operation] = OPERATION_COUNTS.map((name, i) => (counts[i] ?? 0) + c[name]);
+    }
+    // Carried from the last write: this one's own cost is carried to the next.
+    tally.meter[0] += this.own.rowsRead;
+    tally.meter[1] += this.own.rowsWritten;
+    tally.starts += this.starts;
+    const lags = lagsOfValues(tally.lags);
+    addLags(lags, this.lags);
+    tally.lags = lagColumnValues(lags);
+    this.counted.clear();
     this.own = { rowsRead: 0, rowsWritten: 0 };
-    let starts = this.starts;
-    let lags: LagCounts = this.lags;
     this.starts = 0;
     this.lags = noLags();
-    for (const [operation, c] of this.counted) {
-      const cursor = this.raw.exec(
-        UPSERT,
-        minute,
-        operation,
-        c.calls,
-        c.rowsRead,
-        c.rowsWritten,
-        c.queueMessages,
-        c.gateRequests,
-        c.runsFinished,
-        own.rowsRead,
-        own.rowsWritten,
-        starts,
-        ...lagColumnValues(lags),
-      );
-      own = { rowsRead: 0, rowsWritten: 0 };
-      starts = 0;
-      lags = noLags();
-      this.addOwn(cursor);
-    }
-    this.counted.clear();
+    this.addOwn(this.raw.exec(UPSERT, minute, JSON.stringify(tally)));
+    this.written = { minute, tally };
     if (minute > this.prunedMinute) {
-      // Once a minute at most: a range delete on the primary key's leading column.
-      this.addOwn(this.raw.exec("DELETE FROM cost_minutes WHERE minute < ?", minute - KEEP_MINUTES));
+      // Once a minute at most: a range delete on the primary key.
+      this.addOwn(this.raw.exec("DELETE FROM cost_tallies WHERE minute < ?", minute - KEEP_MINUTES));
       this.prunedMinute = minute;
     }
   }
 
   /**
    * The counters of the minutes from `since` on (whole minutes), per operation, what is still in
-   * memory included; and the object's own figures, summed over every operation's rows.
+   * memory included; and the object's own figures, summed over every minute.
    */
   window(since: number, now: number): { cost: ShardCost; durableObject: DurableObjectFigures } {
     this.persist(now, true);
-    const cursor = this.raw.exec(WINDOW, Math.floor(since / MINUTE_MS));
-    const rows = cursor.toArray();
+    const cursor = this.raw.exec("SELECT tally FROM cost_tallies WHERE minute >= ?", Math.floor(since / MINUTE_MS));
+    const tallies = cursor.toArray().map((r) => JSON.parse(r.tally as string) as Tally);
     this.addOwn(cursor);
     const byOperation: Record<string, OperationCost> = {};
     const meter = { rowsRead: 0, rowsWritten: 0 };
     const durableObject: DurableObjectFigures = { starts: 0, alarmLag: noLags() };
-    for (const r of rows) {
-      byOperation[r.operation as string] = {
-        calls: r.calls as number,
-        rowsRead: r.rows_read as number,
-        rowsWritten: r.rows_written as number,
-        queueMessages: r.queue_messages as number,
-        gateRequests: r.gate_requests as number,
-        runsFinished: r.runs_finished as number,
-      };
-      meter.rowsRead += r.meter_rows_read as number;
-      meter.rowsWritten += r.meter_rows_written as number;
-      durableObject.starts += r.starts as number;
-      addLags(durableObject.alarmLag, lagsOfRow(r));
+    for (const tally of tallies) {
+      for (const [operation, counts] of Object.entries(tally.ops)) {
+        const into = byOperation[operation] ?? zero();
+        for (const [i, name] of OPERATION_COUNTS.entries()) into[name] += counts[i] ?? 0;
+        byOperation[operation] = into;
+      }
+      meter.rowsRead += tally.meter[0];
+      meter.rowsWritten += tally.meter[1];
+      durableObject.starts += tally.starts;
+      addLags(durableObject.alarmLag, lagsOfValues(tally.lags));
     }
     return { cost: { byOperation, meter }, durableObject };
+  }
+
+  /** The tally of `minute` as stored: the one this object wrote last, or read (once after a start, or in a new minute). */
+  private tallyOf(minute: number): Tally {
+    if (this.written?.minute === minute) return this.written.tally;
+    const cursor = this.raw.exec("SELECT tally FROM cost_tallies WHERE minute = ?", minute);
+    const row = cursor.toArray()[0];
+    this.addOwn(cursor);
+    return row ? (JSON.parse(row.tally as string) as Tally) : emptyTally();
   }
 
   private of(operation: string): OperationCost {

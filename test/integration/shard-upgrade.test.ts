@@ -1,5 +1,6 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { ShardMeter } from "../../src/shard/meter";
 import { migrateShard, SHARD_MIGRATIONS, SHARD_SCHEMA_VERSION } from "../../src/shard/migrations";
 import { RUN_STATE_SQL_LIST } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
@@ -100,6 +101,56 @@ describe("shard migrations", () => {
     expect(result.pausedDue).toEqual({ next_fire_at: 50, next_due_at: null });
     expect(fresh.version).toBe(SHARD_SCHEMA_VERSION);
     expect(result.schema).toEqual(fresh.schema);
+  });
+
+  it("step 18 makes the meter's rows of each minute one tally with the same counts, which the meter then reads and adds to", async () => {
+    const minute = Math.floor(Date.now() / 60_000);
+    const result = await inBlankShard((sql, storage) => {
+      for (const step of SHARD_MIGRATIONS.slice(0, 17)) storage.transactionSync(() => sql.exec(step.sql));
+      sql.exec("INSERT INTO meta (key, value) VALUES ('schema_version', '17')");
+      const row = (operation: string, n: number, lag10: number, lagSum: number) =>
+        sql.exec(
+          `INSERT INTO cost_minutes (minute, operation, calls, rows_read, rows_written, queue_messages, gate_requests, runs_finished,
+             meter_rows_read, meter_rows_written, starts, alarm_lag_le_10ms, alarm_lag_sum_ms)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          minute,
+          operation,
+          n,
+          10 * n,
+          5 * n,
+          n,
+          2 * n,
+          n,
+          1,
+          3,
+          1,
+          lag10,
+          lagSum,
+        );
+      row("claim", 2, 0, 0);
+      row("alarm", 3, 3, 21);
+      storage.transactionSync(() => migrateShard(sql));
+      const meter = new ShardMeter(sql);
+      const before = meter.window(Date.now() - 60_000, Date.now());
+      meter.count("calls", 1, "claim");
+      meter.persist(Date.now(), true);
+      return {
+        before,
+        after: meter.window(Date.now() - 60_000, Date.now()),
+        rows: sql.exec("SELECT COUNT(*) AS n FROM cost_tallies").one().n,
+      };
+    });
+    const claim = { calls: 2, rowsRead: 20, rowsWritten: 10, queueMessages: 2, gateRequests: 4, runsFinished: 2 };
+    expect(result.before.cost.byOperation).toEqual({
+      claim,
+      alarm: { calls: 3, rowsRead: 30, rowsWritten: 15, queueMessages: 3, gateRequests: 6, runsFinished: 3 },
+    });
+    expect(result.before.cost.meter).toEqual({ rowsRead: 2, rowsWritten: 6 });
+    expect(result.before.durableObject.starts).toBe(2);
+    expect(result.before.durableObject.alarmLag.counts[0]).toBe(3);
+    expect(result.before.durableObject.alarmLag.sumMs).toBe(21);
+    expect(result.after.cost.byOperation.claim!.calls).toBe(claim.calls + 1);
+    expect(result.rows).toBe(1);
   });
 
   it("a shard from before versions were recorded is placed by its schema: without jobs.tenant_id at 1, with it at 2", async () => {

@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { ALARM_LAG_BOUNDS_MS, ALARM_LAG_COLUMNS, addLags, countLag, lagColumnValues, lagsOfRow, noLags } from "../../src/shard/alarm-lag";
+import {
+  ALARM_LAG_BOUNDS_MS,
+  ALARM_LAG_COLUMNS,
+  addLags,
+  countLag,
+  lagColumnValues,
+  lagsOfValues,
+  noLags,
+} from "../../src/shard/alarm-lag";
 import { ArmedAlarm } from "../../src/shard/armed-alarm";
 import { SHARD_MIGRATIONS } from "../../src/shard/migrations";
 
@@ -28,15 +36,19 @@ describe("alarm lag counts", () => {
     expect(a.sumMs).toBe(4_014);
   });
 
-  it("round-trip through the meter's columns, which shard schema step 10 creates, every one", () => {
+  it("round-trip through the meter's tally, whose order is that of the columns shard schema step 10 created and step 18 read, every one", () => {
     const lags = noLags();
     countLag(lags, 30);
     countLag(lags, 999_999);
     const values = lagColumnValues(lags);
     expect(values).toHaveLength(ALARM_LAG_COLUMNS.length);
-    expect(lagsOfRow(Object.fromEntries(ALARM_LAG_COLUMNS.map((c, i) => [c, values[i]!])))).toEqual(lags);
+    expect(lagsOfValues(values)).toEqual(lags);
+    expect(lagsOfValues([])).toEqual(noLags());
     const step = SHARD_MIGRATIONS.find((m) => m.version === 10)!;
     for (const column of ALARM_LAG_COLUMNS) expect(step.sql).toContain(`ADD COLUMN ${column} INTEGER NOT NULL DEFAULT 0;`);
+    // Step 18 makes the old columns a tally's lags, in this order.
+    const conversion = SHARD_MIGRATIONS.find((m) => m.version === 18)!.sql.replace(/\s+/g, " ");
+    expect(conversion).toContain(`'lags', json_array( ${ALARM_LAG_COLUMNS.map((c) => `SUM(${c})`).join(", ")}))`);
     // Bounds in the names: a change of bounds must come with a step that makes its columns.
     expect(ALARM_LAG_COLUMNS.slice(0, ALARM_LAG_BOUNDS_MS.length)).toEqual(ALARM_LAG_BOUNDS_MS.map((ms) => `alarm_lag_le_${ms}ms`));
   });
