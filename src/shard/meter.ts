@@ -10,8 +10,8 @@
  * meter runs itself are kept out of every operation's figures and reported as `meter`.
  *
  * It also counts what the runtime does to the object, not to any operation: its starts and
- * how late its alarms came. Those ride on the next row written (whichever operation's), so they
- * cost no row of their own.
+ * how late its alarms came. Those ride on the next tally written, so they cost no row of their
+ * own.
  */
 import { addLags, countLag, lagColumnValues, lagsOfValues, noLags } from "./alarm-lag";
 import { ArmedAlarm } from "./armed-alarm";

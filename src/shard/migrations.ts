@@ -419,7 +419,9 @@ CREATE INDEX runs_next ON runs (next_due_at, job_id) WHERE next_due_at IS NOT NU
     // The meter wrote a row per operation each time it wrote (two or three: the call, `settle`,
     // the alarm), and a shard with nothing due soon writes after every call, so metering cost
     // more rows than the runs it counted. A minute's tally is now one row, every operation's
-    // counts in it as JSON (meter.ts, \`Tally\`); the rows kept so far become tallies.
+    // counts in it as JSON (meter.ts, `Tally`); the rows kept so far become tallies. The old
+    // table is emptied, not dropped: a release from before this step, rolled back to, meters
+    // into it (what it counts there is not read once this release is back).
     sql: `
 CREATE TABLE cost_tallies (
   minute INTEGER PRIMARY KEY,        -- epoch minutes
@@ -436,7 +438,7 @@ SELECT minute, json_object(
     SUM(alarm_lag_le_5000ms), SUM(alarm_lag_le_10000ms), SUM(alarm_lag_le_60000ms), SUM(alarm_lag_le_300000ms),
     SUM(alarm_lag_above), SUM(alarm_lag_sum_ms)))
 FROM cost_minutes GROUP BY minute;
-DROP TABLE cost_minutes;`,
+DELETE FROM cost_minutes;`,
   },
 ];
 
