@@ -118,6 +118,7 @@ const plan = {
   kind: steady ? "steady" : "burst",
   url: receiver.url,
   perMessage,
+  connections,
 };
 const started = await fetch(`${base}/start`, { method: "POST", body: JSON.stringify(plan) });
 if (!started.ok) throw new Error(`start: ${started.status} ${await started.text()}`);
