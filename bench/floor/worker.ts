@@ -4,11 +4,13 @@
  * T and send their dispatches, `perMessage` to a queue message and at most 100 messages to a
  * `sendBatch`, as src/shard/dispatch-packs.ts does, each to the queue its ticker maps to; the
  * consumer makes one HTTP call per dispatch, at most six waiting at once per invocation
- * (src/consumer/connections.ts, the platform's limit), and acks the batch. No run is written,
+ * (src/consumer/connections.ts, the platform's limit, unless `--connections` lifts it), and
+ * acks the batch. No run is written,
  * claimed or reported: no SQLite, no RPC back, no signing. `bench/floor.ts` runs it.
  */
 import { DurableObject } from "cloudflare:workers";
 import { ConnectionSlots } from "../../src/consumer/connections";
+import { QUEUE_BATCH_MESSAGES } from "../../src/shard/dispatch-packs";
 
 interface FloorEnv {
   TICKER: DurableObjectNamespace<Ticker>;
@@ -41,9 +43,6 @@ interface Pack {
   indexes: number[];
 }
 
-/** The Queues limit on messages per `sendBatch`. */
-const MESSAGES_PER_SEND = 100;
-
 export class Ticker extends DurableObject<FloorEnv> {
   async arm(plan: Plan): Promise<void> {
     await this.ctx.storage.put("plan", plan);
@@ -70,8 +69,8 @@ export class Ticker extends DurableObject<FloorEnv> {
         indexes: plan.indexes.slice(i, i + plan.perMessage),
       });
     }
-    for (let i = 0; i < packs.length; i += MESSAGES_PER_SEND) {
-      await queue.sendBatch(packs.slice(i, i + MESSAGES_PER_SEND).map((body) => ({ body, contentType: "json" as const })));
+    for (let i = 0; i < packs.length; i += QUEUE_BATCH_MESSAGES) {
+      await queue.sendBatch(packs.slice(i, i + QUEUE_BATCH_MESSAGES).map((body) => ({ body, contentType: "json" as const })));
     }
   }
 }
