@@ -16,3 +16,15 @@ export function chunksForStatement<T>(items: readonly T[], reserved = 0): T[][] 
 
 /** `?, ?, ?` for a list of `n` bound parameters. */
 export const placeholders = (n: number): string => Array.from({ length: n }, () => "?").join(", ");
+
+/**
+ * The rows of a query over a list of values in a Durable Object's SQLite, asked in as many
+ * statements as the bound-parameter limit needs: `query` is given each chunk's `?, ?, …`.
+ */
+export function rowsForList(
+  sql: Pick<SqlStorage, "exec">,
+  values: readonly SqlStorageValue[],
+  query: (list: string) => string,
+): Record<string, SqlStorageValue>[] {
+  return chunksForStatement(values).flatMap((chunk) => sql.exec(query(placeholders(chunk.length)), ...chunk).toArray());
+}

@@ -1,5 +1,5 @@
 import { runKeyRange } from "../model/ids";
-import { chunksForStatement, placeholders } from "../sql";
+import { chunksForStatement, placeholders, rowsForList } from "../sql";
 import type { AttemptRow, RunRow } from "./contract";
 import type { DuePosition } from "./fired-through";
 import { type ShardJob, toAttempt, toJob, toRun } from "./rows";
@@ -85,16 +85,12 @@ export class HistoryStore {
 
   /** Every attempt of these runs, in order, each with its run's id. */
   attemptsOf(runIds: string[]): Array<AttemptRow & { runId: string }> {
-    return chunksForStatement(runIds)
-      .flatMap((chunk) =>
-        this.sql
-          .exec(`SELECT * FROM attempt_log WHERE run_id IN (${placeholders(chunk.length)}) ORDER BY run_id, fence`, ...chunk)
-          .toArray(),
-      )
-      .map((r) => ({
+    return rowsForList(this.sql, runIds, (list) => `SELECT * FROM attempt_log WHERE run_id IN (${list}) ORDER BY run_id, fence`).map(
+      (r) => ({
         ...toAttempt(r),
         runId: r.run_id as string,
-      }));
+      }),
+    );
   }
 
   /**

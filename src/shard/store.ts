@@ -1,11 +1,11 @@
-import { chunksForStatement, placeholders } from "../sql";
+import { chunksForStatement, placeholders, rowsForList } from "../sql";
 import { AttemptStore } from "./attempt-store";
 import { ClaimChunks } from "./claim-chunks";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { FiredThrough } from "./fired-through";
 import { FrequentJobs } from "./frequent-jobs";
 import { PermitReleases } from "./permit-releases";
-import { type Row, type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
+import { type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
@@ -98,12 +98,7 @@ export class ShardStore {
   }
 
   getJobs(ids: string[]): ShardJob[] {
-    return this.whereIdIn("SELECT * FROM jobs WHERE id IN", ids).map(toJob);
-  }
-
-  /** Rows of `select (...ids)`, asked in as many statements as the bound-parameter limit needs. */
-  private whereIdIn(select: string, ids: string[]): Row[] {
-    return chunksForStatement(ids).flatMap((chunk) => this.sql.exec(`${select} (${placeholders(chunk.length)})`, ...chunk).toArray());
+    return rowsForList(this.sql, ids, (list) => `SELECT * FROM jobs WHERE id IN (${list})`).map(toJob);
   }
 
   /** Inserts or replaces a job's definition; `fires`: its fire count (`maxRuns`), as it stands. */
@@ -182,7 +177,7 @@ export class ShardStore {
   }
 
   getRuns(ids: string[]): RunRow[] {
-    return this.whereIdIn("SELECT * FROM runs WHERE id IN", ids).map(toRun);
+    return rowsForList(this.sql, ids, (list) => `SELECT * FROM runs WHERE id IN (${list})`).map(toRun);
   }
 
   /**

@@ -1,5 +1,5 @@
 import { runKeyRange } from "../model/ids";
-import { chunksForStatement, placeholders } from "../sql";
+import { rowsForList } from "../sql";
 import type { AttemptRow, RunRow, ShardMetrics } from "./contract";
 import { toAttempt, toRun } from "./rows";
 import { DEAD_LETTER_STATES, sqlList } from "./run-states";
@@ -17,9 +17,7 @@ export class ViewStore {
 
   /** The versions the shard holds of these jobs (the sweep's comparison): their rows' alone. */
   jobVersions(ids: string[]): Map<string, number> {
-    const rows = chunksForStatement(ids).flatMap((chunk) =>
-      this.sql.exec(`SELECT id, version FROM jobs WHERE id IN (${placeholders(chunk.length)})`, ...chunk).toArray(),
-    );
+    const rows = rowsForList(this.sql, ids, (list) => `SELECT id, version FROM jobs WHERE id IN (${list})`);
     return new Map(rows.map((r) => [r.id as string, r.version as number]));
   }
 
@@ -82,10 +80,10 @@ export class ViewStore {
   }
 
   attemptCounts(runIds: string[]): Map<string, number> {
-    const rows = chunksForStatement(runIds).flatMap((chunk) =>
-      this.sql
-        .exec(`SELECT run_id, COUNT(*) AS n FROM attempt_log WHERE run_id IN (${placeholders(chunk.length)}) GROUP BY run_id`, ...chunk)
-        .toArray(),
+    const rows = rowsForList(
+      this.sql,
+      runIds,
+      (list) => `SELECT run_id, COUNT(*) AS n FROM attempt_log WHERE run_id IN (${list}) GROUP BY run_id`,
     );
     return new Map(rows.map((r) => [r.run_id as string, r.n as number]));
   }
