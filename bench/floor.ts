@@ -13,11 +13,11 @@
 // Talks only to 127.0.0.1; stops its `wrangler dev` (a process group of its own) on every exit.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { MAX_OPEN_CONNECTIONS } from "../src/consumer/connections.ts";
+import { freePort } from "../test/support/local-stack.ts";
 import { ROOT } from "./harness.ts";
 import { cpuBetween, groupCpu } from "./process-cpu.ts";
 import { startReceiver } from "./receiver.ts";
@@ -60,14 +60,6 @@ for (const [name, v] of Object.entries({
     process.exit(2);
   }
 }
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const probe = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = probe.address() as { port: number };
-      probe.close(() => resolve(port));
-    });
-  });
 
 const t0 = Date.now();
 const say = (msg: string) => console.log(`[floor +${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}`);
