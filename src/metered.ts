@@ -1,0 +1,16 @@
+import { recordWorkerCost } from "./catalog/cost";
+import { D1Meter } from "./cost/d1-meter";
+
+/**
+ * Runs one invocation with its D1 rows and gate calls counted, and adds them to the isolate's
+ * tally, written now and then off the response's path. A lost record only undercounts: the meter never fails a request.
+ */
+export async function metered<T>(env: Env, ctx: ExecutionContext, operation: () => string, work: (env: Env) => Promise<T>): Promise<T> {
+  const meter = new D1Meter();
+  try {
+    return await work(meter.wrap(env));
+  } finally {
+    const write = meter.touched ? recordWorkerCost(env.DB, operation(), meter.counts, Date.now()) : null;
+    if (write) ctx.waitUntil(write.catch((err) => console.error("cost meter:", err)));
+  }
+}
