@@ -265,13 +265,26 @@ export interface ChainMessage {
   fromRunId: string;
 }
 
-/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications and chained triggers. */
-export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage;
+/**
+ * Outcomes a consumer could not report to their shard (the shard was unreachable after retries):
+ * kept on the queue instead of thrown away, so that a success is recorded as one however late,
+ * never lost to a lease that runs out (src/consumer/reporter.ts). Its consumer reports them; a
+ * failed report retries the message.
+ */
+export interface OutcomesMessage {
+  kind: "outcomes";
+  shard: string;
+  outcomes: Outcome[];
+}
+
+/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications, chained triggers and kept outcomes. */
+export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage | OutcomesMessage;
 /** A message of run dispatches: a pack, or one dispatch as shards sent them before packs. */
 export type DispatchesMessage = DispatchPack | DispatchMessage;
 export type OutboxMessage = NotifyMessage | ChainMessage;
 
-export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m;
+export const isOutcomesMessage = (m: QueueMessage): m is OutcomesMessage => "kind" in m && m.kind === "outcomes";
+export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m && m.kind !== "outcomes";
 
 /** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;
