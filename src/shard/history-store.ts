@@ -47,6 +47,10 @@ export class HistoryStore {
     this.sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", key, value);
   }
 
+  deleteMeta(key: string): void {
+    this.sql.exec("DELETE FROM meta WHERE key = ?", key);
+  }
+
   /** Jobs in id order after `afterId`: a retention pass walks them a page at a time. */
   jobsAfter(afterId: string, limit: number): ShardJob[] {
     return this.sql.exec("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?", afterId, limit).toArray().map(toJob);

@@ -349,6 +349,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         ...this.views.metrics(windowMs, tenantId, now),
         outbox: this.dispatcher.unsentCount(tenantId),
         ...this.meter.window(now - windowMs, now),
+        archive: this.retention.archiveHealth(),
       };
     });
   }
