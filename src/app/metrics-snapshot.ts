@@ -24,6 +24,8 @@ export interface MetricsSnapshot {
   shardStarts: number;
   /** How late the shards' alarms started in the window, bucketed by each shard; of whole shards too. */
   alarmLag: LagCounts;
+  /** The shards' writes to the run archive: how many shards are failing, the longest run of failures, the earliest retry. Of whole shards. */
+  archive: { failingShards: number; consecutiveFailures: number; nextRetryAt: number | null };
   /** The circuit breakers of the caller's tenant (the admin's: `default`) that are not plainly closed. */
   breakers: Breaker[];
 }
@@ -44,6 +46,8 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
   const alarmLag = noLags();
   for (const m of all) addLags(alarmLag, m.durableObject.alarmLag);
   const oldest = all.map((m) => m.oldestAwaitingClaimMs).filter((x): x is number => x !== null);
+  const failing = all.map((m) => m.archive).filter((a) => a.consecutiveFailures > 0);
+  const retries = failing.map((a) => a.nextRetryAt).filter((x): x is number => x !== null);
   return {
     windowMs,
     shards: shards.length,
@@ -56,6 +60,11 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
     shardCosts: all.map((m) => m.cost),
     shardStarts: all.reduce((n, m) => n + m.durableObject.starts, 0),
     alarmLag,
+    archive: {
+      failingShards: failing.length,
+      consecutiveFailures: Math.max(0, ...failing.map((a) => a.consecutiveFailures)),
+      nextRetryAt: retries.length ? Math.min(...retries) : null,
+    },
     breakers,
   };
 }

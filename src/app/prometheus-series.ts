@@ -81,6 +81,16 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       m.outbox,
     ),
     gauge(
+      "edgecron_archive_failing_shards",
+      "Shards whose last write of expired runs to the R2 archive failed: those runs stay in the shard until a write succeeds; each shard retries after 5 s, doubling, at most every 10 min.",
+      m.archive.failingShards,
+    ),
+    gauge(
+      "edgecron_archive_consecutive_failures",
+      "The most failed archive writes in a row of any shard; 0 when none is failing.",
+      m.archive.consecutiveFailures,
+    ),
+    gauge(
       "edgecron_shard_starts",
       `Shard objects started ${last}: constructed, when created or again after an eviction, a restart or a deploy (each start makes a new single writer of its shard), as their cost meters counted them.`,
       m.shardStarts,

@@ -3349,6 +3349,15 @@ export interface components {
             /** @description Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it. */
             awaitingClaim: number;
             oldestAwaitingClaimMs: number | null;
+            /** @description Retention's writes to the run archive, of whole shards (README, History). */
+            archive: {
+                /** @description Shards whose last write to the run archive (R2) failed: their expired runs stay until one succeeds. */
+                failingShards: number;
+                /** @description The most failed archive writes in a row of any shard; each shard waits longer after each (5 s, doubling, at most 10 min). */
+                consecutiveFailures: number;
+                /** @description The earliest next try of a failing shard; null when none is failing. */
+                nextRetryAt: string | null;
+            };
             cost: components["schemas"]["Cost"];
         };
         /** @description What the window cost (admin token only; null for a tenant key). */

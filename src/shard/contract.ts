@@ -182,6 +182,15 @@ export interface DurableObjectFigures {
   alarmLag: LagCounts;
 }
 
+/** How the shard's writes to the run archive have been doing (retention.ts); of the whole shard, like `cost`. */
+export interface ArchiveHealth {
+  /** Failed writes in a row; 0 once one succeeds (or none was ever needed). */
+  consecutiveFailures: number;
+  /** When the retention pass tries again, while failing; null otherwise. */
+  nextRetryAt: number | null;
+  lastError: string | null;
+}
+
 export interface ShardMetrics {
   runsByState: Record<string, number>;
   attemptsByOutcome: Record<string, number>;
@@ -193,6 +202,7 @@ export interface ShardMetrics {
   cost: ShardCost;
   /** Of the whole shard, like `cost`. */
   durableObject: DurableObjectFigures;
+  archive: ArchiveHealth;
 }
 
 // ---- the consumer's side ----

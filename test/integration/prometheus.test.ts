@@ -32,6 +32,7 @@ const value = (families: ParsedFamily[], name: string, labels: Record<string, st
 
 const ADMIN_ONLY = [
   "edgecron_dispatch_outbox",
+  "edgecron_archive_failing_shards",
   "edgecron_shard_starts",
   "edgecron_alarm_lag_seconds",
   "edgecron_shard_calls",

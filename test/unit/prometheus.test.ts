@@ -97,6 +97,7 @@ describe("schedulerSeries", () => {
     shardCosts: [],
     shardStarts: 3,
     alarmLag,
+    archive: { failingShards: 1, consecutiveFailures: 4, nextRetryAt: 1_700_000_000_000 },
     breakers: [
       { ...closedBreaker("https://down.example"), state: "open", failures: 5, openedAt: 1, retryAt: 2, held: 7 },
       { ...closedBreaker("https://flaky.example"), failures: 2, firstFailureAt: 1 },
@@ -150,6 +151,8 @@ describe("schedulerSeries", () => {
   it("the scheduler-wide figures only for the admin", () => {
     const adminOnly = [
       "edgecron_dispatch_outbox",
+      "edgecron_archive_failing_shards",
+      "edgecron_archive_consecutive_failures",
       "edgecron_shard_starts",
       "edgecron_alarm_lag_seconds",
       "edgecron_shard_calls",
@@ -167,6 +170,8 @@ describe("schedulerSeries", () => {
     expect(fs.map((f) => f.name)).toEqual(expect.arrayContaining(adminOnly));
     expect(sampleOf(fs, "edgecron_shard_calls", { operation: "alarm" })).toBe("7");
     expect(sampleOf(fs, "edgecron_shard_starts")).toBe("3");
+    expect(sampleOf(fs, "edgecron_archive_failing_shards")).toBe("1");
+    expect(sampleOf(fs, "edgecron_archive_consecutive_failures")).toBe("4");
     const alarm = fs.find((f) => f.name === "edgecron_alarm_lag_seconds")!;
     expect(alarm.type).toBe("HISTOGRAM");
     expect(new Set(Object.keys(alarm.metrics[0]!.buckets!))).toEqual(
