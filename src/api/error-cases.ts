@@ -67,17 +67,20 @@ export const AUTHENTICATED = [unauthorized, rateLimited, catalogUnavailable];
 
 // ---- every route that takes a JSON body ----
 
-export const JSON_BODY = [
+/** The cases of a JSON body of at most `maxBytes`. */
+export const jsonBodyCases = (maxBytes: number) => [
   errorCase("the body is not JSON", new ApiError(400, "bad_request", "Malformed JSON in request body")),
   errorCase(
-    `the body is larger than ${MAX_BODY_BYTES} bytes`,
-    new ApiError(413, "payload_too_large", `the request body may be at most ${MAX_BODY_BYTES} bytes`),
+    `the body is larger than ${maxBytes} bytes`,
+    new ApiError(413, "payload_too_large", `the request body may be at most ${maxBytes} bytes`),
   ),
   errorCase(
     "the body was sent with another Content-Type than application/json",
     new ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json"),
   ),
 ];
+
+export const JSON_BODY = jsonBodyCases(MAX_BODY_BYTES);
 
 // ---- what particular routes answer ----
 

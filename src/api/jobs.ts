@@ -1,7 +1,8 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createJob } from "../app/create-jobs";
 import { explainJob } from "../app/explain";
 import { jobHistory, MAX_HISTORY_SPAN_MS } from "../app/history";
-import { backfill, changeJob, createJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
+import { backfill, changeJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
 import { listRuns } from "../app/runs";
 import { PageQuery, pageOf } from "../model/common";
 import { TRIGGER_KEY } from "../model/ids";
@@ -91,7 +92,7 @@ jobs.openapi(
 );
 
 /** A job's target (or each step's) is shown with its body opened and header names only (see viewTarget). */
-async function present(c: AppContext, { job, runtime }: JobState) {
+export async function present(c: AppContext, { job, runtime }: JobState) {
   const keys = c.env.ENCRYPTION_KEYS;
   const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id));
   const steps =

@@ -1,25 +1,12 @@
 import type { z } from "@hono/zod-openapi";
 import { ApiError, invalidField, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
-import { type CatalogJob, getJob, insertJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
-import { getTenant, settingsOf } from "../catalog/tenants";
-import { config } from "../config";
-import { failpoint } from "../faults";
-import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor } from "../model/ids";
-import {
-  type CreateJob,
-  canonicalSchedule,
-  type JobSpec,
-  type PatchJobSchema,
-  type Step,
-  type StoredStep,
-  type Target,
-} from "../model/job";
-import { firstFire } from "../schedule/next-fire";
-import { targetRefusal } from "../security/target-guard";
-import { sealTarget } from "../security/targets";
+import { type CatalogJob, getJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
+import { JOB_ID, newTriggerKey } from "../model/ids";
+import { canonicalSchedule, type JobSpec, type PatchJobSchema } from "../model/job";
 import type { BackfillResult, JobRuntime, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
+import { acceptSteps, acceptTarget } from "./accept-targets";
 import { type Caller, ownsTenant, scopeOf } from "./caller";
 import { checkChains } from "./chains";
 import { acceptNotify } from "./notify";
@@ -36,61 +23,6 @@ export async function loadJob(env: Env, caller: Caller, id: string, opts: { incl
   const job = JOB_ID.test(id) ? await getJob(env.DB, id, opts) : null;
   if (!job || !ownsTenant(caller, job.tenantId)) throw notFound("job", id);
   return job;
-}
-
-export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
-  const { name, target, steps, ...fields } = input;
-  const tenant = caller.admin ? await getTenant(env.DB, DEFAULT_TENANT) : caller.tenant;
-  if (!tenant) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
-  const now = Date.now();
-  const id = newJobId(now);
-  const job: CatalogJob = {
-    id,
-    tenantId: tenant.id,
-    name: name ?? null,
-    shard: shardFor(id, config(env).shardCount),
-    version: 1,
-    spec: {
-      ...fields,
-      schedule: canonicalSchedule(fields.schedule, now),
-      // The schema let exactly one of them through.
-      ...(target && { target: await acceptTarget(env, target, id) }),
-      ...(steps && { steps: await acceptSteps(env, steps, id) }),
-      ...(fields.notify && { notify: acceptNotify(env, fields.notify) }),
-    },
-    paused: false,
-    pausedReason: null,
-    createdAt: now,
-    updatedAt: now,
-    deletedAt: null,
-  };
-  await checkChains(env.DB, job, job.spec);
-  if (!(await insertJob(env.DB, job, tenant.limits.maxJobs))) {
-    throw new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
-  }
-  failpoint("api.afterCatalogWrite");
-  let runtime: JobRuntime | undefined;
-  try {
-    [runtime] = await shardStub(env, job.shard).applyJobs([toDefinition(job)], [settingsOf(tenant)]);
-  } catch (err) {
-    // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
-    // the same pure function the shard uses, so the answer stays true.
-    console.error(`job ${id}: shard ${job.shard} unreachable, left to the sweep`, err);
-    runtime = { id, version: 1, nextRunAt: firstFire(job.spec.schedule, now), completed: false };
-  }
-  return { job, runtime };
-}
-
-/** The SSRF guard's verdict at creation, then the target sealed for storage. */
-async function acceptTarget(env: Env, target: Target, jobId: string, field = "target") {
-  const refusal = targetRefusal(target.url, { allowPrivate: config(env).allowPrivateTargets });
-  if (refusal) throw invalidField(`${field}.url`, refusal);
-  return sealTarget(env.ENCRYPTION_KEYS, target, jobId);
-}
-
-/** A workflow's steps, each target checked and sealed as a job's target is (bound to the job id). */
-async function acceptSteps(env: Env, steps: Step[], jobId: string): Promise<StoredStep[]> {
-  return Promise.all(steps.map(async (step, i) => ({ ...step, target: await acceptTarget(env, step.target, jobId, `steps.${i}.target`) })));
 }
 
 export async function listJobs(env: Env, caller: Caller, query: { limit: number; cursor?: string }): Promise<Page<JobState>> {

@@ -5,6 +5,112 @@
  */
 
 export interface paths {
+    "/v1/jobs/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create up to 1,000 jobs in one request, each answered on its own
+         * @description Each item is checked and created as POST /v1/jobs would create it, under the same quota: its result is the job (status 201) or the error POST /v1/jobs would have answered, its fields named from the request's root (`jobs[3].schedule.cron`). An item refused writes nothing; the others are created. The answer is 200 whatever the items' fates; a request that is not a list of 1 to 1,000 items is refused whole (400 naming `jobs`).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["BatchCreate"];
+                };
+            };
+            responses: {
+                /** @description each item's result, in order */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["BatchCreateResult"];
+                    };
+                };
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 4194304 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs": {
         parameters: {
             query?: never;
@@ -2861,6 +2967,32 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        BatchCreateResult: {
+            created: number;
+            failed: number;
+            /** @description One per item, in the request's order; `index` is the item's. */
+            results: components["schemas"]["BatchCreateItem"][];
+        };
+        BatchCreateItem: {
+            index: number;
+            /** @enum {number} */
+            status: 201;
+            job: components["schemas"]["Job"];
+        } | {
+            index: number;
+            /** @description What POST /v1/jobs would have answered for this item alone. */
+            status: number;
+            error: {
+                /** @example invalid_request */
+                code: string;
+                message: string;
+                issues?: {
+                    /** @example schedule.cron */
+                    path: string;
+                    message: string;
+                }[];
+            };
+        };
         Job: {
             /** @example job_0mihx2k3f8a1b2c3d4e5 */
             id: string;
@@ -3027,6 +3159,10 @@ export interface components {
                     message: string;
                 }[];
             };
+        };
+        BatchCreate: {
+            /** @description 1 to 1,000 jobs, each as POST /v1/jobs takes it. */
+            jobs: components["schemas"]["CreateJob"][];
         };
         CreateJob: {
             name?: string;
