@@ -103,6 +103,18 @@ export const quotaExceeded = errorCase(
   new ApiError(403, "quota_exceeded", "this tenant may have at most 10000 jobs; delete one first"),
 );
 
+export const preconditionFailed = errorCase(
+  "`If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed",
+  new ApiError(412, "precondition_failed", 'the job changed since that ETag: it is at version 3 (ETag "v3"); read it again and retry', {
+    ETag: '"v3"',
+  }),
+);
+
+export const patchConflict = errorCase(
+  "the job kept changing while the patch was applied to it; nothing was changed, repeating is safe",
+  new ApiError(409, "conflict", "the job kept changing while this change was applied (10 times); repeat the request"),
+);
+
 export const shardUnavailable = errorCase(
   "the change is saved but the job's shard has not confirmed it yet; repeating the request is safe",
   new ApiError(503, "shard_unavailable", "the change is saved but its shard has not confirmed it yet; repeat the request", {

@@ -9,6 +9,7 @@ import { shardStub } from "../stubs";
 import { acceptSteps, acceptTarget } from "./accept-targets";
 import { type Caller, ownsTenant, scopeOf } from "./caller";
 import { checkChains } from "./chains";
+import { checkIfMatch } from "./job-etag";
 import { acceptNotify } from "./notify";
 import { jobCursor, type Page, paged } from "./pagination";
 
@@ -48,13 +49,26 @@ async function runtimesOf(env: Env, page: CatalogJob[]): Promise<Map<string, Job
  * Applies a pause, resume or delete in D1, then has the shard confirm it. The answer is given
  * only after the shard applied it, so once a pause or delete is answered no run of the job
  * starts. If the shard cannot be reached the client gets 503 and may repeat the call:
- * repeating is harmless.
+ * repeating is harmless. With `ifMatch`, only the job as the client saw it changes (412 else).
  */
-export async function changeJob(env: Env, caller: Caller, id: string, change: { paused?: boolean; deleted?: boolean }): Promise<JobState> {
-  const current = await loadJob(env, caller, id, { includeDeleted: change.deleted === true });
+export async function changeJob(
+  env: Env,
+  caller: Caller,
+  id: string,
+  change: { paused?: boolean; deleted?: boolean },
+  ifMatch?: string,
+): Promise<JobState> {
+  const opts = { includeDeleted: change.deleted === true };
+  const current = await loadJob(env, caller, id, opts);
+  checkIfMatch(current, ifMatch);
   const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
-  const job = alreadyThere ? current : await updateJob(env.DB, id, change, Date.now());
-  if (!job) throw notFound("job", id);
+  // One column set whatever the rest is: nothing of a change made meanwhile is lost, so only
+  // a condition the client gave makes it a compare-and-set.
+  const job = alreadyThere ? current : await updateJob(env.DB, id, change, Date.now(), ifMatch === undefined ? undefined : current.version);
+  if (!job) {
+    if (ifMatch !== undefined) checkIfMatch(await loadJob(env, caller, id, opts), ifMatch);
+    throw notFound("job", id);
+  }
   return { job, runtime: await confirmWithShard(env, job) };
 }
 
@@ -71,11 +85,36 @@ async function confirmWithShard(env: Env, job: CatalogJob): Promise<JobRuntime |
   }
 }
 
-/** Fields given replace the job's whole; the rest stay; null clears an optional setting. */
-export async function patchJob(env: Env, caller: Caller, id: string, patch: z.infer<typeof PatchJobSchema>): Promise<JobState> {
+/** Compare-and-set attempts of a PATCH before it gives up (409): each lost to a change made meanwhile. */
+const PATCH_ATTEMPTS = 10;
+
+/**
+ * Fields given replace the job's whole; the rest stay; null clears an optional setting. The
+ * patch is applied to the job as read and written only if the job is still at that version
+ * (a compare-and-set): a change made meanwhile is never overwritten. Without `ifMatch` the
+ * patch is applied again to the job as it then is; with it, the client's view is stale: 412.
+ */
+export async function patchJob(
+  env: Env,
+  caller: Caller,
+  id: string,
+  patch: z.infer<typeof PatchJobSchema>,
+  ifMatch?: string,
+): Promise<JobState> {
   const { name, ...fields } = patch;
-  const current = await loadJob(env, caller, id);
-  const now = Date.now();
+  for (let attempt = 1; attempt <= PATCH_ATTEMPTS; attempt++) {
+    const current = await loadJob(env, caller, id);
+    checkIfMatch(current, ifMatch);
+    const now = Date.now();
+    const spec = await patchedSpec(env, current, fields, now);
+    const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now, current.version);
+    if (job) return { job, runtime: await confirmWithShard(env, job) };
+  }
+  throw new ApiError(409, "conflict", `the job kept changing while this change was applied (${PATCH_ATTEMPTS} times); repeat the request`);
+}
+
+async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<typeof PatchJobSchema>, "name">, now: number) {
+  const { id } = current;
   const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, onSuccess, onFailure, target, steps, ...rest } =
     fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
@@ -100,9 +139,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
   }
   if (onSuccess || onFailure) await checkChains(env.DB, current, spec);
-  const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now);
-  if (!job) throw notFound("job", id);
-  return { job, runtime: await confirmWithShard(env, job) };
+  return spec;
 }
 
 function definedOnly<T extends object>(o: T): Partial<T> {

@@ -86,7 +86,14 @@ export function createClient(options: ClientOptions) {
      * (status 201) or its error; only a refusal of the whole request throws.
      */
     createMany: (list: CreateJob[]) => body(api.POST("/v1/jobs/batch", { body: { jobs: list } })),
-    patch: (jobId: string, patch: PatchJob) => body(api.PATCH("/v1/jobs/{id}", { ...id(jobId), body: patch })),
+    /** `ifMatch`: the job's ETag as last read (`"v3"`): the change is made only if the job is still so (412 else). */
+    patch: (jobId: string, patch: PatchJob, ifMatch?: string) =>
+      body(
+        api.PATCH("/v1/jobs/{id}", {
+          params: { path: { id: jobId }, header: ifMatch === undefined ? undefined : { "if-match": ifMatch } },
+          body: patch,
+        }),
+      ),
     pause: (jobId: string) => body(api.POST("/v1/jobs/{id}/pause", id(jobId))),
     resume: (jobId: string) => body(api.POST("/v1/jobs/{id}/resume", id(jobId))),
     delete: (jobId: string) => body(api.DELETE("/v1/jobs/{id}", id(jobId))),

@@ -208,6 +208,8 @@ export interface paths {
                 /** @description the job, with its first fire */
                 201: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -316,6 +318,8 @@ export interface paths {
                 /** @description the job */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -381,7 +385,10 @@ export interface paths {
         delete: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -402,7 +409,10 @@ export interface paths {
                         };
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -425,6 +435,17 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -462,12 +483,15 @@ export interface paths {
         head?: never;
         /**
          * Change a job's definition atomically
-         * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.
+         * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).
          */
         patch: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -482,6 +506,8 @@ export interface paths {
                 /** @description the job at its new version */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -490,6 +516,7 @@ export interface paths {
                 };
                 /**
                  * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
                  *     - `bad_request`: the body is not JSON
                  */
                 400: {
@@ -514,6 +541,26 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `conflict`: the job kept changing while the patch was applied to it; nothing was changed, repeating is safe */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -580,7 +627,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -591,13 +641,18 @@ export interface paths {
                 /** @description the job */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -620,6 +675,17 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -672,7 +738,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -683,13 +752,18 @@ export interface paths {
                 /** @description the job */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -712,6 +786,17 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
