@@ -5,6 +5,7 @@ import type { AppEnv } from "./context";
 import { docs } from "./docs";
 import { ApiError, errorResponse } from "./errors";
 import { jobs } from "./jobs";
+import { jobsBatch } from "./jobs-batch";
 import { keys } from "./keys";
 import { metrics } from "./metrics";
 import { prometheus } from "./prometheus";
@@ -25,6 +26,7 @@ app.get("/healthz", (c) => c.json({ ok: true }));
 app.get("/docs", docs);
 
 app.use("/v1/*", authenticate, limitBody, requireJsonBody);
+app.route("/v1", jobsBatch);
 app.route("/v1", jobs);
 app.route("/v1", runs);
 app.route("/v1", metrics);

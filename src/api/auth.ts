@@ -9,6 +9,9 @@ const encoder = new TextEncoder();
 const TOKEN_CALLBACK = /^\/v1\/runs\/[^/]+\/(complete|heartbeat)$/;
 /** Largest request body the API reads; a job definition is a few KiB. */
 export const MAX_BODY_BYTES = 256 * 1024;
+/** A batch create's (POST /v1/jobs/batch): its 1,000 jobs at 4 KiB each. */
+export const MAX_BATCH_BODY_BYTES = 4 * 1024 * 1024;
+const BATCH_PATH = "/v1/jobs/batch";
 
 const unauthorized = () =>
   new ApiError(401, "unauthorized", "send Authorization: Bearer <API key or admin token>", {
@@ -53,13 +56,17 @@ async function sameSecret(a: string, b: string): Promise<boolean> {
   return crypto.subtle.timingSafeEqual(da!, db!);
 }
 
-/** Bodies larger than MAX_BODY_BYTES are refused before they are read whole (413). */
-export const limitBody = bodyLimit({
-  maxSize: MAX_BODY_BYTES,
-  onError: () => {
-    throw new ApiError(413, "payload_too_large", `the request body may be at most ${MAX_BODY_BYTES} bytes`);
-  },
-});
+const limitTo = (maxSize: number) =>
+  bodyLimit({
+    maxSize,
+    onError: () => {
+      throw new ApiError(413, "payload_too_large", `the request body may be at most ${maxSize} bytes`);
+    },
+  });
+const limits = { one: limitTo(MAX_BODY_BYTES), batch: limitTo(MAX_BATCH_BODY_BYTES) };
+
+/** Bodies larger than MAX_BODY_BYTES (a batch's: MAX_BATCH_BODY_BYTES) are refused before they are read whole (413). */
+export const limitBody: MiddlewareHandler<AppEnv> = (c, next) => (c.req.path === BATCH_PATH ? limits.batch : limits.one)(c, next);
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 
