@@ -4,7 +4,7 @@ import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
-import { discardBody, readAtMost } from "./bodies";
+import { discardBody, readAtMost, readPrefix } from "./bodies";
 import type { ConnectionSlots } from "./connections";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
@@ -158,7 +158,8 @@ async function describe(base: { runId: string; fence: number }, response: Respon
     return { ...base, ok, status: response.status, error: null, result };
   }
   if (ok) await discardBody(response);
-  const text = ok ? "" : await response.text();
+  // A UTF-16 unit of text is at most 3 bytes of UTF-8, so this many bytes make the kept characters.
+  const text = ok ? "" : await readPrefix(response, MAX_ERROR_CHARS * 3);
   return {
     ...base,
     ok,
