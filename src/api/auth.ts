@@ -1,9 +1,11 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
+import { API_KEY } from "../model/ids";
 import { gateStub } from "../stubs";
 import type { AppEnv } from "./context";
-import { ApiError } from "./errors";
+import { ApiError, noSuchRoute } from "./errors";
+import { endpointOf } from "./operation";
 
 const encoder = new TextEncoder();
 const TOKEN_CALLBACK = /^\/v1\/runs\/[^/]+\/(complete|heartbeat)$/;
@@ -23,8 +25,12 @@ const unauthorized = () =>
  * bearerAuth answers a malformed header with 400 and a plain-text body; this API promises 401
  * with a JSON body for any missing or wrong credential. The admin token is compared as SHA-256
  * digests in constant time, so neither its length nor its content leaks through timing.
+ * What no credential can change is answered before any lookup: a path no route has (the routes
+ * are public, in /openapi.json) and a token that is neither the admin token nor of an API
+ * key's form, so that junk requests cost no D1 query.
  */
 export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
+  if (!endpointOf(c)) throw noSuchRoute();
   // A long-running target completes its attempt with the completion token it was given; it
   // holds no API key. Those two routes check that token themselves.
   if (c.req.method === "POST" && TOKEN_CALLBACK.test(c.req.path)) return next();
@@ -36,6 +42,7 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
     c.set("caller", { admin: true });
     return next();
   }
+  if (!API_KEY.test(presented)) throw unauthorized();
   const tenant = await tenantOfKey(c.env.DB, await hashKey(presented));
   if (!tenant) throw unauthorized();
   c.set("caller", { admin: false, tenant });

@@ -63,6 +63,11 @@ function batchOf(messages: DispatchMessage[], attempts = 1) {
   );
 }
 
+async function sentOf(url: string): Promise<{ bytes: number; cutShort: number }> {
+  const name = new URL(url).pathname.split("/")[2];
+  return (await fetch(`${env.RECEIVER_URL}/sent/${name}`)).json();
+}
+
 async function attemptsOf(job: Job) {
   return runInDurableObject(
     shardOf(job),
@@ -153,5 +158,28 @@ describe("the consumer within production's limits", () => {
     expect(done.state).toBe("succeeded");
     expect(await attemptsOf(job)).toEqual([{ run_id: runId, attempt: 1, outcome: "succeeded" }]);
     expect(await hitsOf(url)).toHaveLength(1);
+  });
+
+  it("a target streaming a huge error body has only the error's start read, and the batch's other runs finish", async () => {
+    const HUGE = 64 * 1024 * 1024;
+    const huge = sharedTarget("huge-500")(`status=500&streamBytes=${HUGE}`);
+    const others = sharedTarget("beside-huge")("delayMs=0");
+    const hugeRuns = await heldRuns(huge, 2);
+    const otherRuns = await heldRuns(others, 5);
+    const batch = batchOf([...hugeRuns.messages, ...otherRuns.messages]);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(7);
+
+    for (const { runId } of hugeRuns.messages) {
+      const run = await getRun(runId);
+      expect(run.status).toBe(500);
+      expect(run.error).toBe(`HTTP 500: ${"x".repeat(500)}`);
+    }
+    // Each body was let go of early: what the receiver wrote is the sockets' buffers, not 64 MiB.
+    const sent = await sentOf(huge);
+    expect(sent.cutShort, JSON.stringify(sent)).toBe(2);
+    expect(sent.bytes).toBeLessThan(HUGE / 4);
+    expect((await attemptsOf(otherRuns.job)).map((a) => a.outcome)).toEqual(Array(5).fill("succeeded"));
   });
 });
