@@ -3,6 +3,7 @@ import type { Breaker } from "../gate/breaker";
 import { DEFAULT_TENANT } from "../model/ids";
 import { addLags, type LagCounts, noLags } from "../shard/alarm-lag";
 import type { ShardCost, ShardMetrics } from "../shard/contract";
+import { addTotals, noTotals, type ShardTotals } from "../shard/totals";
 import { gateStub, shardStub } from "../stubs";
 import { type Caller, scopeOf } from "./caller";
 
@@ -28,15 +29,19 @@ export interface MetricsSnapshot {
   archive: { failingShards: number; consecutiveFailures: number; nextRetryAt: number | null };
   /** The circuit breakers of the caller's tenant (the admin's: `default`) that are not plainly closed. */
   breakers: Breaker[];
+  /** How often those breakers moved to each state, since their gate was created. */
+  breakerTransitions: Record<string, number>;
+  /** The shards' counters since each was created, added up; of whole shards, like `shardCosts`. */
+  totals: ShardTotals;
 }
 
 /** Asks every shard in use (a tenant key: its own shards, for its own runs) for the window's figures. */
 export async function collectMetrics(env: Env, caller: Caller, windowMs: number): Promise<MetricsSnapshot> {
   const tenantId = scopeOf(caller);
   const shards = await shardsInUse(env.DB, tenantId);
-  const [all, breakers] = await Promise.all([
+  const [all, { breakers, transitions }] = await Promise.all([
     Promise.all(shards.map((s): Promise<ShardMetrics> => shardStub(env, s).metrics(windowMs, tenantId))),
-    gateStub(env, tenantId ?? DEFAULT_TENANT).breakers(),
+    gateStub(env, tenantId ?? DEFAULT_TENANT).breakerFigures(),
   ]);
   const sum = (pick: (m: ShardMetrics) => Record<string, number>) => {
     const total: Record<string, number> = {};
@@ -66,5 +71,8 @@ export async function collectMetrics(env: Env, caller: Caller, windowMs: number)
       nextRetryAt: retries.length ? Math.min(...retries) : null,
     },
     breakers,
+    breakerTransitions: transitions,
+    // A shard of an older release, mid-deploy, answers without totals: it adds nothing.
+    totals: all.reduce((sum, m) => (m.totals ? addTotals(sum, m.totals) : sum), noTotals()),
   };
 }

@@ -2,6 +2,7 @@ import type { JobSpec, Notify, NotifyEvent, StoredTarget } from "../model/job";
 import type { LagCounts } from "./alarm-lag";
 import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
+import type { ShardTotals } from "./totals";
 
 /**
  * The shard's contract: what the API, the consumer, the sweep and the tenant gates may ask of
@@ -203,6 +204,8 @@ export interface ShardMetrics {
   /** Of the whole shard, like `cost`. */
   durableObject: DurableObjectFigures;
   archive: ArchiveHealth;
+  /** The shard's counters since it was created (totals.ts); of the whole shard too. */
+  totals: ShardTotals;
 }
 
 // ---- the consumer's side ----

@@ -85,19 +85,28 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     // or again after an eviction, a restart or a deploy).
     this.meter.countStart();
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
-    this.store = new ShardStore(this.meter.sql, (run) => {
-      // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
-      if (this.workflows.ended(run, Date.now()) === "step") return;
-      this.meter.count("runsFinished");
-      this.outcomes.noteFinished(run);
-    });
+    const counters = this.meter.counters;
+    this.store = new ShardStore(
+      this.meter.sql,
+      (run) => {
+        // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
+        if (this.workflows.ended(run, Date.now()) === "step") return;
+        this.meter.count("runsFinished");
+        counters.finished(run);
+        this.outcomes.noteFinished(run);
+      },
+      (before, event, after, attempt) => counters.moved(before, event, after, attempt),
+    );
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
     this.ledger = new RunLedger(
       this.store,
       claimTimeoutMs,
       (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
-      (dispatch) => this.dispatcher.send(dispatch),
+      (dispatch) => {
+        counters.dispatched();
+        this.dispatcher.send(dispatch);
+      },
     );
     this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
     this.firing = new Firing(this.store, this.ledger, this.workflows);

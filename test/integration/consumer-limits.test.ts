@@ -6,7 +6,7 @@ import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, getRun, hitsOf, makeRunDue, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, getRun, hitsOf, shardOf, waitForRun } from "./helpers";
 
 /**
  * The consumer within production's limits, one invocation at a time: each test hands the
