@@ -1,5 +1,5 @@
 import { app } from "./api/app";
-import { apiOperation } from "./cost/operation";
+import { operationOf } from "./api/operation";
 import { metered } from "./metered";
 import { handleQueue } from "./queue-handler";
 import { sweep } from "./reconcile/sweep";
@@ -14,7 +14,7 @@ export default {
     return metered(
       env,
       ctx,
-      () => apiOperation(request.method, new URL(request.url).pathname),
+      () => operationOf(request),
       (counted) => Promise.resolve(app.fetch(request, counted, ctx)),
     );
   },

@@ -9,6 +9,11 @@ export const MAX_BOUND_PARAMETERS = 100;
 export function chunksForStatement<T>(items: readonly T[], reserved = 0): T[][] {
   const size = MAX_BOUND_PARAMETERS - reserved;
   if (size < 1) throw new Error(`a statement with ${reserved} other parameters has no room for a list`);
+  return chunksOf(items, size);
+}
+
+/** `items` in lists of `size` (the last may be shorter). */
+export function chunksOf<T>(items: readonly T[], size: number): T[][] {
   const chunks: T[][] = [];
   for (let i = 0; i < items.length; i += size) chunks.push(items.slice(i, i + size));
   return chunks;

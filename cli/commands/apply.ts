@@ -1,6 +1,6 @@
 import { SingleBar } from "cli-progress";
 import type { Command } from "commander";
-import type { EdgecronClient } from "edgecron/client";
+import { type EdgecronClient, EdgecronError } from "edgecron/client";
 import { readApplyFile } from "../apply/file.ts";
 import { type Change, type Plan, planApply } from "../apply/plan.ts";
 import { managedJobs } from "../apply/scope.ts";
@@ -66,6 +66,34 @@ async function carryOut(client: EdgecronClient, change: Change, ids: Map<string,
   }
 }
 
+type Create = Extract<Change, { action: "create" }>;
+
+/** The most jobs one POST /v1/jobs/batch takes. */
+const BATCH = 1_000;
+
+/**
+ * Creates a run of the plan's creates with one request per 1,000 (POST /v1/jobs/batch), in
+ * order; a pause each asks for follows it. The first item refused stops the apply, as a refused
+ * call does, after `onDone` has counted the ones created before it (those after it in its batch
+ * were created too, and the next apply finds them).
+ */
+async function createAll(client: EdgecronClient, creates: Create[], ids: Map<string, string>, onDone: (c: Create) => void) {
+  for (let from = 0; from < creates.length; from += BATCH) {
+    const chunk = creates.slice(from, from + BATCH);
+    const answer = await client.jobs.createMany(chunk.map((c) => c.job));
+    for (const [i, result] of answer.results.entries()) {
+      const change = chunk[i]!;
+      if (!("job" in result)) {
+        const { code, message, issues } = result.error;
+        throw new EdgecronError(result.status, code, `${change.name}: ${message}`, issues);
+      }
+      ids.set(change.name, result.job.id);
+      if (change.pause) await client.jobs.pause(result.job.id);
+      onDone(change);
+    }
+  }
+}
+
 export function registerApply(program: Command): void {
   program
     .command("apply")
@@ -89,7 +117,13 @@ export function registerApply(program: Command): void {
       bar?.start(plan.changes.length, 0, { name: "" });
       let done = 0;
       try {
+        const creates = plan.changes.filter((c): c is Create => c.action === "create");
         for (const change of plan.changes) {
+          if (change.action === "create") {
+            // The plan's creates come together (after the deletes and updates, before the chains): all at once, in batches.
+            if (change === creates[0]) await createAll(client, creates, ids, (c) => bar?.update(++done, { name: c.name }));
+            continue;
+          }
           bar?.update(done, { name: change.name ?? "" });
           await carryOut(client, change, ids);
           done++;

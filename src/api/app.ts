@@ -3,10 +3,12 @@ import { authenticate, limitBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
 import type { AppEnv } from "./context";
 import { docs } from "./docs";
-import { ApiError, errorResponse } from "./errors";
+import { errorResponse, noSuchRoute } from "./errors";
 import { jobs } from "./jobs";
+import { jobsBatch } from "./jobs-batch";
 import { keys } from "./keys";
 import { metrics } from "./metrics";
+import { nameOperation } from "./operation";
 import { prometheus } from "./prometheus";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
@@ -15,9 +17,10 @@ import { tenants } from "./tenants";
 
 export const app = new OpenAPIHono<AppEnv>();
 
+app.use("*", nameOperation);
 app.onError(errorResponse);
 app.notFound(() => {
-  throw new ApiError(404, "not_found", "no such route");
+  throw noSuchRoute();
 });
 
 app.get("/healthz", (c) => c.json({ ok: true }));
@@ -25,6 +28,7 @@ app.get("/healthz", (c) => c.json({ ok: true }));
 app.get("/docs", docs);
 
 app.use("/v1/*", authenticate, limitBody, requireJsonBody);
+app.route("/v1", jobsBatch);
 app.route("/v1", jobs);
 app.route("/v1", runs);
 app.route("/v1", metrics);

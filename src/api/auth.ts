@@ -1,14 +1,19 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
+import { API_KEY } from "../model/ids";
 import { gateStub } from "../stubs";
 import type { AppEnv } from "./context";
-import { ApiError } from "./errors";
+import { ApiError, noSuchRoute } from "./errors";
+import { endpointOf } from "./operation";
 
 const encoder = new TextEncoder();
 const TOKEN_CALLBACK = /^\/v1\/runs\/[^/]+\/(complete|heartbeat)$/;
 /** Largest request body the API reads; a job definition is a few KiB. */
 export const MAX_BODY_BYTES = 256 * 1024;
+/** A batch create's (POST /v1/jobs/batch): its 1,000 jobs at 4 KiB each. */
+export const MAX_BATCH_BODY_BYTES = 4 * 1024 * 1024;
+const BATCH_PATH = "/v1/jobs/batch";
 
 const unauthorized = () =>
   new ApiError(401, "unauthorized", "send Authorization: Bearer <API key or admin token>", {
@@ -20,8 +25,12 @@ const unauthorized = () =>
  * bearerAuth answers a malformed header with 400 and a plain-text body; this API promises 401
  * with a JSON body for any missing or wrong credential. The admin token is compared as SHA-256
  * digests in constant time, so neither its length nor its content leaks through timing.
+ * What no credential can change is answered before any lookup: a path no route has (the routes
+ * are public, in /openapi.json) and a token that is neither the admin token nor of an API
+ * key's form, so that junk requests cost no D1 query.
  */
 export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
+  if (!endpointOf(c)) throw noSuchRoute();
   // A long-running target completes its attempt with the completion token it was given; it
   // holds no API key. Those two routes check that token themselves.
   if (c.req.method === "POST" && TOKEN_CALLBACK.test(c.req.path)) return next();
@@ -33,6 +42,7 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
     c.set("caller", { admin: true });
     return next();
   }
+  if (!API_KEY.test(presented)) throw unauthorized();
   const tenant = await tenantOfKey(c.env.DB, await hashKey(presented));
   if (!tenant) throw unauthorized();
   c.set("caller", { admin: false, tenant });
@@ -53,13 +63,17 @@ async function sameSecret(a: string, b: string): Promise<boolean> {
   return crypto.subtle.timingSafeEqual(da!, db!);
 }
 
-/** Bodies larger than MAX_BODY_BYTES are refused before they are read whole (413). */
-export const limitBody = bodyLimit({
-  maxSize: MAX_BODY_BYTES,
-  onError: () => {
-    throw new ApiError(413, "payload_too_large", `the request body may be at most ${MAX_BODY_BYTES} bytes`);
-  },
-});
+const limitTo = (maxSize: number) =>
+  bodyLimit({
+    maxSize,
+    onError: () => {
+      throw new ApiError(413, "payload_too_large", `the request body may be at most ${maxSize} bytes`);
+    },
+  });
+const limits = { one: limitTo(MAX_BODY_BYTES), batch: limitTo(MAX_BATCH_BODY_BYTES) };
+
+/** Bodies larger than MAX_BODY_BYTES (a batch's: MAX_BATCH_BODY_BYTES) are refused before they are read whole (413). */
+export const limitBody: MiddlewareHandler<AppEnv> = (c, next) => (c.req.path === BATCH_PATH ? limits.batch : limits.one)(c, next);
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 

@@ -67,17 +67,20 @@ export const AUTHENTICATED = [unauthorized, rateLimited, catalogUnavailable];
 
 // ---- every route that takes a JSON body ----
 
-export const JSON_BODY = [
+/** The cases of a JSON body of at most `maxBytes`. */
+export const jsonBodyCases = (maxBytes: number) => [
   errorCase("the body is not JSON", new ApiError(400, "bad_request", "Malformed JSON in request body")),
   errorCase(
-    `the body is larger than ${MAX_BODY_BYTES} bytes`,
-    new ApiError(413, "payload_too_large", `the request body may be at most ${MAX_BODY_BYTES} bytes`),
+    `the body is larger than ${maxBytes} bytes`,
+    new ApiError(413, "payload_too_large", `the request body may be at most ${maxBytes} bytes`),
   ),
   errorCase(
     "the body was sent with another Content-Type than application/json",
     new ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json"),
   ),
 ];
+
+export const JSON_BODY = jsonBodyCases(MAX_BODY_BYTES);
 
 // ---- what particular routes answer ----
 
@@ -98,6 +101,18 @@ export const adminOnly = errorCase(
 export const quotaExceeded = errorCase(
   "the tenant already has its `maxJobs` live jobs",
   new ApiError(403, "quota_exceeded", "this tenant may have at most 10000 jobs; delete one first"),
+);
+
+export const preconditionFailed = errorCase(
+  "`If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed",
+  new ApiError(412, "precondition_failed", 'the job changed since that ETag: it is at version 3 (ETag "v3"); read it again and retry', {
+    ETag: '"v3"',
+  }),
+);
+
+export const patchConflict = errorCase(
+  "the job kept changing while the patch was applied to it; nothing was changed, repeating is safe",
+  new ApiError(409, "conflict", "the job kept changing while this change was applied (10 times); repeat the request"),
 );
 
 export const shardUnavailable = errorCase(

@@ -23,6 +23,7 @@ export const invalidField = (path: string, message: string) =>
   new ApiError(400, "invalid_request", `${path}: ${message}`, {}, [{ path, message }]);
 
 export const notFound = (what: string, id: string) => new ApiError(404, "not_found", `no ${what} with id ${id}`);
+export const noSuchRoute = () => new ApiError(404, "not_found", "no such route");
 
 export interface Issue {
   path: string;

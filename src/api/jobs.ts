@@ -1,7 +1,9 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createJob } from "../app/create-jobs";
 import { explainJob } from "../app/explain";
 import { jobHistory, MAX_HISTORY_SPAN_MS } from "../app/history";
-import { backfill, changeJob, createJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
+import { etagOf, IF_MATCH } from "../app/job-etag";
+import { backfill, changeJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
 import { listRuns } from "../app/runs";
 import { PageQuery, pageOf } from "../model/common";
 import { TRIGGER_KEY } from "../model/ids";
@@ -19,12 +21,14 @@ import {
   jobNotFound,
   jobPaused,
   noArchive,
+  patchConflict,
+  preconditionFailed,
   quotaExceeded,
   shardUnavailable,
   tooManyFires,
 } from "./error-cases";
 import { presentJob, presentRun } from "./present";
-import { bearer, errors, json, jsonBody, pathId } from "./route-parts";
+import { bearer, errors, json, jsonBody, pathId, withEtag } from "./route-parts";
 import { validationHook } from "./validation";
 
 export const jobs = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -33,6 +37,16 @@ const IdParam = pathId("job_0mihx2k3f8a1b2c3d4e5");
 const security = bearer;
 const badId = idTooLong(200);
 const tooBigLimit = invalid("limit", "Too big: expected number to be <=200");
+
+/** A change made only if the job is as the client last saw it (src/app/job-etag.ts). */
+const IfMatchHeader = z.object({
+  "if-match": z
+    .string()
+    .regex(IF_MATCH, 'an ETag this API answered, e.g. "v3", a list of them, or *')
+    .optional()
+    .openapi({ description: "Change the job only if its ETag is one of these (412 if not)." }),
+});
+const badIfMatch = invalid("if-match", 'an ETag this API answered, e.g. "v3", a list of them, or *');
 
 const TARGET = { url: "https://example.com/hooks/report", method: "POST" as const };
 
@@ -83,15 +97,21 @@ jobs.openapi(
     security,
     request: { body: jsonBody(CreateJobSchema, CREATE_EXAMPLES) },
     responses: {
-      201: json(JobSchema, "the job, with its first fire"),
+      201: withEtag(json(JobSchema, "the job, with its first fire")),
       ...errors(invalid("schedule.cron", "invalid cron expression"), JSON_BODY, quotaExceeded, AUTHENTICATED),
     },
   }),
-  async (c) => c.json(await present(c, await createJob(c.env, c.var.caller, c.req.valid("json"))), 201),
+  async (c) => answerJob(c, await createJob(c.env, c.var.caller, c.req.valid("json")), 201),
 );
 
+/** A job's answer carries its ETag, so that the client can make its next change conditional on it. */
+async function answerJob<S extends 200 | 201>(c: AppContext, state: JobState, status: S) {
+  c.header("ETag", etagOf(state.job));
+  return c.json(await present(c, state), status);
+}
+
 /** A job's target (or each step's) is shown with its body opened and header names only (see viewTarget). */
-async function present(c: AppContext, { job, runtime }: JobState) {
+export async function present(c: AppContext, { job, runtime }: JobState) {
   const keys = c.env.ENCRYPTION_KEYS;
   const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id));
   const steps =
@@ -126,9 +146,9 @@ jobs.openapi(
     summary: "Get a job",
     security,
     request: { params: IdParam },
-    responses: { 200: json(JobSchema, "the job"), ...errors(badId, jobNotFound, AUTHENTICATED) },
+    responses: { 200: withEtag(json(JobSchema, "the job")), ...errors(badId, jobNotFound, AUTHENTICATED) },
   }),
-  async (c) => c.json(await present(c, await readJob(c.env, c.var.caller, c.req.valid("param").id)), 200),
+  async (c) => answerJob(c, await readJob(c.env, c.var.caller, c.req.valid("param").id), 200),
 );
 
 // ---- change: pause, resume, delete ----
@@ -141,11 +161,16 @@ for (const action of ["pause", "resume"] as const) {
       tags: ["Jobs"],
       summary: action === "pause" ? "Pause a job: no run starts after the answer" : "Resume a paused job from now on",
       security,
-      request: { params: IdParam },
-      responses: { 200: json(JobSchema, "the job"), ...errors(badId, jobNotFound, AUTHENTICATED, shardUnavailable) },
+      request: { params: IdParam, headers: IfMatchHeader },
+      responses: {
+        200: withEtag(json(JobSchema, "the job")),
+        ...errors(badId, badIfMatch, jobNotFound, preconditionFailed, AUTHENTICATED, shardUnavailable),
+      },
     }),
-    async (c) =>
-      c.json(await present(c, await changeJob(c.env, c.var.caller, c.req.valid("param").id, { paused: action === "pause" })), 200),
+    async (c) => {
+      const change = { paused: action === "pause" };
+      return answerJob(c, await changeJob(c.env, c.var.caller, c.req.valid("param").id, change, c.req.valid("header")["if-match"]), 200);
+    },
   );
 }
 
@@ -156,14 +181,14 @@ jobs.openapi(
     tags: ["Jobs"],
     summary: "Delete a job: no run starts after the answer; its runs stay readable",
     security,
-    request: { params: IdParam },
+    request: { params: IdParam, headers: IfMatchHeader },
     responses: {
       200: json(z.object({ id: z.string(), deleted: z.literal(true) }), "deleted"),
-      ...errors(badId, jobNotFound, AUTHENTICATED, shardUnavailable),
+      ...errors(badId, badIfMatch, jobNotFound, preconditionFailed, AUTHENTICATED, shardUnavailable),
     },
   }),
   async (c) => {
-    const { job } = await changeJob(c.env, c.var.caller, c.req.valid("param").id, { deleted: true });
+    const { job } = await changeJob(c.env, c.var.caller, c.req.valid("param").id, { deleted: true }, c.req.valid("header")["if-match"]);
     return c.json({ id: job.id, deleted: true as const }, 200);
   },
 );
@@ -177,15 +202,27 @@ jobs.openapi(
     tags: ["Jobs"],
     summary: "Change a job's definition atomically",
     description:
-      "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.",
+      "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).",
     security,
-    request: { params: IdParam, body: jsonBody(PatchJobSchema, PATCH_EXAMPLES) },
+    request: { params: IdParam, headers: IfMatchHeader, body: jsonBody(PatchJobSchema, PATCH_EXAMPLES) },
     responses: {
-      200: json(JobSchema, "the job at its new version"),
-      ...errors(invalid("(body)", "give at least one field to change"), JSON_BODY, jobNotFound, AUTHENTICATED, shardUnavailable),
+      200: withEtag(json(JobSchema, "the job at its new version")),
+      ...errors(
+        invalid("(body)", "give at least one field to change"),
+        badIfMatch,
+        JSON_BODY,
+        jobNotFound,
+        patchConflict,
+        preconditionFailed,
+        AUTHENTICATED,
+        shardUnavailable,
+      ),
     },
   }),
-  async (c) => c.json(await present(c, await patchJob(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    return answerJob(c, await patchJob(c.env, c.var.caller, id, c.req.valid("json"), c.req.valid("header")["if-match"]), 200);
+  },
 );
 
 // ---- backfill ----

@@ -47,6 +47,18 @@ const MetricsSchema = z
         "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it.",
     }),
     oldestAwaitingClaimMs: z.int().nullable(),
+    archive: z
+      .object({
+        failingShards: z
+          .int()
+          .openapi({ description: "Shards whose last write to the run archive (R2) failed: their expired runs stay until one succeeds." }),
+        consecutiveFailures: z.int().openapi({
+          description:
+            "The most failed archive writes in a row of any shard; each shard waits longer after each (5 s, doubling, at most 10 min).",
+        }),
+        nextRetryAt: z.string().nullable().openapi({ description: "The earliest next try of a failing shard; null when none is failing." }),
+      })
+      .openapi({ description: "Retention's writes to the run archive, of whole shards (README, History)." }),
     cost: CostSchema.nullable().openapi({ description: "What the window cost (admin token only; null for a tenant key)." }),
   })
   .openapi("Metrics");

@@ -18,7 +18,7 @@ prometheus.openapi(
     tags: ["Metrics"],
     summary: "Scheduler health in Prometheus's text format (a tenant key sees its own runs only)",
     description:
-      "The figures of GET /v1/metrics as Prometheus series named edgecron_*. Most are gauges of the last `window`; the admin token also gets the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation.",
+      "The figures of GET /v1/metrics as Prometheus series named edgecron_*: gauges of the last `window`, and the tenant's breaker transitions as a counter. The admin token also gets the shards' counters and cumulative histograms since each shard was created (runs finished, attempts, fire and alarm lag, dispatches, retries, dead letters, shard starts: for rate()), the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation. docs/metrics.md lists them.",
     security: bearer,
     request: { query: WindowQuery },
     responses: {

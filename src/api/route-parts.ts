@@ -53,9 +53,16 @@ function errorResponse(list: ErrorCase[]) {
 }
 
 const HEADERS: Record<string, string> = {
+  ETag: "The job's entity tag, from its version: send it in If-Match to change the job only as it is.",
   "Retry-After": "Seconds to wait before retrying.",
   "WWW-Authenticate": "The scheme to authenticate with: Bearer.",
 };
+
+/** A success answer that carries the job's ETag (src/app/job-etag.ts). */
+export const withEtag = <T extends { description: string }>(response: T) => ({
+  ...response,
+  headers: { ETag: { schema: { type: "string" as const }, description: HEADERS.ETag } },
+});
 
 export const bearer = [{ bearer: [] }];
 

@@ -53,8 +53,8 @@ runs.openapi(
 
 // ---- long-running targets: authenticated by the completion token, not the API token ----
 
-/** What a target receives in X-Edgecron-Completion-Token: its shard, the attempt's fence, a secret. */
-const TOKEN = "shard-7.3.k2j4h5g6f7d8s9a0q1w2e3r4";
+/** What a target receives in X-Edgecron-Completion-Token: its shard, the attempt's fence, a secret, a MAC over them. */
+const TOKEN = "shard-7.3.k2j4h5g6f7d8s9a0q1w2e3r4.UNhY4JhezH9gQYqvDMWrWH9CwlcKiECVqejMrND2VFw";
 const tokenTooLong = invalid("token", "Too big: expected string to have <=100 characters");
 
 const TokenBody = { token: z.string().max(100).openapi({ description: "The X-Edgecron-Completion-Token the attempt received." }) };

@@ -1,27 +1,15 @@
 import type { z } from "@hono/zod-openapi";
 import { ApiError, invalidField, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
-import { type CatalogJob, getJob, insertJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
-import { getTenant, settingsOf } from "../catalog/tenants";
-import { config } from "../config";
-import { failpoint } from "../faults";
-import { DEFAULT_TENANT, JOB_ID, newJobId, newTriggerKey, shardFor } from "../model/ids";
-import {
-  type CreateJob,
-  canonicalSchedule,
-  type JobSpec,
-  type PatchJobSchema,
-  type Step,
-  type StoredStep,
-  type Target,
-} from "../model/job";
-import { firstFire } from "../schedule/next-fire";
-import { targetRefusal } from "../security/target-guard";
-import { sealTarget } from "../security/targets";
+import { type CatalogJob, getJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
+import { JOB_ID, newTriggerKey } from "../model/ids";
+import { canonicalSchedule, type JobSpec, type PatchJobSchema } from "../model/job";
 import type { BackfillResult, JobRuntime, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
+import { acceptSteps, acceptTarget } from "./accept-targets";
 import { type Caller, ownsTenant, scopeOf } from "./caller";
 import { checkChains } from "./chains";
+import { checkIfMatch } from "./job-etag";
 import { acceptNotify } from "./notify";
 import { jobCursor, type Page, paged } from "./pagination";
 
@@ -36,61 +24,6 @@ export async function loadJob(env: Env, caller: Caller, id: string, opts: { incl
   const job = JOB_ID.test(id) ? await getJob(env.DB, id, opts) : null;
   if (!job || !ownsTenant(caller, job.tenantId)) throw notFound("job", id);
   return job;
-}
-
-export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
-  const { name, target, steps, ...fields } = input;
-  const tenant = caller.admin ? await getTenant(env.DB, DEFAULT_TENANT) : caller.tenant;
-  if (!tenant) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
-  const now = Date.now();
-  const id = newJobId(now);
-  const job: CatalogJob = {
-    id,
-    tenantId: tenant.id,
-    name: name ?? null,
-    shard: shardFor(id, config(env).shardCount),
-    version: 1,
-    spec: {
-      ...fields,
-      schedule: canonicalSchedule(fields.schedule, now),
-      // The schema let exactly one of them through.
-      ...(target && { target: await acceptTarget(env, target, id) }),
-      ...(steps && { steps: await acceptSteps(env, steps, id) }),
-      ...(fields.notify && { notify: acceptNotify(env, fields.notify) }),
-    },
-    paused: false,
-    pausedReason: null,
-    createdAt: now,
-    updatedAt: now,
-    deletedAt: null,
-  };
-  await checkChains(env.DB, job, job.spec);
-  if (!(await insertJob(env.DB, job, tenant.limits.maxJobs))) {
-    throw new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
-  }
-  failpoint("api.afterCatalogWrite");
-  let runtime: JobRuntime | undefined;
-  try {
-    [runtime] = await shardStub(env, job.shard).applyJobs([toDefinition(job)], [settingsOf(tenant)]);
-  } catch (err) {
-    // The job is in the catalog; the next sweep hands it to its shard. Its first fire is
-    // the same pure function the shard uses, so the answer stays true.
-    console.error(`job ${id}: shard ${job.shard} unreachable, left to the sweep`, err);
-    runtime = { id, version: 1, nextRunAt: firstFire(job.spec.schedule, now), completed: false };
-  }
-  return { job, runtime };
-}
-
-/** The SSRF guard's verdict at creation, then the target sealed for storage. */
-async function acceptTarget(env: Env, target: Target, jobId: string, field = "target") {
-  const refusal = targetRefusal(target.url, { allowPrivate: config(env).allowPrivateTargets });
-  if (refusal) throw invalidField(`${field}.url`, refusal);
-  return sealTarget(env.ENCRYPTION_KEYS, target, jobId);
-}
-
-/** A workflow's steps, each target checked and sealed as a job's target is (bound to the job id). */
-async function acceptSteps(env: Env, steps: Step[], jobId: string): Promise<StoredStep[]> {
-  return Promise.all(steps.map(async (step, i) => ({ ...step, target: await acceptTarget(env, step.target, jobId, `steps.${i}.target`) })));
 }
 
 export async function listJobs(env: Env, caller: Caller, query: { limit: number; cursor?: string }): Promise<Page<JobState>> {
@@ -116,13 +49,26 @@ async function runtimesOf(env: Env, page: CatalogJob[]): Promise<Map<string, Job
  * Applies a pause, resume or delete in D1, then has the shard confirm it. The answer is given
  * only after the shard applied it, so once a pause or delete is answered no run of the job
  * starts. If the shard cannot be reached the client gets 503 and may repeat the call:
- * repeating is harmless.
+ * repeating is harmless. With `ifMatch`, only the job as the client saw it changes (412 else).
  */
-export async function changeJob(env: Env, caller: Caller, id: string, change: { paused?: boolean; deleted?: boolean }): Promise<JobState> {
-  const current = await loadJob(env, caller, id, { includeDeleted: change.deleted === true });
+export async function changeJob(
+  env: Env,
+  caller: Caller,
+  id: string,
+  change: { paused?: boolean; deleted?: boolean },
+  ifMatch?: string,
+): Promise<JobState> {
+  const opts = { includeDeleted: change.deleted === true };
+  const current = await loadJob(env, caller, id, opts);
+  checkIfMatch(current, ifMatch);
   const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
-  const job = alreadyThere ? current : await updateJob(env.DB, id, change, Date.now());
-  if (!job) throw notFound("job", id);
+  // One column set whatever the rest is: nothing of a change made meanwhile is lost, so only
+  // a condition the client gave makes it a compare-and-set.
+  const job = alreadyThere ? current : await updateJob(env.DB, id, change, Date.now(), ifMatch === undefined ? undefined : current.version);
+  if (!job) {
+    if (ifMatch !== undefined) checkIfMatch(await loadJob(env, caller, id, opts), ifMatch);
+    throw notFound("job", id);
+  }
   return { job, runtime: await confirmWithShard(env, job) };
 }
 
@@ -139,11 +85,36 @@ async function confirmWithShard(env: Env, job: CatalogJob): Promise<JobRuntime |
   }
 }
 
-/** Fields given replace the job's whole; the rest stay; null clears an optional setting. */
-export async function patchJob(env: Env, caller: Caller, id: string, patch: z.infer<typeof PatchJobSchema>): Promise<JobState> {
+/** Compare-and-set attempts of a PATCH before it gives up (409): each lost to a change made meanwhile. */
+const PATCH_ATTEMPTS = 10;
+
+/**
+ * Fields given replace the job's whole; the rest stay; null clears an optional setting. The
+ * patch is applied to the job as read and written only if the job is still at that version
+ * (a compare-and-set): a change made meanwhile is never overwritten. Without `ifMatch` the
+ * patch is applied again to the job as it then is; with it, the client's view is stale: 412.
+ */
+export async function patchJob(
+  env: Env,
+  caller: Caller,
+  id: string,
+  patch: z.infer<typeof PatchJobSchema>,
+  ifMatch?: string,
+): Promise<JobState> {
   const { name, ...fields } = patch;
-  const current = await loadJob(env, caller, id);
-  const now = Date.now();
+  for (let attempt = 1; attempt <= PATCH_ATTEMPTS; attempt++) {
+    const current = await loadJob(env, caller, id);
+    checkIfMatch(current, ifMatch);
+    const now = Date.now();
+    const spec = await patchedSpec(env, current, fields, now);
+    const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now, current.version);
+    if (job) return { job, runtime: await confirmWithShard(env, job) };
+  }
+  throw new ApiError(409, "conflict", `the job kept changing while this change was applied (${PATCH_ATTEMPTS} times); repeat the request`);
+}
+
+async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<typeof PatchJobSchema>, "name">, now: number) {
+  const { id } = current;
   const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, onSuccess, onFailure, target, steps, ...rest } =
     fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
@@ -168,9 +139,7 @@ export async function patchJob(env: Env, caller: Caller, id: string, patch: z.in
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
   }
   if (onSuccess || onFailure) await checkChains(env.DB, current, spec);
-  const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now);
-  if (!job) throw notFound("job", id);
-  return { job, runtime: await confirmWithShard(env, job) };
+  return spec;
 }
 
 function definedOnly<T extends object>(o: T): Partial<T> {

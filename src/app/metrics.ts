@@ -36,6 +36,11 @@ export async function schedulerMetrics(env: Env, caller: Caller, windowMs: numbe
     outbox: m.outbox,
     awaitingClaim: m.awaitingClaim,
     oldestAwaitingClaimMs: m.oldestAwaitingClaimMs,
+    archive: {
+      failingShards: m.archive.failingShards,
+      consecutiveFailures: m.archive.consecutiveFailures,
+      nextRetryAt: m.archive.nextRetryAt === null ? null : new Date(m.archive.nextRetryAt).toISOString(),
+    },
     cost: caller.admin ? schedulerCost(m.shardCosts, await workerCost(env.DB, Date.now() - windowMs)) : null,
   };
 }

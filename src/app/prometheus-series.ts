@@ -2,23 +2,27 @@ import { SWEEP_REPAIR_KINDS, type SweepState } from "../catalog/sweep-state";
 import { ALARM_LAG_BOUNDS_MS } from "../shard/alarm-lag";
 import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
 import { RUN_STATES } from "../shard/run-states";
+import { FIRE_LAG_BOUNDS_MS } from "../shard/totals";
 import type { schedulerCost } from "./cost";
 import type { MetricsSnapshot } from "./metrics-snapshot";
 import type { Family, Sample } from "./prometheus";
+import { breakerTransitionSeries, counterSeries } from "./prometheus-counters";
 
 /**
  * What edgecron shows Prometheus at GET /metrics, from the figures GET /v1/metrics is made of.
  * Pure: a snapshot in, metric families out.
  *
- * The shards keep no counters since they started, only rows to count over a window, so most
- * series are gauges of "in the last <window>" (the window is said in each HELP and in
- * edgecron_metrics_window_seconds): graph them as they are, not through rate(). The fire-lag
- * and alarm-lag histograms are of the window too: histogram_quantile() over their buckets as
- * scraped, no rate().
+ * Two kinds: the counters and cumulative histograms of prometheus-counters.ts (`_total`,
+ * `edgecron_fire_lag_seconds`, `edgecron_alarm_lag_seconds`), which only grow and are for
+ * rate(); and the gauges of "in the last <window>" (the window is said in each HELP and in
+ * edgecron_metrics_window_seconds), counted over the shards' rows at each scrape: graph them as
+ * they are, not through rate(). The `_window_seconds` histograms are of the window too:
+ * histogram_quantile() over their buckets as scraped, no rate(). A tenant key sees only those
+ * (and its breakers' transitions): the counters are kept per shard, not per tenant.
  */
 
-/** Fire lag bucket bounds, in seconds: sub-second on a healthy shard, minutes when a backlog builds. */
-export const FIRE_LAG_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600] as const;
+/** Fire lag bucket bounds, in seconds: the shards' own (totals.ts), for the window's histogram too. */
+export const FIRE_LAG_BUCKETS = FIRE_LAG_BOUNDS_MS.map((ms) => ms / 1000);
 
 /** Figures that exist only for the whole scheduler, so only the admin token is shown them. */
 export interface AdminFigures {
@@ -44,8 +48,8 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       samples: byLabel("outcome", FINAL_ATTEMPT_OUTCOMES, m.attemptsByOutcome),
     },
     {
-      name: "edgecron_fire_lag_seconds",
-      help: `Scheduled instant to first claim, on the shard's clock, of scheduled runs started ${last} (at most the 1000 latest per shard); recomputed at each scrape, not cumulative.`,
+      name: "edgecron_fire_lag_window_seconds",
+      help: `Scheduled instant to first claim, on the shard's clock, of scheduled runs started ${last} (at most the 1000 latest per shard); recomputed at each scrape, not cumulative (edgecron_fire_lag_seconds is).`,
       type: "histogram",
       buckets: FIRE_LAG_BUCKETS,
       observations: m.lagsMs.map((ms) => ms / 1000),
@@ -72,13 +76,25 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       type: "gauge",
       samples: m.breakers.map((b) => ({ labels: { origin: b.origin }, value: b.held })),
     },
+    breakerTransitionSeries(m.breakerTransitions),
   ];
   if (!admin) return families;
   families.push(
+    ...counterSeries(m.totals),
     gauge(
       "edgecron_dispatch_outbox",
       "Dispatches committed but not yet handed to the Queue (their runs are in edgecron_queue_depth too); counted per shard, so shown to the admin token only.",
       m.outbox,
+    ),
+    gauge(
+      "edgecron_archive_failing_shards",
+      "Shards whose last write of expired runs to the R2 archive failed: those runs stay in the shard until a write succeeds; each shard retries after 5 s, doubling, at most every 10 min.",
+      m.archive.failingShards,
+    ),
+    gauge(
+      "edgecron_archive_consecutive_failures",
+      "The most failed archive writes in a row of any shard; 0 when none is failing.",
+      m.archive.consecutiveFailures,
     ),
     gauge(
       "edgecron_shard_starts",
@@ -86,8 +102,8 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       m.shardStarts,
     ),
     {
-      name: "edgecron_alarm_lag_seconds",
-      help: `How late shard alarms started ${last}: from the time each was set for (or the time it was set, if later: work already due) to the start of the alarm handler, on the shard's clock; the runtime's retries of a failed alarm left out. Bucketed by the shards' meters; recomputed at each scrape, not cumulative.`,
+      name: "edgecron_alarm_lag_window_seconds",
+      help: `How late shard alarms started ${last}: from the time each was set for (or the time it was set, if later: work already due) to the start of the alarm handler, on the shard's clock; the runtime's retries of a failed alarm left out. Bucketed by the shards' meters; recomputed at each scrape, not cumulative (edgecron_alarm_lag_seconds is).`,
       type: "histogram",
       buckets: ALARM_LAG_BOUNDS_MS.map((ms) => ms / 1000),
       counts: m.alarmLag.counts,

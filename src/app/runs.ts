@@ -2,7 +2,8 @@ import { ApiError, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
 import type { CatalogJob } from "../catalog/jobs";
 import { shardsInUse } from "../catalog/shards";
-import { jobIdOfRun, parseCompletionToken } from "../model/ids";
+import { jobIdOfRun } from "../model/ids";
+import { verifyCompletionToken } from "../security/completion-tokens";
 import type { Completion, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { type Caller, scopeOf } from "./caller";
@@ -39,21 +40,24 @@ export async function listRuns(env: Env, caller: Caller, jobId: string, query: {
 
 // ---- long-running targets: authenticated by the completion token, not an API key ----
 
-/** The token names the shard that issued it, so no catalog read is needed to find the run. */
-function shardOfToken(token: string): string {
-  const parsed = parseCompletionToken(token);
-  if (!parsed) throw new ApiError(403, "invalid_token", "not a completion token edgecron issued");
-  return parsed.shard;
+/**
+ * The token names the shard that issued it, so no catalog read is needed to find the run; its
+ * MAC is checked first, so a forged token reaches no shard (src/security/completion-tokens.ts).
+ */
+async function verifiedToken(env: Env, presented: string): Promise<{ token: string; shard: string }> {
+  const verified = await verifyCompletionToken(env.SIGNING_SECRET, presented);
+  if (!verified) throw new ApiError(403, "invalid_token", "not a completion token edgecron issued");
+  return verified;
 }
 
-export async function completeRun(env: Env, id: string, token: string, completion: Completion): Promise<RunView> {
-  const answer = await shardStub(env, shardOfToken(token)).complete(id, token, completion);
-  return answered(answer, { call: "complete", id });
+export async function completeRun(env: Env, id: string, presented: string, completion: Completion): Promise<RunView> {
+  const { token, shard } = await verifiedToken(env, presented);
+  return answered(await shardStub(env, shard).complete(id, token, completion), { call: "complete", id });
 }
 
-export async function heartbeat(env: Env, id: string, token: string, extendMs: number): Promise<{ leaseUntil: number }> {
-  const answer = await shardStub(env, shardOfToken(token)).heartbeat(id, token, extendMs);
-  return answered(answer, { call: "heartbeat", id });
+export async function heartbeat(env: Env, id: string, presented: string, extendMs: number): Promise<{ leaseUntil: number }> {
+  const { token, shard } = await verifiedToken(env, presented);
+  return answered(await shardStub(env, shard).heartbeat(id, token, extendMs), { call: "heartbeat", id });
 }
 
 // ---- dead letters ----

@@ -1,3 +1,4 @@
+import { failpoint } from "../faults";
 import type { AttemptRow, RunRow } from "../shard/contract";
 
 /**
@@ -26,6 +27,7 @@ export function archivePrefix(shard: string, at: number, unit: "hour" | "day"): 
 
 /** Writes a pass's runs, one object per scheduled hour. */
 export async function writeArchive(bucket: R2Bucket, shard: string, runs: ArchivedRun[], passAt: number): Promise<void> {
+  failpoint("archive.write", shard);
   const byHour = Map.groupBy(runs, (r) => Math.floor(r.scheduledAt / HOUR_MS));
   await Promise.all(
     [...byHour.values()].map(async (group) => {

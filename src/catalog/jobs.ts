@@ -105,13 +105,17 @@ export async function listJobs(db: D1Database, tenantId: string | null, limit: n
 
 /**
  * Changes a live job and bumps its version in one statement, so concurrent changes each get
- * their own version and a shard applies them in order. Null if the job is unknown or deleted.
+ * their own version and a shard applies them in order. With `expectedVersion`, a compare-and-
+ * set: only a job still at that version changes, so a change computed from what was read (a
+ * whole spec) cannot overwrite one made meanwhile. Null if the job is unknown, deleted, or (with
+ * `expectedVersion`) at another version.
  */
 export async function updateJob(
   db: D1Database,
   id: string,
   change: { paused?: boolean; deleted?: boolean; name?: string | null; spec?: JobSpec },
   now: number,
+  expectedVersion?: number,
 ): Promise<CatalogJob | null> {
   // A pause or resume by a person clears the reason edgecron gave for a pause of its own.
   const row = await guard("update", () =>
@@ -121,7 +125,7 @@ export async function updateJob(
          paused = COALESCE(?2, paused), paused_reason = CASE WHEN ?2 IS NULL THEN paused_reason END,
          deleted_at = CASE WHEN ?3 THEN ?1 ELSE deleted_at END,
          name = CASE WHEN ?4 THEN ?5 ELSE name END, spec = COALESCE(?6, spec)
-       WHERE id = ?7 AND deleted_at IS NULL RETURNING *`,
+       WHERE id = ?7 AND deleted_at IS NULL AND (?8 IS NULL OR version = ?8) RETURNING *`,
       )
       .bind(
         now,
@@ -131,6 +135,7 @@ export async function updateJob(
         change.name ?? null,
         change.spec ? JSON.stringify(change.spec) : null,
         id,
+        expectedVersion ?? null,
       )
       .first<Row>(),
   );

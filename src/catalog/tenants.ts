@@ -37,7 +37,7 @@ export interface ApiKeyRow {
 
 type Row = Record<string, unknown>;
 
-const toTenant = (r: Row): Tenant => ({
+export const toTenant = (r: Row): Tenant => ({
   id: r.id as string,
   name: (r.name as string | null) ?? null,
   limits: {
@@ -116,8 +116,13 @@ export async function insertKey(
   await guard("insert key", () => insertKeyStatement(db, tenantId, key, now).run());
 }
 
+/** The statement that reads a tenant, with `extra` columns if asked: for a D1 batch. */
+export function tenantStatement(db: D1Database, id: string, extra?: string): D1PreparedStatement {
+  return db.prepare(`SELECT *${extra ? `, ${extra}` : ""} FROM tenants WHERE id = ?`).bind(id);
+}
+
 export async function getTenant(db: D1Database, id: string): Promise<Tenant | null> {
-  const row = await guard("read tenant", () => db.prepare("SELECT * FROM tenants WHERE id = ?").bind(id).first<Row>());
+  const row = await guard("read tenant", () => tenantStatement(db, id).first<Row>());
   return row ? toTenant(row) : null;
 }
 

@@ -24,6 +24,8 @@ export type Schedule = Schemas["Schedule"];
 export type PreviewRequest = Schemas["PreviewRequest"];
 export type Preview = Schemas["Preview"];
 export type Backfill = Schemas["Backfill"];
+export type BatchCreateResult = Schemas["BatchCreateResult"];
+export type BatchCreateItem = Schemas["BatchCreateItem"];
 
 export interface ClientOptions {
   /** Where the API is, e.g. http://127.0.0.1:8787 (a path after the host is kept). */
@@ -79,7 +81,19 @@ export function createClient(options: ClientOptions) {
     all: (pageSize = 200) => everyItem<Job>((cursor) => jobs.list({ limit: pageSize, cursor })),
     get: (jobId: string) => body(api.GET("/v1/jobs/{id}", id(jobId))),
     create: (job: CreateJob) => body(api.POST("/v1/jobs", { body: job })),
-    patch: (jobId: string, patch: PatchJob) => body(api.PATCH("/v1/jobs/{id}", { ...id(jobId), body: patch })),
+    /**
+     * Up to 1,000 jobs in one request, each answered on its own (`results`, in order): the job
+     * (status 201) or its error; only a refusal of the whole request throws.
+     */
+    createMany: (list: CreateJob[]) => body(api.POST("/v1/jobs/batch", { body: { jobs: list } })),
+    /** `ifMatch`: the job's ETag as last read (`"v3"`): the change is made only if the job is still so (412 else). */
+    patch: (jobId: string, patch: PatchJob, ifMatch?: string) =>
+      body(
+        api.PATCH("/v1/jobs/{id}", {
+          params: { path: { id: jobId }, header: ifMatch === undefined ? undefined : { "if-match": ifMatch } },
+          body: patch,
+        }),
+      ),
     pause: (jobId: string) => body(api.POST("/v1/jobs/{id}/pause", id(jobId))),
     resume: (jobId: string) => body(api.POST("/v1/jobs/{id}/resume", id(jobId))),
     delete: (jobId: string) => body(api.DELETE("/v1/jobs/{id}", id(jobId))),

@@ -5,6 +5,112 @@
  */
 
 export interface paths {
+    "/v1/jobs/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create up to 1,000 jobs in one request, each answered on its own
+         * @description Each item is checked and created as POST /v1/jobs would create it, under the same quota: its result is the job (status 201) or the error POST /v1/jobs would have answered, its fields named from the request's root (`jobs[3].schedule.cron`). An item refused writes nothing; the others are created. The answer is 200 whatever the items' fates; a request that is not a list of 1 to 1,000 items is refused whole (400 naming `jobs`).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["BatchCreate"];
+                };
+            };
+            responses: {
+                /** @description each item's result, in order */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["BatchCreateResult"];
+                    };
+                };
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 4194304 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs": {
         parameters: {
             query?: never;
@@ -102,6 +208,8 @@ export interface paths {
                 /** @description the job, with its first fire */
                 201: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -210,6 +318,8 @@ export interface paths {
                 /** @description the job */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -275,7 +385,10 @@ export interface paths {
         delete: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -296,7 +409,10 @@ export interface paths {
                         };
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -319,6 +435,17 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -356,12 +483,15 @@ export interface paths {
         head?: never;
         /**
          * Change a job's definition atomically
-         * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran.
+         * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).
          */
         patch: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -376,6 +506,8 @@ export interface paths {
                 /** @description the job at its new version */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -384,6 +516,7 @@ export interface paths {
                 };
                 /**
                  * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
                  *     - `bad_request`: the body is not JSON
                  */
                 400: {
@@ -408,6 +541,26 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `conflict`: the job kept changing while the patch was applied to it; nothing was changed, repeating is safe */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -474,7 +627,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -485,13 +641,18 @@ export interface paths {
                 /** @description the job */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -514,6 +675,17 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -566,7 +738,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description Change the job only if its ETag is one of these (412 if not). */
+                    "if-match"?: string;
+                };
                 path: {
                     id: string;
                 };
@@ -577,13 +752,18 @@ export interface paths {
                 /** @description the job */
                 200: {
                     headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Job"];
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -606,6 +786,17 @@ export interface paths {
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `precondition_failed`: `If-Match` names none of the job's current ETag: it changed since the client read it; nothing was changed */
+                412: {
+                    headers: {
+                        /** @description The job's entity tag, from its version: send it in If-Match to change the job only as it is. */
+                        ETag?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -2783,7 +2974,7 @@ export interface paths {
         };
         /**
          * Scheduler health in Prometheus's text format (a tenant key sees its own runs only)
-         * @description The figures of GET /v1/metrics as Prometheus series named edgecron_*. Most are gauges of the last `window`; the admin token also gets the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation.
+         * @description The figures of GET /v1/metrics as Prometheus series named edgecron_*: gauges of the last `window`, and the tenant's breaker transitions as a counter. The admin token also gets the shards' counters and cumulative histograms since each shard was created (runs finished, attempts, fire and alarm lag, dispatches, retries, dead letters, shard starts: for rate()), the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation. docs/metrics.md lists them.
          */
         get: {
             parameters: {
@@ -2861,6 +3052,32 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        BatchCreateResult: {
+            created: number;
+            failed: number;
+            /** @description One per item, in the request's order; `index` is the item's. */
+            results: components["schemas"]["BatchCreateItem"][];
+        };
+        BatchCreateItem: {
+            index: number;
+            /** @enum {number} */
+            status: 201;
+            job: components["schemas"]["Job"];
+        } | {
+            index: number;
+            /** @description What POST /v1/jobs would have answered for this item alone. */
+            status: number;
+            error: {
+                /** @example invalid_request */
+                code: string;
+                message: string;
+                issues?: {
+                    /** @example schedule.cron */
+                    path: string;
+                    message: string;
+                }[];
+            };
+        };
         Job: {
             /** @example job_0mihx2k3f8a1b2c3d4e5 */
             id: string;
@@ -3027,6 +3244,10 @@ export interface components {
                     message: string;
                 }[];
             };
+        };
+        BatchCreate: {
+            /** @description 1 to 1,000 jobs, each as POST /v1/jobs takes it. */
+            jobs: components["schemas"]["CreateJob"][];
         };
         CreateJob: {
             name?: string;
@@ -3349,6 +3570,15 @@ export interface components {
             /** @description Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it. */
             awaitingClaim: number;
             oldestAwaitingClaimMs: number | null;
+            /** @description Retention's writes to the run archive, of whole shards (README, History). */
+            archive: {
+                /** @description Shards whose last write to the run archive (R2) failed: their expired runs stay until one succeeds. */
+                failingShards: number;
+                /** @description The most failed archive writes in a row of any shard; each shard waits longer after each (5 s, doubling, at most 10 min). */
+                consecutiveFailures: number;
+                /** @description The earliest next try of a failing shard; null when none is failing. */
+                nextRetryAt: string | null;
+            };
             cost: components["schemas"]["Cost"];
         };
         /** @description What the window cost (admin token only; null for a tenant key). */

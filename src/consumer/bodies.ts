@@ -1,6 +1,6 @@
 /**
- * What the consumer reads of a target's answer: a step's result, capped; a success's body,
- * discarded. Both read the stream by hand because `Response` has no capped read: `text()` would
+ * What the consumer reads of a target's answer: a step's result, capped; a failure's body, its
+ * start only; a success's body, discarded. Both read the stream by hand because `Response` has no capped read: `text()` would
  * read a body of any size.
  */
 
@@ -56,4 +56,25 @@ export async function readAtMost(response: Response, max: number): Promise<strin
     at += chunk.byteLength;
   }
   return new TextDecoder().decode(bytes);
+}
+
+/**
+ * The body's first `maxBytes` bytes as text, the rest cancelled unread: a failure's body is kept
+ * only as the start of an error, and a target streaming a huge one must not fill the isolate that
+ * runs other tenants' attempts of the batch. A character cut at the limit is left out.
+ */
+export async function readPrefix(response: Response, maxBytes: number): Promise<string> {
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  for (let size = 0; size < maxBytes; ) {
+    const { done, value } = await reader.read();
+    if (done) return text + decoder.decode();
+    const kept = value.subarray(0, maxBytes - size);
+    size += kept.byteLength;
+    text += decoder.decode(kept, { stream: true });
+  }
+  await reader.cancel();
+  return text;
 }

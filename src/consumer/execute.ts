@@ -1,10 +1,11 @@
 import { config } from "../config";
+import { signCompletionToken } from "../security/completion-tokens";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import type { ClaimResult, Outcome } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
-import { discardBody, readAtMost } from "./bodies";
+import { discardBody, readAtMost, readPrefix } from "./bodies";
 import type { ConnectionSlots } from "./connections";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
@@ -36,9 +37,10 @@ export function executeContext(env: Env): ExecuteContext {
 
 /**
  * The headers every attempt carries. Idempotency-Key is the same on every attempt of a run;
- * the completion token lets a target that answers 202 finish the attempt later.
+ * the completion token (the shard's, signed: src/security/completion-tokens.ts) lets a target
+ * that answers 202 finish the attempt later.
  */
-export function edgecronHeaders(claim: Claimed, publicUrl?: string): Record<string, string> {
+export function edgecronHeaders(claim: Claimed, completionToken: string, publicUrl?: string): Record<string, string> {
   return {
     // A workflow's step: the same key on every attempt of that step of that run (docs/workflows.md).
     "Idempotency-Key": claim.step ? `${claim.step.runId}:${claim.step.stepId}` : claim.runId,
@@ -47,7 +49,7 @@ export function edgecronHeaders(claim: Claimed, publicUrl?: string): Record<stri
     "X-Edgecron-Job-Id": claim.jobId,
     "X-Edgecron-Attempt": String(claim.attempt),
     "X-Edgecron-Scheduled-At": new Date(claim.scheduledAt).toISOString(),
-    "X-Edgecron-Completion-Token": claim.completionToken,
+    "X-Edgecron-Completion-Token": completionToken,
     ...(publicUrl && { "X-Edgecron-Complete-Url": `${publicUrl.replace(/\/$/, "")}/v1/runs/${claim.runId}/complete` }),
   };
 }
@@ -138,7 +140,8 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
     body = secrets.body !== undefined ? JSON.stringify(secrets.body) : claim.input;
     if (!headers.has("content-type")) headers.set("content-type", "application/json");
   }
-  for (const [name, value] of Object.entries(edgecronHeaders(claim, ctx.publicUrl))) headers.set(name, value);
+  const completionToken = await signCompletionToken(ctx.signingSecret, claim.completionToken);
+  for (const [name, value] of Object.entries(edgecronHeaders(claim, completionToken, ctx.publicUrl))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, claim.tenantId, claim.signingGeneration);
   /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
   const sign = async (sent: string | undefined) =>
@@ -158,7 +161,8 @@ async function describe(base: { runId: string; fence: number }, response: Respon
     return { ...base, ok, status: response.status, error: null, result };
   }
   if (ok) await discardBody(response);
-  const text = ok ? "" : await response.text();
+  // A UTF-16 unit of text is at most 3 bytes of UTF-8, so this many bytes make the kept characters.
+  const text = ok ? "" : await readPrefix(response, MAX_ERROR_CHARS * 3);
   return {
     ...base,
     ok,

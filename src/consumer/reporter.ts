@@ -25,8 +25,11 @@ interface Waiter {
 
 /**
  * Reports one shard's outcomes as they finish, a few at a time, instead of once for the whole
- * batch. `report` answers whether the shard now has the outcome (recorded, or stale: there is
- * nothing left to record), so its message may be acked only then.
+ * batch. `report` answers whether the outcome is safe: the shard has it (recorded, or stale:
+ * there is nothing left to record), or, when the shard could not be told after REPORT_TRIES,
+ * it was kept on the queue for the shard (`keep`), so that a success the target gave is
+ * recorded as one however late, never lost to a lease that ran out (the run would end dead
+ * on its last attempt). Its message may be acked only then.
  */
 export class OutcomeReporter {
   #pending: Waiter[] = [];
@@ -38,6 +41,8 @@ export class OutcomeReporter {
     private readonly stub: ShardApi,
     private readonly shard: string,
     attempts: number,
+    /** Puts outcomes the shard could not be told on the queue, for its consumer to report later. */
+    private readonly keep: (outcomes: Outcome[]) => Promise<unknown>,
   ) {
     this.#executing = attempts;
   }
@@ -79,12 +84,24 @@ export class OutcomeReporter {
         await this.stub.report(outcomes);
         return true;
       } catch (err) {
-        if (tries >= REPORT_TRIES) {
-          console.error(`report to ${this.shard} failed ${tries} times; its dispatches go back to the queue`, err);
-          return false;
-        }
+        if (tries >= REPORT_TRIES) return this.#keep(outcomes, err);
         await new Promise((resolve) => setTimeout(resolve, REPORT_BACKOFF_MS * 2 ** (tries - 1)));
       }
+    }
+  }
+
+  async #keep(outcomes: Outcome[], err: unknown): Promise<boolean> {
+    try {
+      await this.keep(outcomes);
+      console.error(`report to ${this.shard} failed ${REPORT_TRIES} times; its outcomes are kept on the queue`, err);
+      return true;
+    } catch (keepErr) {
+      // Nothing kept: the dispatches come again, and are made again under the same fence.
+      console.error(
+        `report to ${this.shard} failed ${REPORT_TRIES} times, and keeping its outcomes failed; they go back to the queue`,
+        keepErr,
+      );
+      return false;
     }
   }
 }

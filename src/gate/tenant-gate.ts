@@ -24,6 +24,7 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
+      CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
     `);
   }
 
@@ -92,12 +93,15 @@ export class TenantGate extends DurableObject<Env> {
     const now = Date.now();
     const answers: Record<string, { pass: number; waitUntil: number | null }> = {};
     this.ctx.storage.transactionSync(() => {
+      const moves = new Map<string, number>();
       for (const { origin, runs } of asks) {
         const before = this.breaker(origin);
         const { breaker, pass, waitUntil } = check(before, runs, now);
         if (breaker !== before) this.saveBreaker(breaker);
+        noteMove(moves, before, breaker);
         answers[origin] = { pass, waitUntil };
       }
+      this.countMoves(moves);
     });
     return answers;
   }
@@ -108,15 +112,19 @@ export class TenantGate extends DurableObject<Env> {
     // Each origin read once and written once per call, however many outcomes a batch brings.
     const read = new Map<string, Breaker>();
     const changed = new Map<string, Breaker>();
+    // Every move counts, though only the last state of each origin is written.
+    const moves = new Map<string, number>();
     for (const { origin, ok } of outcomes) {
       const before = changed.get(origin) ?? read.get(origin) ?? this.breaker(origin);
       read.set(origin, before);
       const after = record(before, ok, now);
       if (after !== before) changed.set(origin, after);
+      noteMove(moves, before, after);
     }
     if (changed.size === 0) return;
     this.ctx.storage.transactionSync(() => {
       for (const b of changed.values()) this.saveBreaker(b);
+      this.countMoves(moves);
     });
   }
 
@@ -126,6 +134,27 @@ export class TenantGate extends DurableObject<Env> {
       .exec("SELECT state FROM breakers ORDER BY origin")
       .toArray()
       .map((r) => JSON.parse(r.state as string) as Breaker);
+  }
+
+  /**
+   * The breakers, and how often one moved to each state since the gate was created: a counter
+   * GET /metrics serves (edgecron_breaker_transitions_total), kept in the gate's storage.
+   */
+  async breakerFigures(): Promise<{ breakers: Breaker[]; transitions: Record<string, number> }> {
+    const transitions: Record<string, number> = {};
+    for (const r of this.sql.exec("SELECT to_state, n FROM breaker_transitions").toArray())
+      transitions[r.to_state as string] = r.n as number;
+    return { breakers: await this.breakers(), transitions };
+  }
+
+  /** A row per state moved to, in the change's transaction: moves are rare (five failures in a row open a breaker). */
+  private countMoves(moves: Map<string, number>): void {
+    for (const [to, n] of moves)
+      this.sql.exec(
+        "INSERT INTO breaker_transitions (to_state, n) VALUES (?, ?) ON CONFLICT (to_state) DO UPDATE SET n = n + excluded.n",
+        to,
+        n,
+      );
   }
 
   private breaker(origin: string): Breaker {
@@ -196,4 +225,9 @@ export class TenantGate extends DurableObject<Env> {
     if (at === null) await this.ctx.storage.deleteAlarm();
     else if ((await this.ctx.storage.getAlarm()) !== at) await this.ctx.storage.setAlarm(at);
   }
+}
+
+/** A breaker that changed state between `before` and `after` adds one to the count of the state it moved to. */
+function noteMove(moves: Map<string, number>, before: Breaker, after: Breaker): void {
+  if (after.state !== before.state) moves.set(after.state, (moves.get(after.state) ?? 0) + 1);
 }

@@ -155,3 +155,5 @@ export const newTenantId = () => `ten_${randomChars(20)}`;
 export const KEY_ID = /^key_[0-9a-z]{20}$/;
 export const newKeyId = () => `key_${randomChars(20)}`;
 export const newApiKey = () => `ek_${randomChars(36)}`;
+/** The form of every API key issued; a token of any other form is refused without a lookup. */
+export const API_KEY = /^ek_[0-9a-z]{36}$/;

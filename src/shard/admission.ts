@@ -17,19 +17,28 @@ export interface AdmissionPlan {
 
 type AdmissionJob = Pick<ShardJob, "spec" | "rateNextAt" | "paused" | "deleted">;
 
+/**
+ * `stoppedFor` is the ledger's rule of which runs a pause or delete ends (ledger.ts), passed in
+ * rather than imported (the ledger imports this module): admission must agree with it, since a
+ * run it leaves out and the ledger does not cancel stays due with nothing to move it, and its
+ * due time, past, would start the alarm over and over (a paused workflow's step held by a
+ * breaker did).
+ */
 export function planAdmission(
   waiting: readonly RunRow[],
   jobs: ReadonlyMap<string, AdmissionJob>,
   inFlight: (jobId: string) => number,
   now: number,
   recheckMs: number,
+  stoppedFor: (run: RunRow, job: AdmissionJob | null) => string | null,
 ): AdmissionPlan {
   const plan: AdmissionPlan = { candidates: [], deferred: [] };
   const counts = new Map<string, number>();
   const rateTaken = new Set<string>();
   for (const run of waiting) {
     const job = jobs.get(run.jobId);
-    if (!job || job.paused || job.deleted) continue; // the alarm cancels these
+    // The alarm cancels these. A paused job's workflow steps under way are not among them: they go on.
+    if (!job || stoppedFor(run, job) !== null) continue;
     const { maxConcurrency, ratePerSecond } = job.spec;
     // Counted only for a job that has a maxConcurrency: one query per job adds up over a backlog.
     const count = counts.get(run.jobId) ?? (maxConcurrency === undefined ? 0 : inFlight(run.jobId));

@@ -1,6 +1,6 @@
 import { planAdmission } from "./admission";
 import { LEASE_GRACE_MS, type RunRow } from "./contract";
-import { type RunLedger, TICK_BATCH } from "./ledger";
+import { type RunLedger, stoppedFor, TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
 
 /**
@@ -71,7 +71,7 @@ export class Admitter {
     const waiting = this.store.waitingRuns(now, TICK_BATCH);
     if (waiting.length === 0) return;
     const jobs = new Map(this.store.getJobs([...new Set(waiting.map((r) => r.jobId))]).map((j) => [j.id, j]));
-    const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS);
+    const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS, stoppedFor);
     // A permit is granted for one admission of one run: the fence makes a later admission's
     // permit a different one, so a late release of the earlier cannot take it away.
     const permitOf = (run: RunRow) => `${run.id}#${run.fence}`;

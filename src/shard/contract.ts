@@ -2,6 +2,7 @@ import type { JobSpec, Notify, NotifyEvent, StoredTarget } from "../model/job";
 import type { LagCounts } from "./alarm-lag";
 import type { AttemptOutcome } from "./attempt-states";
 import type { FailureKind, RUN_TRIGGERS, RunState } from "./run-states";
+import type { ShardTotals } from "./totals";
 
 /**
  * The shard's contract: what the API, the consumer, the sweep and the tenant gates may ask of
@@ -182,6 +183,15 @@ export interface DurableObjectFigures {
   alarmLag: LagCounts;
 }
 
+/** How the shard's writes to the run archive have been doing (retention.ts); of the whole shard, like `cost`. */
+export interface ArchiveHealth {
+  /** Failed writes in a row; 0 once one succeeds (or none was ever needed). */
+  consecutiveFailures: number;
+  /** When the retention pass tries again, while failing; null otherwise. */
+  nextRetryAt: number | null;
+  lastError: string | null;
+}
+
 export interface ShardMetrics {
   runsByState: Record<string, number>;
   attemptsByOutcome: Record<string, number>;
@@ -193,6 +203,9 @@ export interface ShardMetrics {
   cost: ShardCost;
   /** Of the whole shard, like `cost`. */
   durableObject: DurableObjectFigures;
+  archive: ArchiveHealth;
+  /** The shard's counters since it was created (totals.ts); of the whole shard too. */
+  totals: ShardTotals;
 }
 
 // ---- the consumer's side ----
@@ -265,13 +278,26 @@ export interface ChainMessage {
   fromRunId: string;
 }
 
-/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications and chained triggers. */
-export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage;
+/**
+ * Outcomes a consumer could not report to their shard (the shard was unreachable after retries):
+ * kept on the queue instead of thrown away, so that a success is recorded as one however late,
+ * never lost to a lease that runs out (src/consumer/reporter.ts). Its consumer reports them; a
+ * failed report retries the message.
+ */
+export interface OutcomesMessage {
+  kind: "outcomes";
+  shard: string;
+  outcomes: Outcome[];
+}
+
+/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications, chained triggers and kept outcomes. */
+export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage | OutcomesMessage;
 /** A message of run dispatches: a pack, or one dispatch as shards sent them before packs. */
 export type DispatchesMessage = DispatchPack | DispatchMessage;
 export type OutboxMessage = NotifyMessage | ChainMessage;
 
-export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m;
+export const isOutcomesMessage = (m: QueueMessage): m is OutcomesMessage => "kind" in m && m.kind === "outcomes";
+export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m && m.kind !== "outcomes";
 
 /** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;

@@ -17,6 +17,14 @@ const ENTRY_NEEDED = `(next_due_at IS NOT NULL AND (next_due_at, job_id) > (?, ?
   AND ((next_due_at, job_id) <= (?, ?) OR next_version = (SELECT version FROM jobs WHERE jobs.id = runs.job_id)))`;
 
 /**
+ * A workflow's step run whose workflow run has not ended: the run still reads its steps' rows
+ * (their states decide what starts next, their results are the input of the steps below), so
+ * a step leaves only with or after its run, however old or far beyond the cap it is.
+ */
+const RUN_UNFINISHED = `(parent_run_id IS NOT NULL
+  AND EXISTS (SELECT 1 FROM runs AS parent WHERE parent.id = runs.parent_run_id AND parent.state NOT IN (${FINAL})))`;
+
+/**
  * The statements of retention (`retention.ts`): finding a shard's expired history, reading it
  * for the archive and removing it, and the pass's own bookkeeping in `meta`. Apart from
  * `store.ts`, whose statements serve the runs in hand, because these serve the runs that are done.
@@ -37,6 +45,10 @@ export class HistoryStore {
 
   setMeta(key: string, value: string): void {
     this.sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", key, value);
+  }
+
+  deleteMeta(key: string): void {
+    this.sql.exec("DELETE FROM meta WHERE key = ?", key);
   }
 
   /** Jobs in id order after `afterId`: a retention pass walks them a page at a time. */
@@ -63,13 +75,19 @@ export class HistoryStore {
     return (row?.scheduled_at as number | undefined) ?? null;
   }
 
-  /** Up to `limit` of the job's finished runs scheduled before `before`, oldest first, save those `ENTRY_NEEDED` keeps. */
+  /**
+   * Up to `limit` of the job's finished runs scheduled before `before`, oldest first, save those
+   * `ENTRY_NEEDED` keeps and the steps of a workflow run under way. A workflow run comes before
+   * its steps (they share its instant), so a pass the limit cuts short never leaves a finished
+   * run without the steps a retry of it would keep.
+   */
   finishedRunsBefore(jobId: string, before: number, limit: number): RunRow[] {
     const { fired, checked } = this.passed();
     return this.sql
       .exec(
-        `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND scheduled_at < ? AND state IN (${FINAL}) AND NOT ${ENTRY_NEEDED}
-         ORDER BY scheduled_at LIMIT ?`,
+        `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND scheduled_at < ? AND state IN (${FINAL})
+           AND NOT ${ENTRY_NEEDED} AND NOT ${RUN_UNFINISHED}
+         ORDER BY scheduled_at, parent_run_id IS NOT NULL LIMIT ?`,
         ...runKeyRange(jobId),
         jobId,
         before,
@@ -95,8 +113,9 @@ export class HistoryStore {
 
   /**
    * Removes finished runs and their earlier attempts (the latest goes with its row); a run
-   * revived meanwhile is no longer final and stays, as does one whose entry is needed again
-   * (positions read afresh after a change rolled back). Returns the ids removed.
+   * revived meanwhile is no longer final and stays, as do the steps of a workflow run revived
+   * meanwhile, and a run whose entry is needed again (positions read afresh after a change
+   * rolled back). Returns the ids removed.
    */
   removeFinishedRuns(runIds: string[]): string[] {
     const { fired, checked } = this.passed();
@@ -104,7 +123,8 @@ export class HistoryStore {
     for (const chunk of chunksForStatement(runIds, 4)) {
       const gone = this.sql
         .exec(
-          `DELETE FROM runs WHERE id IN (${placeholders(chunk.length)}) AND state IN (${FINAL}) AND NOT ${ENTRY_NEEDED} RETURNING id`,
+          `DELETE FROM runs WHERE id IN (${placeholders(chunk.length)}) AND state IN (${FINAL}) AND NOT ${ENTRY_NEEDED} AND NOT ${RUN_UNFINISHED}
+           RETURNING id`,
           ...chunk,
           checked.dueAt,
           checked.jobId,

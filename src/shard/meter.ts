@@ -11,11 +11,13 @@
  *
  * It also counts what the runtime does to the object, not to any operation: its starts and
  * how late its alarms came. Those ride on the next tally written, so they cost no row of their
- * own.
+ * own. So do the shard's counters since it was created (counters.ts), on the same row.
  */
 import { addLags, countLag, lagColumnValues, lagsOfValues, noLags } from "./alarm-lag";
 import { ArmedAlarm } from "./armed-alarm";
 import type { DurableObjectFigures, OperationCost, ShardCost } from "./contract";
+import { ShardCounters } from "./counters";
+import { decodeTotals, encodeTotals, type ShardTotals } from "./totals";
 
 /** The label of statements that run after an RPC's own change: admission, sending, re-arming. */
 export const SETTLE = "settle";
@@ -58,7 +60,9 @@ interface Tally {
 
 const emptyTally = (): Tally => ({ ops: {}, meter: [0, 0], starts: 0, lags: lagColumnValues(noLags()) });
 
-const UPSERT = "INSERT INTO cost_tallies (minute, tally) VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET tally = excluded.tally";
+// The totals ride on the tally's row: one row written either way (docs/cost.md).
+const UPSERT =
+  "INSERT INTO cost_tallies (minute, tally, totals) VALUES (?, ?, ?) ON CONFLICT (minute) DO UPDATE SET tally = excluded.tally, totals = excluded.totals";
 
 const zero = (): OperationCost => ({ calls: 0, rowsRead: 0, rowsWritten: 0, queueMessages: 0, gateRequests: 0, runsFinished: 0 });
 
@@ -79,6 +83,8 @@ export class ShardMeter {
   private lastWrite = 0;
   /** The tally this object last wrote, kept so that the next write of that minute need not read it back. */
   private written: { minute: number; tally: Tally } | undefined;
+  /** The shard's counters since it was created, written with each tally. */
+  readonly counters = new ShardCounters();
 
   constructor(private readonly raw: SqlStorage) {}
 
@@ -109,6 +115,7 @@ export class ShardMeter {
   /** The shard object was just constructed: counted with the next write. */
   countStart(): void {
     this.starts++;
+    this.counters.started();
   }
 
   /** The shard's alarm is now set for `at` (null: none). */
@@ -123,7 +130,10 @@ export class ShardMeter {
    */
   alarmStarted(now: number, info: AlarmInvocationInfo | undefined): void {
     const lag = this.alarm.started(now, info?.scheduledTime);
-    if (lag !== null && !info?.isRetry) countLag(this.lags, lag);
+    if (lag !== null && !info?.isRetry) {
+      countLag(this.lags, lag);
+      this.counters.alarmLag(lag);
+    }
   }
 
   /** Counts made inside a change of the shard's state: kept apart until it commits (`inChange`). */
@@ -137,7 +147,7 @@ export class ShardMeter {
     const pending: Array<[Counter, number, string]> = [];
     this.pending = pending;
     try {
-      const result = change();
+      const result = this.counters.inChange(change);
       this.pending = null;
       for (const [counter, n, operation] of pending) this.count(counter, n, operation);
       return result;
@@ -187,7 +197,8 @@ export class ShardMeter {
     this.own = { rowsRead: 0, rowsWritten: 0 };
     this.starts = 0;
     this.lags = noLags();
-    this.addOwn(this.raw.exec(UPSERT, minute, JSON.stringify(tally)));
+    const totals = encodeTotals(this.counters.toWrite(() => this.storedTotals()));
+    this.addOwn(this.raw.exec(UPSERT, minute, JSON.stringify(tally), totals));
     this.written = { minute, tally };
     if (minute > this.prunedMinute) {
       // Once a minute at most: a range delete on the primary key.
@@ -200,7 +211,7 @@ export class ShardMeter {
    * The counters of the minutes from `since` on (whole minutes), per operation, what is still in
    * memory included; and the object's own figures, summed over every minute.
    */
-  window(since: number, now: number): { cost: ShardCost; durableObject: DurableObjectFigures } {
+  window(since: number, now: number): { cost: ShardCost; durableObject: DurableObjectFigures; totals: ShardTotals } {
     this.persist(now, true);
     const cursor = this.raw.exec("SELECT tally FROM cost_tallies WHERE minute >= ?", Math.floor(since / MINUTE_MS));
     const tallies = cursor.toArray().map((r) => JSON.parse(r.tally as string) as Tally);
@@ -219,7 +230,18 @@ export class ShardMeter {
       durableObject.starts += tally.starts;
       addLags(durableObject.alarmLag, lagsOfValues(tally.lags));
     }
-    return { cost: { byOperation, meter }, durableObject };
+    return { cost: { byOperation, meter }, durableObject, totals: this.counters.current(() => this.storedTotals()) };
+  }
+
+  /**
+   * The totals last written, read once per object: the latest row that has them (a release from
+   * before step 19, rolled back to, writes rows without; what it counted is lost, not undone).
+   */
+  private storedTotals(): ShardTotals | null {
+    const cursor = this.raw.exec("SELECT totals FROM cost_tallies WHERE totals IS NOT NULL ORDER BY minute DESC LIMIT 1");
+    const row = cursor.toArray()[0];
+    this.addOwn(cursor);
+    return row ? decodeTotals(row.totals as string) : null;
   }
 
   /** The tally of `minute` as stored: the one this object wrote last, or read (once after a start, or in a new minute). */

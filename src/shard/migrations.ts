@@ -440,17 +440,48 @@ SELECT minute, json_object(
 FROM cost_minutes GROUP BY minute;
 DELETE FROM cost_minutes;`,
   },
+  {
+    version: 19,
+    name: "the shard's counters since it was created, on the meter's row",
+    // GET /metrics serves Prometheus counters and cumulative histograms (counters.ts, totals.ts):
+    // each tally the meter writes carries the shard's totals so far as JSON, so they cost no row
+    // of their own and the latest row holds them (pruning keeps the newest minutes). Rows from
+    // before this step have none: the counters start from 0.
+    sql: `
+ALTER TABLE cost_tallies ADD COLUMN totals TEXT;`,
+  },
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;
 
 /**
+ * The shard's storage was upgraded by a release newer than this code (a rollback past a step).
+ * Steps are one way (step 17 moved recurring jobs' next fires onto their runs, which older code
+ * never reads), so code behind its storage would quietly stop firing jobs rather than fail:
+ * the shard refuses to run instead, until the newer release is back.
+ */
+export class ShardSchemaTooNew extends Error {
+  constructor(
+    readonly stored: number,
+    readonly known: number,
+  ) {
+    super(
+      `shard storage is at schema version ${stored}, newer than this code's last step ${known} (a rollback past a migration?): ` +
+        "the shard refuses to run until a release with that step is deployed",
+    );
+    this.name = "ShardSchemaTooNew";
+  }
+}
+
+/**
  * Brings the shard's storage to the latest version, applying each missing step once. The
  * caller runs this inside one transaction (the Durable Object's constructor does), so an
- * interrupted upgrade leaves nothing half done and the version moves with the steps.
+ * interrupted upgrade leaves nothing half done and the version moves with the steps. Storage
+ * newer than the code throws `ShardSchemaTooNew`, before anything is written.
  */
 export function migrateShard(sql: SqlStorage): { from: number; to: number } {
   const from = schemaVersion(sql);
+  if (from > SHARD_SCHEMA_VERSION) throw new ShardSchemaTooNew(from, SHARD_SCHEMA_VERSION);
   for (const step of SHARD_MIGRATIONS) {
     if (step.version <= from) continue;
     sql.exec(step.sql);

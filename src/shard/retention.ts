@@ -1,5 +1,5 @@
 import type { ArchivedRun } from "../archive/run-archive";
-import type { RunRow, TenantSettings } from "./contract";
+import type { ArchiveHealth, RunRow, TenantSettings } from "./contract";
 import type { HistoryStore } from "./history-store";
 import type { ShardJob } from "./rows";
 
@@ -17,8 +17,20 @@ const BACKLOG_PAUSE_MS = 1_000;
 const JOBS_PER_PASS = 100;
 const DAY_MS = 86_400_000;
 
+/** After a failed archive write the pass is tried again this long after, doubling with each failure in a row... */
+export const ARCHIVE_RETRY_FIRST_MS = 5_000;
+/** ...up to the interval of passes: an archive down for hours costs the shard one attempt every 10 minutes. */
+export const ARCHIVE_RETRY_MAX_MS = RETENTION_EVERY_MS;
+
 const NEXT_PASS = "retention_next_at";
 const CURSOR = "retention_cursor";
+const ARCHIVE_FAILURES = "retention_archive_failures";
+const ARCHIVE_ERROR = "retention_archive_error";
+
+/** The wait before the next pass after `failures` failed archive writes in a row. */
+export function archiveRetryDelay(failures: number): number {
+  return Math.min(ARCHIVE_RETRY_FIRST_MS * 2 ** Math.max(0, failures - 1), ARCHIVE_RETRY_MAX_MS);
+}
 
 /** Where expired history goes before it leaves the shard; null: it is only deleted. */
 export type Archive = ((shard: string, runs: ArchivedRun[]) => Promise<void>) | null;
@@ -84,8 +96,20 @@ export class Retention {
       reached = job.id;
     }
     const full = expired.length >= RETENTION_CHUNK;
-    if (expired.length > 0 && this.archive) await this.archive(this.shardName(), this.withAttempts(expired));
+    const failures = this.archiveFailures();
+    if (expired.length > 0 && this.archive) {
+      try {
+        await this.archive(this.shardName(), this.withAttempts(expired));
+      } catch (err) {
+        this.archiveFailed(failures + 1, err, now, transaction);
+        return { removed: 0 };
+      }
+    }
     const removed = transaction(() => {
+      if (failures > 0) {
+        this.history.deleteMeta(ARCHIVE_FAILURES);
+        this.history.deleteMeta(ARCHIVE_ERROR);
+      }
       const gone = this.history.removeFinishedRuns(expired.map((r) => r.id));
       for (const job of jobs) if (job.deleted && job.id <= reached) this.history.purgeDeletedJob(job.id);
       const wrapped = !full && jobs.length < JOBS_PER_PASS;
@@ -95,6 +119,39 @@ export class Retention {
       return gone.length;
     });
     return { removed };
+  }
+
+  /**
+   * The archive refused the pass's runs: nothing is removed (they leave only once archived),
+   * and the next pass waits, longer after each failure in a row. Without the wait the pass's
+   * time stays in the past, and every call's settle would point the alarm at it again: an
+   * alarm that never stops while the archive is down. The rest of the alarm's work is done by
+   * then; the failure is not thrown, so the runtime does not retry the alarm for it either.
+   */
+  private archiveFailed(failures: number, err: unknown, now: number, transaction: <T>(change: () => T) => T): void {
+    const retryAt = now + archiveRetryDelay(failures);
+    const message = err instanceof Error ? err.message : String(err);
+    transaction(() => {
+      this.history.setMeta(ARCHIVE_FAILURES, String(failures));
+      this.history.setMeta(ARCHIVE_ERROR, message);
+      this.setNextPass(retryAt);
+    });
+    console.error(
+      `shard ${this.shardName()}: archive write failed (${failures} in a row), nothing removed; next try at ${new Date(retryAt).toISOString()}: ${message}`,
+    );
+  }
+
+  private archiveFailures(): number {
+    return Number(this.history.getMeta(ARCHIVE_FAILURES) ?? 0);
+  }
+
+  archiveHealth(): ArchiveHealth {
+    const failures = this.archiveFailures();
+    return {
+      consecutiveFailures: failures,
+      nextRetryAt: failures > 0 ? this.storedNextPass() : null,
+      lastError: failures > 0 ? this.history.getMeta(ARCHIVE_ERROR) : null,
+    };
   }
 
   /** The job's finished runs past its window or beyond its cap, oldest first. */

@@ -32,7 +32,7 @@ import { FIRE_CHUNK, Firing } from "./firing";
 import { HistoryStore } from "./history-store";
 import { RunLedger, TICK_BATCH } from "./ledger";
 import { ALARM, SETTLE, ShardMeter } from "./meter";
-import { migrateShard } from "./migrations";
+import { migrateShard, ShardSchemaTooNew } from "./migrations";
 import { Outcomes } from "./outcomes";
 import { Retention } from "./retention";
 import { ShardStore } from "./store";
@@ -63,12 +63,21 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly retention: Retention;
   private readonly outcomes: Outcomes;
   private readonly workflows: Workflows;
+  /** Set when the storage is newer than this code: every call and the alarm throw it, and nothing is written. */
+  private readonly refusal: ShardSchemaTooNew | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     const sql = ctx.storage.sql;
     // One transaction: a shard an earlier release created is upgraded all at once or not at all.
-    ctx.storage.transactionSync(() => migrateShard(sql));
+    try {
+      ctx.storage.transactionSync(() => migrateShard(sql));
+    } catch (err) {
+      if (!(err instanceof ShardSchemaTooNew)) throw err;
+      // Logged once per instance, not per call; the calls' own errors say it each time.
+      console.error(`shard ${ctx.id.name ?? ctx.id.toString()}: ${err.message}`);
+      this.refusal = err;
+    }
     const name = () => this.name;
     const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
     this.meter = new ShardMeter(sql);
@@ -76,19 +85,28 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     // or again after an eviction, a restart or a deploy).
     this.meter.countStart();
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
-    this.store = new ShardStore(this.meter.sql, (run) => {
-      // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
-      if (this.workflows.ended(run, Date.now()) === "step") return;
-      this.meter.count("runsFinished");
-      this.outcomes.noteFinished(run);
-    });
+    const counters = this.meter.counters;
+    this.store = new ShardStore(
+      this.meter.sql,
+      (run) => {
+        // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
+        if (this.workflows.ended(run, Date.now()) === "step") return;
+        this.meter.count("runsFinished");
+        counters.finished(run);
+        this.outcomes.noteFinished(run);
+      },
+      (before, event, after, attempt) => counters.moved(before, event, after, attempt),
+    );
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
     this.ledger = new RunLedger(
       this.store,
       claimTimeoutMs,
       (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
-      (dispatch) => this.dispatcher.send(dispatch),
+      (dispatch) => {
+        counters.dispatched();
+        this.dispatcher.send(dispatch);
+      },
     );
     this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
     this.firing = new Firing(this.store, this.ledger, this.workflows);
@@ -128,6 +146,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * throw would lose the runtime's retry.
    */
   override async alarm(info?: AlarmInvocationInfo): Promise<void> {
+    this.refuseIfTooNew();
     this.meter.alarmStarted(Date.now(), info);
     return this.metered(ALARM, () => this.runAlarm());
   }
@@ -339,6 +358,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         ...this.views.metrics(windowMs, tenantId, now),
         outbox: this.dispatcher.unsentCount(tenantId),
         ...this.meter.window(now - windowMs, now),
+        archive: this.retention.archiveHealth(),
       };
     });
   }
@@ -372,6 +392,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * What it counted is written once, at its end.
    */
   private async metered<T>(operation: string, work: (here: <R>(part: () => R) => R) => Promise<T>): Promise<T> {
+    this.refuseIfTooNew();
     this.meter.count("calls", 1, operation);
     try {
       return await this.meter.during(operation, () => work((part) => this.meter.during(operation, part)));
@@ -382,6 +403,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       const due = this.nextDue(now);
       this.meter.persist(now, due === null || due > now + IDLE_AFTER_MS);
     }
+  }
+
+  /** Before anything is read or written (the meter's tally included): storage newer than the code is not touched. */
+  private refuseIfTooNew(): void {
+    if (this.refusal) throw this.refusal;
   }
 
   /** One atomic change of the shard's state: the single writer's transaction; dispatches it made go with it if it throws. */

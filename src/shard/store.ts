@@ -64,11 +64,12 @@ export class ShardStore {
   /**
    * Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's,
    * which counts each statement's rows); `onFinished` hears of each run reaching a final state,
-   * within the step's own transaction.
+   * and `onMoved` of each step of a run (counters.ts), within the step's own transaction.
    */
   constructor(
     private readonly sql: Pick<SqlStorage, "exec">,
     private readonly onFinished: (run: RunRow) => void = () => {},
+    private readonly onMoved: (before: RunRow, event: RunEvent, after: RunRow, attempt?: AttemptChange) => void = () => {},
   ) {
     this.permitReleases = new PermitReleases(sql);
     this.frequent = new FrequentJobs(sql);
@@ -372,6 +373,7 @@ export class ShardStore {
     }
     // After the row is written, so that whoever hears of it (a workflow reading its steps) reads it
     // as it now is. A run that was final already (a late success of a dead run) does not finish twice.
+    this.onMoved(run, event, next, attempt);
     if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished(next);
     return next;
   }

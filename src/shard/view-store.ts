@@ -94,7 +94,7 @@ export class ViewStore {
     now: number,
     maxLagSamples: number,
     tenantId: string | null,
-  ): Omit<ShardMetrics, "cost" | "outbox" | "durableObject"> {
+  ): Omit<ShardMetrics, "cost" | "outbox" | "durableObject" | "archive" | "totals"> {
     // ?1 is the tenant (null: all); a run belongs to it through its job.
     const ofTenant = (runIdColumn: string) =>
       `(?1 IS NULL OR ${runIdColumn} IN (SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.tenant_id = ?1))`;

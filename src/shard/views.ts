@@ -93,7 +93,11 @@ export class Views {
   }
 
   /** Of one tenant's runs, or of all (null). */
-  metrics(windowMs: number, tenantId: string | null, now: number): Omit<ShardMetrics, "cost" | "outbox" | "durableObject"> {
+  metrics(
+    windowMs: number,
+    tenantId: string | null,
+    now: number,
+  ): Omit<ShardMetrics, "cost" | "outbox" | "durableObject" | "archive" | "totals"> {
     return this.reads.metrics(now - windowMs, now, MAX_LAG_SAMPLES, tenantId);
   }
 

@@ -6,7 +6,7 @@ import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, getRun, hitsOf, makeRunDue, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, getRun, hitsOf, shardOf, waitForRun } from "./helpers";
 
 /**
  * The consumer within production's limits, one invocation at a time: each test hands the
@@ -29,8 +29,13 @@ async function peakOf(url: string): Promise<{ now: number; peak: number }> {
 }
 
 /** `count` queued runs of a new job (one per year, backfilled), their dispatches held back: the messages to deliver. */
-async function heldRuns(url: string, count: number, timeoutMs = 10_000): Promise<{ job: Job; messages: DispatchMessage[] }> {
-  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs });
+async function heldRuns(
+  url: string,
+  count: number,
+  timeoutMs = 10_000,
+  retry?: { maxAttempts: number },
+): Promise<{ job: Job; messages: DispatchMessage[] }> {
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs, ...(retry && { retry }) });
   // Not scoped to the job's shard: a point is armed for one scope at a time, and a test holds several jobs.
   armFault("shard.queueSend", Infinity);
   const res = await api(`/v1/jobs/${job.id}/backfill`, {
@@ -56,6 +61,11 @@ function batchOf(messages: DispatchMessage[], attempts = 1) {
     "edgecron-runs",
     messages.map((body, i) => ({ id: `m${i}`, timestamp: new Date(), attempts, body })),
   );
+}
+
+async function sentOf(url: string): Promise<{ bytes: number; cutShort: number }> {
+  const name = new URL(url).pathname.split("/")[2];
+  return (await fetch(`${env.RECEIVER_URL}/sent/${name}`)).json();
 }
 
 async function attemptsOf(job: Job) {
@@ -127,34 +137,49 @@ describe("the consumer within production's limits", () => {
     expect(outcomes.map((a) => a.outcome)).toEqual(Array(7).fill("succeeded"));
   });
 
-  it("an outcome the shard could not be told is not acked: the message goes back to the queue, the lease retries the run", async () => {
+  it("an outcome the shard could not be told is kept on the queue for it: a success on the last attempt is recorded, never dead", async () => {
     const url = sharedTarget("unreported")("delayMs=0");
-    const { job, messages } = await heldRuns(url, 1);
+    // One attempt only: were the outcome lost, the lease would end the run dead.
+    const { job, messages } = await heldRuns(url, 1, 10_000, { maxAttempts: 1 });
     const runId = messages[0]!.runId;
-    // Every report call fails, retries included.
+    // Every report call of the consumer's batch fails, retries included.
     armFault("consumer.report", Infinity, job.shard);
     const batch = batchOf(messages);
     const ctx = createExecutionContext();
     await consumer.queue!(batch, env, ctx);
     const result = await getQueueResult(batch, ctx);
-    expect(result.explicitAcks).toEqual([]);
-    expect(result.retryMessages.map((m) => m.msgId)).toEqual(["m0"]);
-    expect(await hitsOf(url)).toHaveLength(1);
-    expect(await attemptsOf(job)).toEqual([{ run_id: runId, attempt: 1, outcome: "running" }]);
-
-    // The shard is back. The Queue's redelivery is answered stale: acked, the target not called again.
-    disarmFaults();
-    const again = batchOf(messages, 2);
-    const ctx2 = createExecutionContext();
-    await consumer.queue!(again, env, ctx2);
-    expect((await getQueueResult(again, ctx2)).explicitAcks).toEqual(["m0"]);
+    // The outcome went onto the queue: the dispatch's message is done with.
+    expect(result.explicitAcks).toEqual(["m0"]);
+    expect(result.retryMessages).toEqual([]);
     expect(await hitsOf(url)).toHaveLength(1);
 
-    // The lease expires: the attempt is timed out, and the run is retried and succeeds, once.
-    await makeRunDue(job, runId);
-    await waitForRun(runId, ["succeeded"]);
-    const outcomes = await attemptsOf(job);
-    expect(outcomes.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
-    expect((await hitsOf(url)).map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2"]);
+    // The queue delivers the kept outcome; its consumer reports it to the shard.
+    const done = await waitForRun(runId, ["succeeded", "dead"]);
+    expect(done.state).toBe("succeeded");
+    expect(await attemptsOf(job)).toEqual([{ run_id: runId, attempt: 1, outcome: "succeeded" }]);
+    expect(await hitsOf(url)).toHaveLength(1);
+  });
+
+  it("a target streaming a huge error body has only the error's start read, and the batch's other runs finish", async () => {
+    const HUGE = 64 * 1024 * 1024;
+    const huge = sharedTarget("huge-500")(`status=500&streamBytes=${HUGE}`);
+    const others = sharedTarget("beside-huge")("delayMs=0");
+    const hugeRuns = await heldRuns(huge, 2);
+    const otherRuns = await heldRuns(others, 5);
+    const batch = batchOf([...hugeRuns.messages, ...otherRuns.messages]);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(7);
+
+    for (const { runId } of hugeRuns.messages) {
+      const run = await getRun(runId);
+      expect(run.status).toBe(500);
+      expect(run.error).toBe(`HTTP 500: ${"x".repeat(500)}`);
+    }
+    // Each body was let go of early: what the receiver wrote is the sockets' buffers, not 64 MiB.
+    const sent = await sentOf(huge);
+    expect(sent.cutShort, JSON.stringify(sent)).toBe(2);
+    expect(sent.bytes).toBeLessThan(HUGE / 4);
+    expect((await attemptsOf(otherRuns.job)).map((a) => a.outcome)).toEqual(Array(5).fill("succeeded"));
   });
 });

@@ -24,7 +24,8 @@ async function acceptedRun(
   await expect.poll(async () => (await getRun(run.id)).attemptLog!.at(-1)!.outcome).toBe("accepted");
   const [hit] = await hitsOf(url);
   const token = hit!.headers["x-edgecron-completion-token"]!;
-  expect(token).toMatch(/^shard-\d+\.1\.[0-9a-z]{24}$/);
+  // The shard's token (shard, fence, a secret part), then the MAC the consumer made over it.
+  expect(token).toMatch(/^shard-\d+\.1\.[0-9a-z]{24}\.[A-Za-z0-9_-]{43}$/);
   return { run, token, job };
 }
 
@@ -79,6 +80,9 @@ describe("long-running targets (202 Accepted)", () => {
 
   it.each([
     ["a forged token", (t: string) => `${t.slice(0, -4)}zzzz`, 403, "invalid_token"],
+    ["its secret part changed, the MAC kept", (t: string) => t.replace(/\.[0-9a-z]{24}\./, `.${"z".repeat(24)}.`), 403, "invalid_token"],
+    // As tokens were before they carried a MAC: refused (docs/architecture.md, "Completion tokens").
+    ["the shard's part alone", (t: string) => t.slice(0, t.lastIndexOf(".")), 403, "invalid_token"],
     ["garbage", () => "nope", 403, "invalid_token"],
     // That shard has never heard of the run: answered like a wrong token, so nobody learns which runs exist.
     ["another shard's name", (t: string) => t.replace(/^shard-\d+/, "shard-99999"), 403, "invalid_token"],

@@ -11,10 +11,16 @@ export interface Spent {
   shardCalls: Array<{ shard: string; method: string }>;
 }
 
-export function meteredEnv(): { env: Env; spent: Spent } {
+/**
+ * `batch: true` lets D1 batches through, each statement counted as a query (the Worker's cost
+ * meter writes in one); the sweep's tests keep the default, which throws on any batch.
+ */
+export function meteredEnv({ batch = false } = {}): { env: Env; spent: Spent } {
   const spent: Spent = { queries: [], params: [], shardCalls: [] };
-  const statement = (sql: string, stmt: D1PreparedStatement, params: unknown[] = []): D1PreparedStatement =>
-    new Proxy(stmt, {
+  // D1's batch takes only its own statements, not proxies of them.
+  const unwrapped = new WeakMap<D1PreparedStatement, { stmt: D1PreparedStatement; sql: string; params: unknown[] }>();
+  const statement = (sql: string, stmt: D1PreparedStatement, params: unknown[] = []): D1PreparedStatement => {
+    const proxy = new Proxy(stmt, {
       get(target, prop) {
         const value = Reflect.get(target, prop, target) as unknown;
         if (typeof value !== "function") return value;
@@ -29,10 +35,23 @@ export function meteredEnv(): { env: Env; spent: Spent } {
         return (value as (...a: unknown[]) => unknown).bind(target);
       },
     });
+    unwrapped.set(proxy, { stmt, sql, params });
+    return proxy;
+  };
   const db = new Proxy(env.DB, {
     get(target, prop) {
       if (prop === "prepare") return (sql: string) => statement(sql, target.prepare(sql));
-      if (prop === "batch") throw new Error("the sweep was not expected to batch");
+      if (prop === "batch" && !batch) throw new Error("the sweep was not expected to batch");
+      if (prop === "batch") {
+        return (statements: D1PreparedStatement[]) => {
+          const own = statements.map((s) => unwrapped.get(s) ?? { stmt: s, sql: "(unknown)", params: [] });
+          for (const { sql, params } of own) {
+            spent.queries.push(sql);
+            spent.params.push(params);
+          }
+          return target.batch(own.map((s) => s.stmt));
+        };
+      }
       const value = Reflect.get(target, prop, target) as unknown;
       return typeof value === "function" ? value.bind(target) : value;
     },

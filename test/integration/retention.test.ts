@@ -1,11 +1,12 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { armFault, disarmFault } from "../../src/faults";
 import { runKeyRange } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import { RETENTION_CHUNK } from "../../src/shard/retention";
+import { ARCHIVE_RETRY_MAX_MS, archiveRetryDelay, RETENTION_CHUNK } from "../../src/shard/retention";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, runRetention, shardOf, sweepFully } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, runRetention, shardOf, sweepFully, waitForRun } from "./helpers";
 
 const DAY = 86_400_000;
 
@@ -159,6 +160,75 @@ describe("retention", () => {
     }
     expect(objects.length).toBeGreaterThanOrEqual(3);
     expect(archived.size).toBe(backlog);
+  });
+
+  it("an archive write that fails keeps the runs and backs off, doubling up to a cap; the shard goes on; metrics show it", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("retention-archive-down") } });
+    const stub = shardOf(job);
+    const now = Date.now();
+    await seedRuns(job, [
+      { id: "run_expired_0", scheduledAt: now - 8 * DAY },
+      { id: "run_expired_1", scheduledAt: now - 8 * DAY + 1 },
+    ]);
+    // Alarm invocations, as the shard's meter counts its calls.
+    const alarmsSoFar = async () => (await stub.metrics(3_600_000)).cost.byOperation.alarm?.calls ?? 0;
+    const alarmsBefore = await alarmsSoFar();
+    armFault("archive.write", Infinity, job.shard);
+    const passes = 9;
+    const waits: Array<{ failures: number; delay: number; bracketed: boolean; alarmAhead: boolean }> = [];
+    try {
+      for (let failures = 1; failures <= passes; failures++) {
+        // The pass's clock reads between these two, so its next time is bracketed without timing anything.
+        const before = Date.now();
+        const { nextAt } = await runRetention(stub);
+        const after = Date.now();
+        const delay = archiveRetryDelay(failures);
+        const alarm = await runInDurableObject(stub, (_s: Shard, state) => state.storage.getAlarm());
+        waits.push({
+          failures,
+          delay,
+          bracketed: before + delay <= nextAt && nextAt <= after + delay,
+          alarmAhead: alarm !== null && alarm > after,
+        });
+      }
+      // Responsive meanwhile: a run starts and ends as ever.
+      const res = await api(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
+      expect(res.status).toBe(202);
+      await waitForRun(((await res.json()) as Run).id, ["succeeded"]);
+    } finally {
+      disarmFault("archive.write", job.shard);
+    }
+    // 5 s, doubling, to the cap, where it stays; after each, the alarm is armed ahead, not in the past.
+    expect(waits.map((w) => w.delay)).toEqual([
+      5_000,
+      10_000,
+      20_000,
+      40_000,
+      80_000,
+      160_000,
+      320_000,
+      ARCHIVE_RETRY_MAX_MS,
+      ARCHIVE_RETRY_MAX_MS,
+    ]);
+    expect(waits.every((w) => w.bracketed && w.alarmAhead)).toBe(true);
+    // One alarm per pass driven (the trigger's run needed none): nothing started it again by itself.
+    expect((await alarmsSoFar()) - alarmsBefore).toBe(passes);
+    // Nothing removed while the archive refused it.
+    expect(await runIdsInShard(job)).toEqual(expect.arrayContaining(["run_expired_0", "run_expired_1"]));
+    const failing = (await stub.metrics(60_000)).archive;
+    expect(failing).toMatchObject({ consecutiveFailures: passes, lastError: "injected fault at archive.write" });
+    expect(failing.nextRetryAt).toBeGreaterThan(Date.now());
+    const overall = (await (await api("/v1/metrics")).json()) as { archive: { failingShards: number; consecutiveFailures: number } };
+    expect(overall.archive.failingShards).toBeGreaterThanOrEqual(1);
+    expect(overall.archive.consecutiveFailures).toBeGreaterThanOrEqual(passes);
+
+    // The archive back: the next pass archives and removes them, and the failures are cleared.
+    const { nextAt } = await runRetention(stub);
+    expect(nextAt).toBeGreaterThan(Date.now() + ARCHIVE_RETRY_MAX_MS / 2); // the usual interval, not a backlog's
+    expect((await runIdsInShard(job)).filter((id) => id.startsWith("run_expired_"))).toEqual([]);
+    expect((await stub.metrics(60_000)).archive).toEqual({ consecutiveFailures: 0, nextRetryAt: null, lastError: null });
+    const archived = await (await history(job, now - 9 * DAY, now)).text();
+    expect(archived).toContain(fullId(job, "run_expired_0"));
   });
 
   it("a tenant's retentionDays shortens the window for its jobs; a job's own days win over it", async () => {

@@ -1,7 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ShardMeter } from "../../src/shard/meter";
-import { migrateShard, SHARD_MIGRATIONS, SHARD_SCHEMA_VERSION } from "../../src/shard/migrations";
+import { migrateShard, SHARD_MIGRATIONS, SHARD_SCHEMA_VERSION, ShardSchemaTooNew } from "../../src/shard/migrations";
 import { RUN_STATE_SQL_LIST } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
 import { ShardStore } from "../../src/shard/store";
@@ -164,6 +164,25 @@ describe("shard migrations", () => {
       });
     expect(await unrecorded(1)).toEqual({ from: 1, to: SHARD_SCHEMA_VERSION });
     expect(await unrecorded(2)).toEqual({ from: 2, to: SHARD_SCHEMA_VERSION });
+  });
+
+  it("storage newer than the last step is refused, naming both versions, and left as it was", async () => {
+    const outcome = await inBlankShard((sql, storage) => {
+      storage.transactionSync(() => migrateShard(sql));
+      sql.exec("UPDATE meta SET value = ? WHERE key = 'schema_version'", String(SHARD_SCHEMA_VERSION + 1));
+      const before = schemaOf(sql);
+      let error: unknown = null;
+      try {
+        storage.transactionSync(() => migrateShard(sql));
+      } catch (err) {
+        error = err;
+      }
+      return { error, version: versionOf(sql), same: JSON.stringify(schemaOf(sql)) === JSON.stringify(before) };
+    });
+    expect(outcome.error).toBeInstanceOf(ShardSchemaTooNew);
+    expect(outcome.error).toMatchObject({ stored: SHARD_SCHEMA_VERSION + 1, known: SHARD_SCHEMA_VERSION });
+    expect(outcome.version).toBe(SHARD_SCHEMA_VERSION + 1);
+    expect(outcome.same).toBe(true);
   });
 
   it("an upgrade that fails leaves the shard as it was: the steps and the version move together", async () => {

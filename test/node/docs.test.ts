@@ -61,3 +61,24 @@ describe("the diagrams", () => {
     expect(() => withDiagrams("# no markers\n")).toThrow(/no ```mermaid block/);
   });
 });
+
+describe("README.md", () => {
+  const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+    engines: { node: string };
+    devDependencies: Record<string, string>;
+  };
+
+  it("asks for the Node that engines asks for, and names the one npm install brings", () => {
+    const engines = /^>=(\d+\.\d+)$/.exec(pkg.engines.node)?.[1];
+    expect(engines, `engines.node is ${pkg.engines.node}, not >=X.Y`).toBeDefined();
+    // Every "Node.js X or newer" / "Node X or newer" the README states is about running the project.
+    const stated = [...readme.matchAll(/Node(?:\.js)?\s+(\d+(?:\.\d+)?)\s+or\s+newer/g)].map((m) => m[1]);
+    expect(stated.length, "the README says which Node it needs").toBeGreaterThan(0);
+    expect(new Set(stated)).toEqual(new Set([engines]));
+    const brought = pkg.devDependencies.node!.split(".")[0];
+    const brings = [...readme.matchAll(/brings\s+(?:the\s+)?Node\s+(\d+)/g)].map((m) => m[1]);
+    expect(brings.length, "the README says which Node npm install brings").toBeGreaterThan(0);
+    expect(new Set(brings)).toEqual(new Set([brought]));
+  });
+});

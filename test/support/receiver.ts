@@ -1,4 +1,4 @@
-import { createServer, type Server } from "node:http";
+import { createServer, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Hit } from "./hit";
 
@@ -9,13 +9,16 @@ export type { Hit };
  * is recorded and answered with ?status= (default 200) after ?delayMs= (default 0; for both, a
  * comma-separated list is used in turn, by order of arrival), with a
  * Location header when ?location= is given (a redirect), and the body ?body= (default "ok"), or
- * ?bodyBytes= bytes of it; GET /log/<name> returns what <name>
+ * ?bodyBytes= bytes of it, or ?streamBytes= bytes made as they are sent (a body too large to
+ * hold, which stops when the client lets go); GET /log/<name> returns what <name>
  * received, in order of arrival; GET /peak/<name> how many of <name>'s requests were open at
- * once, at most (from arrival to answer), and how many are open now.
+ * once, at most (from arrival to answer), and how many are open now; GET /sent/<name> how many
+ * bytes of streamed bodies <name>'s answers wrote, and how many of them ended before their end.
  */
 export async function startReceiver(): Promise<{ url: string; server: Server; hits: Map<string, Hit[]> }> {
   const hits = new Map<string, Hit[]>();
   const open = new Map<string, { now: number; peak: number }>();
+  const sent = new Map<string, { bytes: number; cutShort: number }>();
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://receiver");
     const [, kind, name = ""] = url.pathname.split("/");
@@ -27,6 +30,11 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
     if (kind === "peak" && req.method === "GET") {
       res.setHeader("content-type", "application/json");
       res.end(JSON.stringify(open.get(name) ?? { now: 0, peak: 0 }));
+      return;
+    }
+    if (kind === "sent" && req.method === "GET") {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify(sent.get(name) ?? { bytes: 0, cutShort: 0 }));
       return;
     }
     const count = open.get(name) ?? { now: 0, peak: 0 };
@@ -55,6 +63,12 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
         res.statusCode = statuses[(list.length - 1) % statuses.length]!;
         const location = url.searchParams.get("location");
         if (location !== null) res.setHeader("location", location);
+        const streamed = url.searchParams.get("streamBytes");
+        if (streamed !== null) {
+          const tally = sent.get(name) ?? { bytes: 0, cutShort: 0 };
+          sent.set(name, tally);
+          return streamBody(res, Number(streamed), tally);
+        }
         // ?body= is answered as the response body (a workflow step's result); ?bodyBytes= with that many bytes.
         const size = url.searchParams.get("bodyBytes");
         res.end(size !== null ? "x".repeat(Number(size)) : (url.searchParams.get("body") ?? "ok"));
@@ -64,4 +78,27 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
   return { url: `http://127.0.0.1:${port}`, server, hits };
+}
+
+const STREAM_CHUNK = Buffer.alloc(64 * 1024, "x");
+
+/**
+ * Writes `total` bytes a chunk at a time, each only once the socket took the last, so what
+ * `tally` counts is what the client pulled (plus the sockets' buffers), not what was queued.
+ */
+function streamBody(res: ServerResponse, total: number, tally: { bytes: number; cutShort: number }): void {
+  let left = total;
+  res.on("close", () => {
+    if (left > 0) tally.cutShort++;
+  });
+  const more = (): void => {
+    while (left > 0 && !res.destroyed) {
+      const chunk = left >= STREAM_CHUNK.byteLength ? STREAM_CHUNK : STREAM_CHUNK.subarray(0, left);
+      left -= chunk.byteLength;
+      tally.bytes += chunk.byteLength;
+      if (!res.write(chunk)) return void res.once("drain", more);
+    }
+    if (left === 0) res.end();
+  };
+  more();
 }

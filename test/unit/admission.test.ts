@@ -1,17 +1,19 @@
 import { describe, expect, it } from "vitest";
 import { planAdmission } from "../../src/shard/admission";
 import type { RunRow } from "../../src/shard/contract";
+import { stoppedFor } from "../../src/shard/ledger";
 import type { ShardJob } from "../../src/shard/rows";
 
 const NOW = 1_000_000;
 const RECHECK = 15_000;
 
-const run = (id: string, jobId = "job_a"): RunRow => ({ id, jobId, state: "waiting", scheduledAt: 0 }) as RunRow;
+const run = (id: string, jobId = "job_a", parentRunId: string | null = null): RunRow =>
+  ({ id, jobId, state: "waiting", scheduledAt: 0, parentRunId }) as RunRow;
 const job = (spec: Partial<ShardJob["spec"]>, rateNextAt: number | null = null, stopped = false) =>
   ({ spec, rateNextAt, paused: stopped, deleted: false }) as Pick<ShardJob, "spec" | "rateNextAt" | "paused" | "deleted">;
 
 function plan(waiting: RunRow[], jobs: Record<string, ReturnType<typeof job>>, inFlight: Record<string, number> = {}) {
-  const p = planAdmission(waiting, new Map(Object.entries(jobs)), (id) => inFlight[id] ?? 0, NOW, RECHECK);
+  const p = planAdmission(waiting, new Map(Object.entries(jobs)), (id) => inFlight[id] ?? 0, NOW, RECHECK, stoppedFor);
   return { candidates: p.candidates.map((r) => r.id), deferred: p.deferred.map((d) => [d.run.id, d.dueAt - NOW]) };
 }
 
@@ -44,5 +46,10 @@ describe("admission: a job's own limits", () => {
 
   it("a paused job's waiting runs are left for the alarm to cancel", () => {
     expect(plan([run("r1")], { job_a: job({}, null, true) })).toEqual({ candidates: [], deferred: [] });
+  });
+
+  it("a paused job's workflow step (held by a breaker) is a candidate: the alarm never cancels it, so it must go on", () => {
+    const p = plan([run("r1.a", "job_a", "r1"), run("r2")], { job_a: job({}, null, true) });
+    expect(p).toEqual({ candidates: ["r1.a"], deferred: [] });
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DRAIN_GRACE_MS, DRAINED_BODY_BYTES, discardBody, readAtMost } from "../../src/consumer/bodies";
+import { DRAIN_GRACE_MS, DRAINED_BODY_BYTES, discardBody, readAtMost, readPrefix } from "../../src/consumer/bodies";
 
 /** A response whose body is `chunks`, then the end (unless `end` is false), with what was pulled and whether it was cancelled. */
 function responseOf(chunks: Uint8Array[], { end = true, failAfter = false } = {}) {
@@ -66,5 +66,25 @@ describe("readAtMost: a step's result, capped", () => {
     const { response, seen } = responseOf([bytes(60), bytes(60), bytes(60)]);
     expect(await readAtMost(response, 100)).toBeNull();
     expect(seen.cancelled).toBe(true);
+  });
+});
+
+describe("readPrefix: a failure's body, its start only", () => {
+  it("returns a short body whole", async () => {
+    const { response, seen } = responseOf([new TextEncoder().encode("bad "), new TextEncoder().encode("gateway")]);
+    expect(await readPrefix(response, 100)).toBe("bad gateway");
+    expect(seen.cancelled).toBe(false);
+  });
+
+  it("stops at the limit and cancels the rest unread, even of a body that never ends", async () => {
+    const { response, seen } = responseOf([bytes(60), bytes(60), bytes(60)], { end: false });
+    expect(await readPrefix(response, 100)).toBe("x".repeat(100));
+    expect(seen).toEqual({ pulled: 2, cancelled: true });
+  });
+
+  it("leaves out a character the limit cuts in two", async () => {
+    // "é" is two bytes: the limit falls between them.
+    const { response } = responseOf([new TextEncoder().encode("aé")]);
+    expect(await readPrefix(response, 2)).toBe("a");
   });
 });

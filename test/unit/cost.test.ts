@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { apiOperation } from "../../src/cost/operation";
 import { PRICES } from "../../src/cost/prices";
 import { NO_COUNTS, perRun, usdOf, usdPerMillionRuns } from "../../src/cost/usd";
 
@@ -27,12 +26,5 @@ describe("cost arithmetic", () => {
   it("no finished run, no figure per run", () => {
     expect(usdPerMillionRuns({ ...NO_COUNTS, sqlRowsWritten: 5 }, 0, PRICES)).toBeNull();
     expect(perRun(NO_COUNTS, 0)).toBeNull();
-  });
-
-  it("names an API request by its route, ids left out", () => {
-    expect(apiOperation("POST", "/v1/jobs")).toBe("POST /v1/jobs");
-    expect(apiOperation("GET", "/v1/jobs/job_01hx9k2/runs")).toBe("GET /v1/jobs/:id/runs");
-    expect(apiOperation("POST", "/v1/runs/run_abc_123/complete")).toBe("POST /v1/runs/:id/complete");
-    expect(apiOperation("GET", "/v1/metrics")).toBe("GET /v1/metrics");
   });
 });

@@ -49,7 +49,7 @@ describe("packDispatches", () => {
       }),
       { numRuns: 40, endOnFailure: true },
     );
-  });
+  }, 60_000); // 40 runs of up to 2,500 dispatches: seconds on a loaded machine; a time limit here says nothing of the code
 
   it("sends a thousand ordinary dispatches as one sendBatch of 100 messages", () => {
     const dispatches = Array.from({ length: 1_000 }, (_, i) => ({

@@ -7,6 +7,7 @@ import type { SweepState } from "../../src/catalog/sweep-state";
 import { closedBreaker } from "../../src/gate/breaker";
 import { ALARM_LAG_BOUNDS_MS, countLag, noLags } from "../../src/shard/alarm-lag";
 import { RUN_STATES } from "../../src/shard/run-states";
+import { countFireLag, FIRE_LAG_BOUNDS_MS, noTotals } from "../../src/shard/totals";
 
 describe("renderExposition", () => {
   it("HELP and TYPE before the samples, labels escaped, one line each", () => {
@@ -85,6 +86,12 @@ describe("renderExposition", () => {
 describe("schedulerSeries", () => {
   const alarmLag = noLags();
   for (const ms of [4, 80, 400_000]) countLag(alarmLag, ms);
+  const totals = noTotals();
+  totals.runsFinished = { succeeded: 40, dead: 2 };
+  totals.attempts = { succeeded: 40, failed: 5, timed_out: 1 };
+  for (const ms of [30, 700, 20_000]) countFireLag(totals.fireLag, ms);
+  countLag(totals.alarmLag, 7);
+  Object.assign(totals, { dispatches: 47, redispatches: 1, retries: 4, queueDeadLetters: 1, starts: 9 });
   const snapshot: MetricsSnapshot = {
     windowMs: 900_000,
     shards: 2,
@@ -97,10 +104,13 @@ describe("schedulerSeries", () => {
     shardCosts: [],
     shardStarts: 3,
     alarmLag,
+    archive: { failingShards: 1, consecutiveFailures: 4, nextRetryAt: 1_700_000_000_000 },
     breakers: [
       { ...closedBreaker("https://down.example"), state: "open", failures: 5, openedAt: 1, retryAt: 2, held: 7 },
       { ...closedBreaker("https://flaky.example"), failures: 2, firstFailureAt: 1 },
     ],
+    breakerTransitions: { open: 2, half_open: 1 },
+    totals,
   };
   const sweep: SweepState = {
     changes: { at: 0, id: "" },
@@ -137,7 +147,7 @@ describe("schedulerSeries", () => {
 
   it("lags in seconds into fixed buckets; ages in seconds; the window in HELP", () => {
     const fs = families(false);
-    const lag = fs.find((f) => f.name === "edgecron_fire_lag_seconds")!;
+    const lag = fs.find((f) => f.name === "edgecron_fire_lag_window_seconds")!;
     expect(lag.help).toContain("in the last 15m");
     // The parser keys buckets by bound, in an object: integer-like keys come first, hence the sets.
     expect(new Set(Object.keys(lag.metrics[0]!.buckets!))).toEqual(new Set([...FIRE_LAG_BUCKETS.map(String), "+Inf"]));
@@ -150,8 +160,10 @@ describe("schedulerSeries", () => {
   it("the scheduler-wide figures only for the admin", () => {
     const adminOnly = [
       "edgecron_dispatch_outbox",
+      "edgecron_archive_failing_shards",
+      "edgecron_archive_consecutive_failures",
       "edgecron_shard_starts",
-      "edgecron_alarm_lag_seconds",
+      "edgecron_alarm_lag_window_seconds",
       "edgecron_shard_calls",
       "edgecron_worker_invocations",
       "edgecron_cost_usd",
@@ -167,7 +179,9 @@ describe("schedulerSeries", () => {
     expect(fs.map((f) => f.name)).toEqual(expect.arrayContaining(adminOnly));
     expect(sampleOf(fs, "edgecron_shard_calls", { operation: "alarm" })).toBe("7");
     expect(sampleOf(fs, "edgecron_shard_starts")).toBe("3");
-    const alarm = fs.find((f) => f.name === "edgecron_alarm_lag_seconds")!;
+    expect(sampleOf(fs, "edgecron_archive_failing_shards")).toBe("1");
+    expect(sampleOf(fs, "edgecron_archive_consecutive_failures")).toBe("4");
+    const alarm = fs.find((f) => f.name === "edgecron_alarm_lag_window_seconds")!;
     expect(alarm.type).toBe("HISTOGRAM");
     expect(new Set(Object.keys(alarm.metrics[0]!.buckets!))).toEqual(
       new Set([...ALARM_LAG_BOUNDS_MS.map((ms) => String(ms / 1000)), "+Inf"]),
@@ -188,6 +202,47 @@ describe("schedulerSeries", () => {
       ["pass_job", "0"],
       ["due_work", "1"],
     ]);
+  });
+
+  it("the shards' totals as counters and cumulative histograms, for the admin only; breaker transitions for the tenant too", () => {
+    const counters = [
+      "edgecron_runs_finished_total",
+      "edgecron_attempts_total",
+      "edgecron_fire_lag_seconds",
+      "edgecron_alarm_lag_seconds",
+      "edgecron_dispatches_total",
+      "edgecron_redispatches_total",
+      "edgecron_retries_total",
+      "edgecron_dead_letters_total",
+      "edgecron_queue_dead_letters_total",
+      "edgecron_shard_starts_total",
+    ];
+    const tenant = families(false);
+    for (const name of counters) expect(tenant.map((f) => f.name)).not.toContain(name);
+    expect(sampleOf(tenant, "edgecron_breaker_transitions_total", { to: "open" })).toBe("2");
+    expect(sampleOf(tenant, "edgecron_breaker_transitions_total", { to: "closed" })).toBe("0");
+
+    const fs = families(true);
+    for (const name of counters) {
+      const f = fs.find((x) => x.name === name);
+      expect(f?.type, name).toBe(name.endsWith("_seconds") ? "HISTOGRAM" : "COUNTER");
+    }
+    expect(sampleOf(fs, "edgecron_runs_finished_total", { outcome: "succeeded" })).toBe("40");
+    expect(sampleOf(fs, "edgecron_runs_finished_total", { outcome: "cancelled" })).toBe("0");
+    expect(sampleOf(fs, "edgecron_attempts_total", { outcome: "timed_out" })).toBe("1");
+    expect(sampleOf(fs, "edgecron_dead_letters_total", { state: "dead" })).toBe("2");
+    expect(sampleOf(fs, "edgecron_dead_letters_total", { state: "failed" })).toBe("0");
+    expect(fs.find((f) => f.name === "edgecron_dead_letters_total")!.metrics).toHaveLength(2);
+    expect(sampleOf(fs, "edgecron_dispatches_total")).toBe("47");
+    expect(sampleOf(fs, "edgecron_retries_total")).toBe("4");
+    expect(sampleOf(fs, "edgecron_shard_starts_total")).toBe("9");
+    const fire = fs.find((f) => f.name === "edgecron_fire_lag_seconds")!;
+    expect(new Set(Object.keys(fire.metrics[0]!.buckets!))).toEqual(
+      new Set([...FIRE_LAG_BOUNDS_MS.map((ms) => String(ms / 1000)), "+Inf"]),
+    );
+    expect(fire.metrics[0]).toMatchObject({ count: "3", sum: String((30 + 700 + 20_000) / 1000) });
+    expect(fire.metrics[0]!.buckets).toMatchObject({ "0.05": "1", "0.5": "1", "1": "2", "10": "2", "30": "3", "+Inf": "3" });
+    expect(fs.find((f) => f.name === "edgecron_alarm_lag_seconds")!.metrics[0]).toMatchObject({ count: "1", sum: "0.007" });
   });
 
   it("before an invocation recorded them: no last-invocation series rather than made-up zeros", () => {

@@ -1,0 +1,176 @@
+import { ApiError, issuesOf } from "../api/errors";
+import { guard } from "../catalog/d1";
+import { inserted, insertJobsStatement, ROWS_PER_INSERT, tenantAndLiveJobsOf, tenantWithLiveJobs } from "../catalog/insert-jobs";
+import { type CatalogJob, toDefinition } from "../catalog/jobs";
+import { settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
+import { config } from "../config";
+import { failpoint } from "../faults";
+import { DEFAULT_TENANT, newJobId, shardFor } from "../model/ids";
+import { type CreateJob, CreateJobSchema, canonicalSchedule } from "../model/job";
+import { firstFire } from "../schedule/next-fire";
+import type { JobRuntime } from "../shard/contract";
+import { chunksOf } from "../sql";
+import { shardStub } from "../stubs";
+import { acceptSteps, acceptTarget } from "./accept-targets";
+import type { Caller } from "./caller";
+import { checkChains } from "./chains";
+import type { JobState } from "./jobs";
+import { acceptNotify } from "./notify";
+
+/**
+ * Creating jobs, one (POST /v1/jobs) or a batch (POST /v1/jobs/batch), the same way: each is
+ * accepted (checked beyond its schema, its target sealed, its id and shard chosen once:
+ * docs/architecture.md, invariant 1), written to the catalog under the tenant's quota, then
+ * handed to its shard, one `applyJobs` call per shard however many jobs it gets. A lost shard
+ * call is the sweep's to repair: its change feed finds new jobs by id.
+ */
+
+/** Most jobs one batch may create. */
+export const MAX_BATCH_JOBS = 1_000;
+
+export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
+  const now = Date.now();
+  const job = await acceptJob(env, tenantIdOf(caller), input, now);
+  // The admin's jobs are the default tenant's, read in the same round trip as the insert.
+  const statements = [...(caller.admin ? [tenantStatement(env.DB, DEFAULT_TENANT)] : []), insertJobsStatement(env.DB, [job])];
+  const results = await guard("insert", () => env.DB.batch<Record<string, unknown>>(statements));
+  const tenant = caller.admin ? tenantOf(results[0]!.results[0]) : caller.tenant;
+  if (!inserted(results.at(-1)!)) throw quotaExceeded(tenant);
+  failpoint("api.afterCatalogWrite");
+  const runtimes = await handOver(env, tenant, [job], now);
+  return { job, runtime: runtimes.get(job.id) };
+}
+
+/** Each item of a batch: created, or why not (a 4xx naming the item, and its field if it was one). */
+export type BatchOutcome = { index: number; state: JobState } | { index: number; error: ApiError };
+
+interface Accepted {
+  index: number;
+  job: CatalogJob;
+}
+
+/**
+ * Creates what it can of `items`, each answered on its own, in order. An item that fails its
+ * checks writes nothing; those that pass are created, as many as the quota has room for, the
+ * first ones first. D1 unreachable fails the whole call (503) with nothing written: the inserts
+ * are one batch, a transaction.
+ */
+export async function createJobs(env: Env, caller: Caller, items: readonly unknown[]): Promise<BatchOutcome[]> {
+  const now = Date.now();
+  const tenantId = tenantIdOf(caller);
+  const outcomes: BatchOutcome[] = [];
+  const accepted: Accepted[] = [];
+  const checked = await Promise.all(items.map((item, index) => acceptItem(env, tenantId, item, index, now)));
+  for (const c of checked) {
+    if ("job" in c) accepted.push(c);
+    else outcomes[c.index] = c;
+  }
+  if (accepted.length === 0) return outcomes;
+
+  // The tenant, and its room under the quota: what finds none is refused without a write.
+  let tenant = caller.admin ? null : caller.tenant;
+  let room = Number.POSITIVE_INFINITY;
+  if (!tenant || tenant.limits.maxJobs !== null) {
+    const read = tenantAndLiveJobsOf(await guard("read tenant", () => tenantWithLiveJobs(env.DB, tenantId).all()));
+    tenant = tenantOf(read?.tenant);
+    if (read?.liveJobs != null && tenant.limits.maxJobs !== null) room = Math.max(0, tenant.limits.maxJobs - read.liveJobs);
+  }
+  const refused = quotaExceeded(tenant);
+  const refuse = ({ index }: Accepted) => {
+    outcomes[index] = { index, error: itemError(index, refused) };
+  };
+  accepted.slice(room).forEach(refuse);
+  const chunks = chunksOf(accepted.slice(0, room), ROWS_PER_INSERT);
+  const jobsOf = (list: Accepted[]) => list.map((a) => a.job);
+  const statements = chunks.map((chunk) => insertJobsStatement(env.DB, jobsOf(chunk)));
+  const results = statements.length === 0 ? [] : await guard("insert", () => env.DB.batch(statements));
+  // A statement the quota refused (creations elsewhere took the room meanwhile) inserted none of its jobs.
+  const created: Accepted[] = [];
+  for (const [i, chunk] of chunks.entries()) {
+    if (inserted(results[i]!)) created.push(...chunk);
+    else chunk.forEach(refuse);
+  }
+  failpoint("api.afterCatalogWrite");
+  const runtimes = await handOver(env, tenant, jobsOf(created), now);
+  for (const { index, job } of created) outcomes[index] = { index, state: { job, runtime: runtimes.get(job.id) } };
+  return outcomes;
+}
+
+/** One item of a batch, checked as POST /v1/jobs checks its body; its errors name it. */
+async function acceptItem(env: Env, tenantId: string, item: unknown, index: number, now: number): Promise<Accepted | BatchOutcome> {
+  const parsed = CreateJobSchema.safeParse(item);
+  if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
+  try {
+    return { index, job: await acceptJob(env, tenantId, parsed.data, now) };
+  } catch (err) {
+    // Anything else (D1 unreachable while checking chains) fails the whole call.
+    if (err instanceof ApiError) return { index, error: itemError(index, err) };
+    throw err;
+  }
+}
+
+const tenantIdOf = (caller: Caller) => (caller.admin ? DEFAULT_TENANT : caller.tenant.id);
+
+function tenantOf(found: Record<string, unknown> | Tenant | undefined): Tenant {
+  if (!found) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
+  return "limits" in found ? (found as Tenant) : toTenant(found);
+}
+
+const quotaExceeded = (tenant: Tenant) =>
+  new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
+
+/** An item's error, its fields named from the request's root: `jobs[3].schedule.cron`. */
+function itemError(index: number, err: ApiError): ApiError {
+  const at = (path: string) => (path === "(body)" ? `jobs[${index}]` : `jobs[${index}].${path}`);
+  if (!err.issues) return new ApiError(err.status, err.code, `jobs[${index}]: ${err.message}`);
+  const issues = err.issues.map((i) => ({ path: at(i.path), message: i.message }));
+  return new ApiError(err.status, err.code, issues.map((i) => `${i.path}: ${i.message}`).join("; "), {}, issues);
+}
+
+/** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen. */
+async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number): Promise<CatalogJob> {
+  const { name, target, steps, ...fields } = input;
+  const id = newJobId(now);
+  const job: CatalogJob = {
+    id,
+    tenantId,
+    name: name ?? null,
+    shard: shardFor(id, config(env).shardCount),
+    version: 1,
+    spec: {
+      ...fields,
+      schedule: canonicalSchedule(fields.schedule, now),
+      // The schema let exactly one of them through.
+      ...(target && { target: await acceptTarget(env, target, id) }),
+      ...(steps && { steps: await acceptSteps(env, steps, id) }),
+      ...(fields.notify && { notify: acceptNotify(env, fields.notify) }),
+    },
+    paused: false,
+    pausedReason: null,
+    createdAt: now,
+    updatedAt: now,
+    deletedAt: null,
+  };
+  await checkChains(env.DB, job, job.spec);
+  return job;
+}
+
+/**
+ * Hands new jobs to their shards, one call per shard. A shard that cannot be reached gets them
+ * from the sweep; their first fire is the same pure function the shard uses, so the answer
+ * stays true.
+ */
+async function handOver(env: Env, tenant: Tenant, jobs: CatalogJob[], now: number): Promise<Map<string, JobRuntime>> {
+  const settings = [settingsOf(tenant)];
+  const answers = await Promise.all(
+    [...Map.groupBy(jobs, (j) => j.shard)].map(async ([shard, list]) => {
+      try {
+        return await shardStub(env, shard).applyJobs(list.map(toDefinition), settings);
+      } catch (err) {
+        console.error(`${list.length} new job(s): shard ${shard} unreachable, left to the sweep`, err);
+        return list.map((j) => ({ id: j.id, version: 1, nextRunAt: firstFire(j.spec.schedule, now), completed: false }));
+      }
+    }),
+  );
+  return new Map(answers.flat().map((r) => [r.id, r]));
+}
