@@ -6,7 +6,12 @@ import { D1Meter } from "./cost/d1-meter";
  * tally, written now and then off the response's path. A lost record only undercounts: the meter never fails a request.
  * An invocation whose operation is null (an API request refused for its path or credential) is not recorded.
  */
-export async function metered<T>(env: Env, ctx: ExecutionContext, operation: () => string | null, work: (env: Env) => Promise<T>): Promise<T> {
+export async function metered<T>(
+  env: Env,
+  ctx: ExecutionContext,
+  operation: () => string | null,
+  work: (env: Env) => Promise<T>,
+): Promise<T> {
   const meter = new D1Meter();
   try {
     return await work(meter.wrap(env));
