@@ -71,4 +71,33 @@ describe("the runner as a second wrangler dev", () => {
     expect(run.status).toBe(200);
     expect(run.attemptLog?.map((a: { outcome: string }) => a.outcome)).toEqual(["succeeded"]);
   });
+
+  it("a target that answers 202 completes its run through the scheduler with the token the runner signed", async () => {
+    const at = new Date(Date.now() + 3_000).toISOString();
+    const created = await stack!.api("POST", "/v1/jobs", {
+      schedule: { at },
+      target: { url: `${receiver!.url}/hit/runner-accepted?status=202` },
+      timeoutMs: 60_000,
+    });
+    expect(created.status, JSON.stringify(created.json)).toBe(201);
+    const [hit] = await until("the target to be called", 60_000, () => receiver!.hits.get("runner-accepted")?.slice(), stack);
+    const runId = hit!.headers["x-edgecron-run-id"];
+    const token = hit!.headers["x-edgecron-completion-token"];
+    // The runner signs the shard's token (src/security/completion-tokens.ts) and the scheduler
+    // checks it: both must hold the same SIGNING_SECRET. The URL is the scheduler's (PUBLIC_URL).
+    expect(token).toMatch(/\.[A-Za-z0-9_-]{43}$/);
+    expect(hit!.headers["x-edgecron-complete-url"]).toBe(`http://localhost:${stack!.port}/v1/runs/${runId}/complete`);
+    await until(
+      "the attempt to be recorded accepted",
+      30_000,
+      async () => {
+        const r = await stack!.api("GET", `/v1/runs/${runId}`);
+        return r.json.attemptLog?.at(-1)?.outcome === "accepted" ? true : undefined;
+      },
+      stack,
+    );
+    const done = await stack!.api("POST", `/v1/runs/${runId}/complete`, { token, ok: true, result: "done" }, { auth: false });
+    expect(done.status, JSON.stringify(done.json)).toBe(200);
+    expect(done.json).toMatchObject({ state: "succeeded", result: "done", attempts: 1 });
+  });
 });
