@@ -2,7 +2,7 @@
 // inspector (`--inspector-port`, which scripts/start.mjs sets from INSPECTOR_PORT), summed by the
 // part of edgecron each sample belongs to. Locally one workerd thread runs the API, every shard and
 // the queue consumer, so the time one run costs each part is what says how far one shard (a
-// single-threaded object on Cloudflare) and one consumer invocation can go (README, "Sizing").
+// single-threaded object on Cloudflare) and one consumer invocation can go (docs/sizing-and-throughput.md, "On Cloudflare, on paper").
 //
 // Written by hand because nothing on npm reads a CPU profile this way: the Chrome DevTools
 // protocol itself is three calls (Profiler.enable/start/stop), and the attribution is the point.

@@ -103,7 +103,7 @@ function edgecronLines(r: Result): string[] {
       .join(", ");
     out.push(`  runs API sample ${s.jobs} jobs: ${states || "-"}${s.errors ? `; ${s.errors} errors` : ""}`);
     out.push(
-      `                  claimed T+ p50 ${ms(s.claimedMsAfterT.p50)} max ${ms(s.claimedMsAfterT.max)}; claim→receipt p50 ${ms(s.claimToReceiptMs.p50)} max ${ms(s.claimToReceiptMs.max)}`,
+      `                  dispatched T+ p50 ${ms(s.dispatchedMsAfterT.p50)} max ${ms(s.dispatchedMsAfterT.max)}; dispatch→receipt p50 ${ms(s.dispatchToReceiptMs.p50)} max ${ms(s.dispatchToReceiptMs.max)}`,
     );
   }
   if (r.cpu) {

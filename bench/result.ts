@@ -152,9 +152,9 @@ export interface Result {
     errors: number;
     /** "succeeded/1": one run, succeeded, one attempt. */
     statesAndAttempts: Record<string, number>;
-    /** The run's startedAt (its claim by the consumer) − T. */
-    claimedMsAfterT: Summary;
-    claimToReceiptMs: Summary;
+    /** The run's startedAt (its dispatch, when its attempt began) − T. */
+    dispatchedMsAfterT: Summary;
+    dispatchToReceiptMs: Summary;
     receiptToReportMs: Summary;
   };
 }

@@ -83,7 +83,7 @@ interface RunItem {
 
 /**
  * Reads back, through GET /v1/jobs/:id/runs, `sample` jobs spread over the burst and up to 20
- * lost and 20 duplicated ones: what the receiver cannot see (states, claim and report times).
+ * lost and 20 duplicated ones: what the receiver cannot see (states, dispatch and report times).
  */
 export async function readRunsSample(run: Run, T: number, jobs: readonly Created[], expected: ReadonlySet<number>, d: Delivery) {
   const { opts, receiver, result } = run;
@@ -105,8 +105,8 @@ export async function readRunsSample(run: Run, T: number, jobs: readonly Created
     () => run.failure() !== null,
   );
   const states: Record<string, number> = {};
-  const claimLag: number[] = [];
-  const claimToReceipt: number[] = [];
+  const dispatchLag: number[] = [];
+  const dispatchToReceipt: number[] = [];
   const receiptToReport: number[] = [];
   let runsApiErrors = 0;
   for (const { i, r } of sample) {
@@ -121,9 +121,9 @@ export async function readRunsSample(run: Run, T: number, jobs: readonly Created
     const first = runs[0];
     if (first?.startedAt) {
       const started = Date.parse(first.startedAt);
-      claimLag.push(started - T);
+      dispatchLag.push(started - T);
       const got = receiver.firstReceipt.get(i);
-      if (got !== undefined) claimToReceipt.push(got - started);
+      if (got !== undefined) dispatchToReceipt.push(got - started);
       if (got !== undefined && first.finishedAt) receiptToReport.push(Date.parse(first.finishedAt) - got);
     }
   }
@@ -131,8 +131,8 @@ export async function readRunsSample(run: Run, T: number, jobs: readonly Created
     jobs: sample.length,
     errors: runsApiErrors,
     statesAndAttempts: states,
-    claimedMsAfterT: summarize(claimLag),
-    claimToReceiptMs: summarize(claimToReceipt),
+    dispatchedMsAfterT: summarize(dispatchLag),
+    dispatchToReceiptMs: summarize(dispatchToReceipt),
     receiptToReportMs: summarize(receiptToReport),
   };
 }

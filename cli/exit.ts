@@ -1,6 +1,6 @@
 import { EdgecronError } from "edgecron/client";
 
-/** The CLI's exit codes, as the README documents them. */
+/** The CLI's exit codes, as docs/operations.md ("The CLI") documents them. */
 export const EXIT = {
   ok: 0,
   /** The API refused or failed the call, or it could not be reached, or anything unexpected. */

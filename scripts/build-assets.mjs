@@ -39,7 +39,7 @@ copyFileSync(`${root}dashboard/style.css`, `${out}/style.css`);
 // The API reference's script (GET /docs), served from here rather than from a CDN.
 copyVendorScripts(out);
 
-/** What a browser downloads for the dashboard, gzipped: the budget (README, "Dashboard") is on this. */
+/** What a browser downloads for the dashboard, gzipped: the budget (docs/operations.md, "The dashboard") is on this. */
 const files = ["index.html", "app.js", "style.css"];
 const sizes = Object.fromEntries(files.map((f) => [f, gzipSync(readFileSync(`${out}/${f}`)).length]));
 writeFileSync(`${out}/build.json`, JSON.stringify({ gzipBytes: sizes }, null, 2));

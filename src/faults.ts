@@ -15,7 +15,7 @@ export const FAULT_POINTS = [
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)
   "archive.write", // a retention pass's write to the R2 archive fails, nothing written (scope: the shard's name)
-  "consumer.beforeClaim", // the consumer dies before claiming its batch
+  "consumer.beforeExecute", // the consumer dies before calling any target of a shard's dispatches in its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting
   "consumer.report", // a report call fails (the shard briefly unreachable); the consumer lives on
 ] as const;

@@ -159,7 +159,7 @@ for (const action of ["pause", "resume"] as const) {
       method: "post",
       path: `/jobs/{id}/${action}`,
       tags: ["Jobs"],
-      summary: action === "pause" ? "Pause a job: no run starts after the answer" : "Resume a paused job from now on",
+      summary: action === "pause" ? "Pause a job: no run is dispatched after the answer" : "Resume a paused job from now on",
       security,
       request: { params: IdParam, headers: IfMatchHeader },
       responses: {
@@ -179,7 +179,7 @@ jobs.openapi(
     method: "delete",
     path: "/jobs/{id}",
     tags: ["Jobs"],
-    summary: "Delete a job: no run starts after the answer; its runs stay readable",
+    summary: "Delete a job: no run is dispatched after the answer; its runs stay readable",
     security,
     request: { params: IdParam, headers: IfMatchHeader },
     responses: {
@@ -267,7 +267,7 @@ jobs.openapi(
       headers: z.object({ "idempotency-key": z.string().regex(TRIGGER_KEY, "1 to 64 letters, digits or dashes").optional() }),
     },
     responses: {
-      202: json(RunSchema, "the run, queued"),
+      202: json(RunSchema, "the run, dispatched (running), or waiting when flow control holds it"),
       ...errors(invalid("idempotency-key", "1 to 64 letters, digits or dashes"), jobNotFound, jobPaused("trigger"), AUTHENTICATED),
     },
   }),

@@ -40,13 +40,18 @@ const MetricsSchema = z
         p99: z.number().nullable(),
         max: z.number().nullable(),
       })
-      .openapi({ description: "Scheduled instant to first claim, on the shard's clock, for runs started in the window." }),
+      .openapi({
+        description: "Scheduled instant to first dispatch (its attempt's start), on the shard's clock, for runs started in the window.",
+      }),
     outbox: z.int().openapi({ description: "Dispatches committed but not yet sent to the queue." }),
     awaitingClaim: z.int().openapi({
       description:
-        "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it.",
+        "Runs dispatched and not yet reported by a consumer, their dispatch sent or still in the outbox (so they include `outbox`), or their target being called: the queue's depth as the shards see it. (The name is kept from when consumers claimed dispatches.)",
     }),
-    oldestAwaitingClaimMs: z.int().nullable(),
+    oldestAwaitingClaimMs: z
+      .int()
+      .nullable()
+      .openapi({ description: "How long the oldest of `awaitingClaim` has waited for its outcome." }),
     archive: z
       .object({
         failingShards: z
@@ -58,7 +63,7 @@ const MetricsSchema = z
         }),
         nextRetryAt: z.string().nullable().openapi({ description: "The earliest next try of a failing shard; null when none is failing." }),
       })
-      .openapi({ description: "Retention's writes to the run archive, of whole shards (README, History)." }),
+      .openapi({ description: "Retention's writes to the run archive, of whole shards (docs/operations.md, Retention and the archive)." }),
     cost: CostSchema.nullable().openapi({ description: "What the window cost (admin token only; null for a tenant key)." }),
   })
   .openapi("Metrics");

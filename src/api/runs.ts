@@ -46,7 +46,10 @@ runs.openapi(
     summary: "Give a dead or failed run a fresh set of attempts",
     security: bearer,
     request: { params: IdParam },
-    responses: { 202: json(RunSchema, "the run, queued again"), ...errors(badId, runNotFound, notRetryable, AUTHENTICATED) },
+    responses: {
+      202: json(RunSchema, "the run, dispatched again (running), or waiting when flow control holds it"),
+      ...errors(badId, runNotFound, notRetryable, AUTHENTICATED),
+    },
   }),
   async (c) => c.json(presentRun(await retryRun(c.env, c.var.caller, c.req.valid("param").id)), 202),
 );

@@ -27,7 +27,7 @@ export function counterSeries(t: ShardTotals): Family[] {
     },
     {
       name: "edgecron_fire_lag_seconds",
-      help: "Scheduled instant to first claim of scheduled runs, on the shard's clock, every such run counted: histogram_quantile() over rate() of its buckets.",
+      help: "Scheduled instant to first dispatch of scheduled runs, on the shard's clock, every such run counted: histogram_quantile() over rate() of its buckets.",
       type: "histogram",
       buckets: FIRE_LAG_BOUNDS_MS.map((ms) => ms / 1000),
       counts: t.fireLag.counts,
@@ -48,7 +48,7 @@ export function counterSeries(t: ShardTotals): Family[] {
     ),
     counter(
       "edgecron_redispatches_total",
-      "Dispatches sent again under the same fence because no consumer claimed them by their claim deadline (docs/architecture.md, invariant 5).",
+      "Dispatches sent again under the same fence because their lease ended with no outcome (docs/architecture.md, invariant 5).",
       t.redispatches,
     ),
     counter("edgecron_retries_total", "Attempts that failed and left their run waiting to be retried (retry_wait).", t.retries),

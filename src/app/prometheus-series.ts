@@ -49,19 +49,19 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
     },
     {
       name: "edgecron_fire_lag_window_seconds",
-      help: `Scheduled instant to first claim, on the shard's clock, of scheduled runs started ${last} (at most the 1000 latest per shard); recomputed at each scrape, not cumulative (edgecron_fire_lag_seconds is).`,
+      help: `Scheduled instant to first dispatch (the attempt's start), on the shard's clock, of scheduled runs started ${last} (at most the 1000 latest per shard); recomputed at each scrape, not cumulative (edgecron_fire_lag_seconds is).`,
       type: "histogram",
       buckets: FIRE_LAG_BUCKETS,
       observations: m.lagsMs.map((ms) => ms / 1000),
     },
     gauge(
       "edgecron_queue_depth",
-      "Runs queued and not yet claimed by a consumer, their dispatch sent or still in the shard's outbox: the dispatch queues' depth as the shards see it.",
+      "Runs dispatched and not yet reported by a consumer (their dispatch sent or still in the shard's outbox, or their target being called): the dispatch queues' depth as the shards see it.",
       m.awaitingClaim,
     ),
     gauge(
       "edgecron_oldest_awaiting_claim_seconds",
-      "Age of the oldest run queued and not yet claimed; 0 when none is.",
+      "Age of the oldest run dispatched and not yet reported; 0 when none is.",
       m.oldestAwaitingClaimMs === null ? 0 : m.oldestAwaitingClaimMs / 1000,
     ),
     {

@@ -381,7 +381,7 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        /** Delete a job: no run starts after the answer; its runs stay readable */
+        /** Delete a job: no run is dispatched after the answer; its runs stay readable */
         delete: {
             parameters: {
                 query?: never;
@@ -623,7 +623,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Pause a job: no run starts after the answer */
+        /** Pause a job: no run is dispatched after the answer */
         post: {
             parameters: {
                 query?: never;
@@ -992,7 +992,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description the run, queued */
+                /** @description the run, dispatched (running), or waiting when flow control holds it */
                 202: {
                     headers: {
                         [name: string]: unknown;
@@ -1471,7 +1471,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description the run, queued again */
+                /** @description the run, dispatched again (running), or waiting when flow control holds it */
                 202: {
                     headers: {
                         [name: string]: unknown;
@@ -3557,7 +3557,7 @@ export interface components {
                 /** @description Failed or timed-out attempts over finished ones, in the window. */
                 failureRate: number | null;
             };
-            /** @description Scheduled instant to first claim, on the shard's clock, for runs started in the window. */
+            /** @description Scheduled instant to first dispatch (its attempt's start), on the shard's clock, for runs started in the window. */
             fireLagMs: {
                 count: number;
                 p50: number | null;
@@ -3567,10 +3567,11 @@ export interface components {
             };
             /** @description Dispatches committed but not yet sent to the queue. */
             outbox: number;
-            /** @description Runs queued and not yet claimed by a consumer, their dispatch sent or still in the outbox (so they include `outbox`): the queue's depth as the shards see it. */
+            /** @description Runs dispatched and not yet reported by a consumer, their dispatch sent or still in the outbox (so they include `outbox`), or their target being called: the queue's depth as the shards see it. (The name is kept from when consumers claimed dispatches.) */
             awaitingClaim: number;
+            /** @description How long the oldest of `awaitingClaim` has waited for its outcome. */
             oldestAwaitingClaimMs: number | null;
-            /** @description Retention's writes to the run archive, of whole shards (README, History). */
+            /** @description Retention's writes to the run archive, of whole shards (docs/operations.md, Retention and the archive). */
             archive: {
                 /** @description Shards whose last write to the run archive (R2) failed: their expired runs stay until one succeeds. */
                 failingShards: number;

@@ -14,7 +14,7 @@ const keyOf = (tenantId: string, origin: string) => `${tenantId} ${origin}`;
 
 /**
  * Asks the tenants' gates, one call per tenant in the batch, how many of the batch's dispatches
- * may call each origin now (src/gate/breaker.ts). The others are held: they are not claimed, so
+ * may call each origin now (src/gate/breaker.ts). The others are held: their targets are not called, so
  * no attempt is spent on an origin known to be down. A gate that cannot be asked holds nothing.
  */
 export async function screenDispatches(env: Env, deliveries: Delivery[]): Promise<{ go: Delivery[]; held: Held[] }> {

@@ -1,41 +1,47 @@
 import { failpoint } from "../faults";
 import { dispatchQueue } from "../queues";
 import {
-  type ClaimResult,
   type DispatchesMessage,
+  type DispatchPack,
   isOutboxMessage,
   isOutcomesMessage,
+  type OpenResult,
   type OutboxMessage,
   type Outcome,
   type OutcomesMessage,
   type QueueMessage,
+  type RunOrder,
+  type ShardApi,
 } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { ConnectionSlots } from "./connections";
-import { type Delivery, redeliveryDelay, unpack } from "./deliveries";
+import { type Delivery, oncePerDispatch, redeliveryDelay, unpack } from "./deliveries";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
 
 /**
- * The Queue consumer. Jobs' notifications and chained triggers go to `deliverOutbox`; run dispatches,
- * several to a message, are grouped by shard: one claim call per shard; the claimed
- * targets then share the invocation's connection slots, and each outcome is reported as it
- * finishes (docs/architecture.md, invariant 6). A dispatch is done once the shard has the
- * outcome of its attempt, or said its claim was stale, or, when the shard could not be told,
- * once the outcome is kept on the queue for it (reporter.ts); never before, so a message whose
- * outcome could be neither goes back to the Queue (its redelivery is stale, and the attempt's
- * lease retries it). A message is acked once all its dispatches are done (deliveries.ts).
+ * The Queue consumer. Jobs' notifications and chained triggers go to `deliverOutbox`; run
+ * dispatches, several to a message, each carry their attempt's order (the attempt began when its
+ * shard dispatched it: there is no claim), so their targets are called at once, sharing the
+ * invocation's connection slots, and each shard is told its outcomes as they finish, a group at
+ * a time (docs/architecture.md, invariant 6): one call to the shard per group of runs. A
+ * dispatch is done once the shard has its outcome (or kept it on the queue for the shard, when
+ * the shard could not be told), or said it was stale. A message is acked once all its
+ * dispatches are done (src/consumer/deliveries.ts); one that comes again is made again, under
+ * the same fence and Idempotency-Key, and its outcome counts once (invariants 4 and 8).
  */
 export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: Env): Promise<void> {
-  // Read before anything is claimed: a misconfigured Worker then leaves every dispatch to the Queue's retries.
+  // Read before any target is called: a misconfigured Worker then leaves every dispatch to the Queue's retries.
   const context = executeContext(env);
   // One set of slots for the whole batch: the platform's limit is per invocation, not per shard.
   const connections = new ConnectionSlots();
   const { dispatches, outbox, outcomes } = split(batch.messages);
-  // Runs whose origin's breaker is open are held before they are claimed: no attempt is spent.
-  const { go, held } = await screenDispatches(env, unpack(dispatches));
+  // Runs whose origin's breaker is open are held before their targets are called: no attempt is spent.
+  const resend = (pack: DispatchPack, delaySeconds: number) =>
+    dispatchQueue(env, pack.shard).send(pack, { contentType: "json", delaySeconds });
+  const { go, held } = await screenDispatches(env, oncePerDispatch(unpack(dispatches, resend)));
   const breakers = new BreakerLog();
   await settleAll([
     ...[...groupByShard(go)].map(([shard, deliveries]) => runShardGroup(env, context, connections, breakers, shard, deliveries)),
@@ -59,6 +65,67 @@ function split(messages: readonly Message<QueueMessage>[]) {
   return { dispatches, outbox, outcomes };
 }
 
+function groupByShard(deliveries: readonly Delivery[]): Map<string, Delivery[]> {
+  return Map.groupBy(deliveries, (d) => d.shard);
+}
+
+async function runShardGroup(
+  env: Env,
+  context: ExecuteContext,
+  connections: ConnectionSlots,
+  breakers: BreakerLog,
+  shard: string,
+  deliveries: Delivery[],
+): Promise<void> {
+  failpoint("consumer.beforeExecute", shard);
+  const stub = shardStub(env, shard);
+  const work = await ordersOf(stub, shard, deliveries);
+  const keep = (outcomes: Outcome[]) => dispatchQueue(env, shard).send({ kind: "outcomes", shard, outcomes }, { contentType: "json" });
+  const reporter = new OutcomeReporter(stub, shard, work.length, keep);
+  await settleAll(
+    work.map(async ({ delivery, order }) => {
+      const outcome = await executeTarget(order, context, connections);
+      breakers.note(delivery.dispatch, outcome);
+      if (await reporter.report(outcome)) delivery.done();
+      else delivery.again();
+    }),
+  );
+}
+
+/**
+ * Each dispatch's order: the one it carries, or, for one that came without it (too large for a
+ * message), the shard's (one `open` call for all of them). A stale one is done; if the shard
+ * cannot be asked, those dispatches come again.
+ */
+async function ordersOf(stub: ShardApi, shard: string, deliveries: Delivery[]): Promise<Array<{ delivery: Delivery; order: RunOrder }>> {
+  const work: Array<{ delivery: Delivery; order: RunOrder }> = [];
+  const thin: Delivery[] = [];
+  for (const delivery of deliveries) {
+    if (delivery.dispatch.order) work.push({ delivery, order: delivery.dispatch.order });
+    else thin.push(delivery);
+  }
+  if (thin.length === 0) return work;
+  let opened: OpenResult[];
+  try {
+    opened = await stub.open(thin.map((d) => ({ runId: d.dispatch.runId, fence: d.dispatch.fence })));
+  } catch (err) {
+    console.error(`open at ${shard} failed`, err);
+    for (const d of thin) d.again();
+    return work;
+  }
+  // The shard answers in the order of the dispatches, one each.
+  opened.forEach((answer, i) => {
+    const delivery = thin[i]!;
+    if (answer.result === "open") {
+      const { result: _, ...order } = answer;
+      work.push({ delivery, order });
+    } else {
+      delivery.done();
+    }
+  });
+  return work;
+}
+
 /** Outcomes a consumer kept on the queue for a shard it could not reach: reported now; a failure brings the message back. */
 async function reportKept(env: Env, messages: readonly Message<OutcomesMessage>[]): Promise<void> {
   await Promise.all(
@@ -74,44 +141,6 @@ async function reportKept(env: Env, messages: readonly Message<OutcomesMessage>[
   );
 }
 
-function groupByShard(deliveries: readonly Delivery[]): Map<string, Delivery[]> {
-  return Map.groupBy(deliveries, (d) => d.shard);
-}
-
-async function runShardGroup(
-  env: Env,
-  context: ExecuteContext,
-  connections: ConnectionSlots,
-  breakers: BreakerLog,
-  shard: string,
-  deliveries: Delivery[],
-): Promise<void> {
-  const stub = shardStub(env, shard);
-  let claims: ClaimResult[];
-  try {
-    failpoint("consumer.beforeClaim", shard);
-    claims = await stub.claim(deliveries.map((d) => ({ runId: d.dispatch.runId, fence: d.dispatch.fence, sentAt: d.sentAt })));
-  } catch (err) {
-    // Nothing was claimed that we know of: let the Queue deliver these again, once the shard had time to recover.
-    console.error(`claim from ${shard} failed`, err);
-    for (const d of deliveries) d.again();
-    return;
-  }
-  const keep = (outcomes: Outcome[]) => dispatchQueue(env, shard).send({ kind: "outcomes", shard, outcomes }, { contentType: "json" });
-  const reporter = new OutcomeReporter(stub, shard, claims.filter((c) => c.result === "claimed").length, keep);
-  // The shard answers claims in the order of the dispatches, one each.
-  await settleAll(
-    claims.map(async (claim, i) => {
-      const delivery = deliveries[i]!;
-      if (claim.result !== "claimed") return delivery.done();
-      const outcome = await executeTarget(claim, context, connections);
-      breakers.note(delivery.dispatch, outcome);
-      if (await reporter.report(outcome)) delivery.done();
-      else delivery.again();
-    }),
-  );
-}
-
 /**
  * Waits for every task, then fails with the first failure, if any: one shard's crash must not
  * cut short the others' acks, yet must still fail the invocation so its unacked messages return.
@@ -122,18 +151,19 @@ async function settleAll(tasks: Promise<unknown>[]): Promise<void> {
 }
 
 /**
- * The dead-letter queue's consumer: dispatches the Queue could not deliver or claim after its
- * retries, typically while their shard was unreachable. The shard sends each current one out
- * again (the run stays queued, its redispatch count noted), so no dispatch vanishes and no run
- * fails only because its shard was briefly down. If the shard is still unreachable the batch
- * throws and the dead-letter queue delivers it again; should that give up too, the run's own
- * claim deadline sends its dispatch again regardless (docs/architecture.md, invariant 5).
+ * The dead-letter queue's consumer: dispatches the Queue could not deliver, or whose outcomes
+ * could not be reported, after its retries, typically while their shard was unreachable. The
+ * shard sends each one still leased and without an outcome out again (the attempt stays the
+ * same, its redispatch count noted), so no dispatch vanishes and no run fails only because its
+ * shard was briefly down. If the shard is still unreachable the batch throws and the dead-letter
+ * queue delivers it again; should that give up too, the attempt's lease sends its dispatch again
+ * regardless (docs/architecture.md, invariant 5).
  */
 export async function consumeDeadLetters(batch: MessageBatch<QueueMessage>, env: Env): Promise<void> {
   const { dispatches, outbox, outcomes } = split(batch.messages);
   // An outbox message the Queue gave up on stays in its shard's outbox, which sends it again later.
   for (const m of outbox) m.ack();
-  // Kept outcomes are tried once more; should this queue give up too, the attempts' leases retry their runs.
+  // Kept outcomes are tried again here; should this queue give up too, the attempts' leases send their runs again.
   await reportKept(env, outcomes);
   await Promise.all(
     [...groupByShard(unpack(dispatches))].map(async ([shard, deliveries]) => {

@@ -1,4 +1,4 @@
-import type { DispatchesMessage, KeyedDispatch } from "../shard/contract";
+import type { DispatchesMessage, DispatchPack, KeyedDispatch } from "../shard/contract";
 
 /** Redelivery waits this long after a first failure, doubling per attempt: a shard that is briefly away gets time to come back. */
 const REDELIVERY_BASE_SECONDS = 2;
@@ -7,24 +7,27 @@ const REDELIVERY_MAX_SECONDS = 60;
 /**
  * One dispatch of a queue message, settled on its own. A message holds several of one shard's
  * dispatches (src/shard/dispatch-packs.ts) and the Queue acks or retries a message whole: it is
- * acked once every one of its dispatches is done, and retried, whole, once they all settled and
- * one must come again. Its other dispatches then come back too; their claims are stale (their
- * runs moved on) and cost the shard a read each. A message the invocation never settles (it
- * threw first) is the Queue's to deliver again, as before.
+ * acked once every one of its dispatches is done. Once they all settled and some must come
+ * again, those alone go back on the queue as a message of their own (`resend`) and this one is
+ * acked: a dispatch carries its order, so a done one delivered again would call its target
+ * again. When all must come again, or the resend fails, the message is retried whole, which
+ * keeps the Queue's count of its deliveries (and its dead-letter queue at the end of them). A
+ * message the invocation never settles (it threw first) is the Queue's to deliver again.
  */
 export interface Delivery {
   readonly shard: string;
   readonly dispatch: KeyedDispatch;
-  /** When the Queue took the message: tells the shard how far the queue has got (ClaimRequest.sentAt). */
-  readonly sentAt: number;
   /** The shard has this dispatch's outcome, or said it is stale, or holds it for a breaker. */
   done(): void;
   /** This dispatch must come again, after a delay that grows with the message's deliveries. */
   again(): void;
 }
 
+/** Puts a message's dispatches that must come again back on the queue, after `delaySeconds`. */
+export type Resend = (pack: DispatchPack, delaySeconds: number) => Promise<unknown>;
+
 /** The batch's dispatch messages, one delivery per dispatch. */
-export function unpack(messages: readonly Message<DispatchesMessage>[]): Delivery[] {
+export function unpack(messages: readonly Message<DispatchesMessage>[], resend?: Resend): Delivery[] {
   return messages.flatMap((message) => {
     const { shard, ...rest } = message.body;
     const dispatches: KeyedDispatch[] = "dispatches" in rest ? rest.dispatches : [rest];
@@ -33,20 +36,48 @@ export function unpack(messages: readonly Message<DispatchesMessage>[]): Deliver
       return [];
     }
     let unsettled = dispatches.length;
-    let comeAgain = false;
-    const sentAt = message.timestamp.getTime();
+    const comeAgain: KeyedDispatch[] = [];
+    const retry = () => message.retry({ delaySeconds: redeliveryDelay(message.attempts) });
     return dispatches.map((dispatch): Delivery => {
       let settled = false;
       const settle = (again: boolean) => {
         if (settled) return;
         settled = true;
-        comeAgain ||= again;
+        if (again) comeAgain.push(dispatch);
         if (--unsettled > 0) return;
-        if (comeAgain) message.retry({ delaySeconds: redeliveryDelay(message.attempts) });
-        else message.ack();
+        if (comeAgain.length === 0) message.ack();
+        else if (comeAgain.length === dispatches.length || !resend) retry();
+        else resend({ shard, dispatches: comeAgain }, redeliveryDelay(message.attempts)).then(() => message.ack(), retry);
       };
-      return { shard, dispatch, sentAt, done: () => settle(false), again: () => settle(true) };
+      return { shard, dispatch, done: () => settle(false), again: () => settle(true) };
     });
+  });
+}
+
+/**
+ * Copies of one dispatch in one batch (an at-least-once queue may deliver a message twice, and
+ * a lease that ended sends its dispatch again) become one delivery, so its target is called
+ * once for them all: done settles every copy; again brings one copy back and settles the rest.
+ */
+export function oncePerDispatch(deliveries: Delivery[]): Delivery[] {
+  const copies = Map.groupBy(deliveries, (d) => `${d.shard}\n${d.dispatch.runId}\n${d.dispatch.fence}`);
+  return [...copies.values()].map(([first, ...twins]) => {
+    if (twins.length === 0) return first!;
+    const settleTwins = () => {
+      for (const twin of twins) twin.done();
+    };
+    return {
+      shard: first!.shard,
+      dispatch: first!.dispatch,
+      done: () => {
+        first!.done();
+        settleTwins();
+      },
+      again: () => {
+        first!.again();
+        settleTwins();
+      },
+    };
   });
 }
 

@@ -3,12 +3,12 @@ import { signCompletionToken } from "../security/completion-tokens";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
-import type { ClaimResult, Outcome } from "../shard/contract";
+import type { Outcome, RunOrder } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
 import type { ConnectionSlots } from "./connections";
 
-type Claimed = Extract<ClaimResult, { result: "claimed" }>;
+/** The attempt to make, as its dispatch's order says. */
 
 /** Longest error text kept on a run; a target's error page can be megabytes. */
 const MAX_ERROR_CHARS = 500;
@@ -40,17 +40,17 @@ export function executeContext(env: Env): ExecuteContext {
  * the completion token (the shard's, signed: src/security/completion-tokens.ts) lets a target
  * that answers 202 finish the attempt later.
  */
-export function edgecronHeaders(claim: Claimed, completionToken: string, publicUrl?: string): Record<string, string> {
+export function edgecronHeaders(order: RunOrder, completionToken: string, publicUrl?: string): Record<string, string> {
   return {
     // A workflow's step: the same key on every attempt of that step of that run (docs/workflows.md).
-    "Idempotency-Key": claim.step ? `${claim.step.runId}:${claim.step.stepId}` : claim.runId,
-    ...(claim.step && { "X-Edgecron-Step": claim.step.stepId }),
-    "X-Edgecron-Run-Id": claim.runId,
-    "X-Edgecron-Job-Id": claim.jobId,
-    "X-Edgecron-Attempt": String(claim.attempt),
-    "X-Edgecron-Scheduled-At": new Date(claim.scheduledAt).toISOString(),
+    "Idempotency-Key": order.step ? `${order.step.runId}:${order.step.stepId}` : order.runId,
+    ...(order.step && { "X-Edgecron-Step": order.step.stepId }),
+    "X-Edgecron-Run-Id": order.runId,
+    "X-Edgecron-Job-Id": order.jobId,
+    "X-Edgecron-Attempt": String(order.attempt),
+    "X-Edgecron-Scheduled-At": new Date(order.scheduledAt).toISOString(),
     "X-Edgecron-Completion-Token": completionToken,
-    ...(publicUrl && { "X-Edgecron-Complete-Url": `${publicUrl.replace(/\/$/, "")}/v1/runs/${claim.runId}/complete` }),
+    ...(publicUrl && { "X-Edgecron-Complete-Url": `${publicUrl.replace(/\/$/, "")}/v1/runs/${order.runId}/complete` }),
   };
 }
 
@@ -62,29 +62,30 @@ export function edgecronHeaders(claim: Claimed, completionToken: string, publicU
  * once it has one: time spent behind other targets is not the target's. Redirect hops reuse
  * the attempt's slot, as the platform counts one request waiting at a time.
  */
-export async function executeTarget(claim: Claimed, ctx: ExecuteContext, connections: ConnectionSlots): Promise<Outcome> {
+export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connections: ConnectionSlots): Promise<Outcome> {
   let request: PreparedRequest;
   try {
-    request = await buildRequest(claim, ctx);
+    request = await buildRequest(order, ctx);
   } catch (err) {
     // Keys missing or rotated away: nothing to send. Retryable, since fixing the keys helps.
     return {
-      runId: claim.runId,
-      fence: claim.fence,
+      runId: order.runId,
+      fence: order.fence,
       ok: false,
       status: null,
       error: `could not prepare the request: ${(err as Error).message}`.slice(0, MAX_ERROR_CHARS),
     };
   }
 
-  return connections.hold(() => send(claim, ctx, request));
+  return connections.hold(() => send(order, ctx, request));
 }
 
-async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedRequest): Promise<Outcome> {
-  const base = { runId: claim.runId, fence: claim.fence };
+async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedRequest): Promise<Outcome> {
+  // Its start as the target sees it: the attempt began at its dispatch, before the queue's wait.
+  const base = { runId: order.runId, fence: order.fence, startedAt: Date.now() };
   const refused = (error: string): Outcome => ({ ...base, ok: false, status: null, error, kind: "permanent" });
-  const { target } = claim;
-  const signal = AbortSignal.timeout(claim.timeoutMs);
+  const { target } = order;
+  const signal = AbortSignal.timeout(order.timeoutMs);
   let url = target.url;
   let method: string = target.method;
   const { headers } = request;
@@ -114,7 +115,7 @@ async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedReques
         url = next.href;
         continue;
       }
-      return await describe(base, response, claim.step !== undefined);
+      return await describe(base, response, order.step !== undefined);
     }
   } catch (err) {
     const error = err as Error;
@@ -123,29 +124,29 @@ async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedReques
       ...base,
       ok: false,
       status: null,
-      error: timedOut ? `timed out after ${claim.timeoutMs} ms` : `request failed: ${error.message}`.slice(0, MAX_ERROR_CHARS),
+      error: timedOut ? `timed out after ${order.timeoutMs} ms` : `request failed: ${error.message}`.slice(0, MAX_ERROR_CHARS),
     };
   }
 }
 
 type PreparedRequest = Awaited<ReturnType<typeof buildRequest>>;
 
-async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
-  const secrets = await openTarget(ctx.encryptionKeys, claim.target, claim.jobId);
+async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
+  const secrets = await openTarget(ctx.encryptionKeys, order.target, order.jobId);
   const headers = new Headers(secrets.headers);
   let body: string | undefined;
   if (typeof secrets.body === "string") body = secrets.body;
-  else if (secrets.body !== undefined || (claim.input !== undefined && claim.target.method !== "GET")) {
+  else if (secrets.body !== undefined || (order.input !== undefined && order.target.method !== "GET")) {
     // A workflow step without a body of its own is sent its parents' results (a GET sends none).
-    body = secrets.body !== undefined ? JSON.stringify(secrets.body) : claim.input;
+    body = secrets.body !== undefined ? JSON.stringify(secrets.body) : order.input;
     if (!headers.has("content-type")) headers.set("content-type", "application/json");
   }
-  const completionToken = await signCompletionToken(ctx.signingSecret, claim.completionToken);
-  for (const [name, value] of Object.entries(edgecronHeaders(claim, completionToken, ctx.publicUrl))) headers.set(name, value);
-  const { current, next } = await signingSecrets(ctx.signingSecret, claim.tenantId, claim.signingGeneration);
+  const completionToken = await signCompletionToken(ctx.signingSecret, order.completionToken);
+  for (const [name, value] of Object.entries(edgecronHeaders(order, completionToken, ctx.publicUrl))) headers.set(name, value);
+  const { current, next } = await signingSecrets(ctx.signingSecret, order.tenantId, order.signingGeneration);
   /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
   const sign = async (sent: string | undefined) =>
-    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, sent ?? "", Date.now()));
+    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], order.runId, sent ?? "", Date.now()));
   return { headers, body, sign };
 }
 

@@ -2,7 +2,7 @@ import type { JobSpec } from "../model/job";
 import type { BreakerKey } from "../shard/contract";
 
 /**
- * A circuit breaker for the calls one tenant's jobs make to one origin (README, Operations).
+ * A circuit breaker for the calls one tenant's jobs make to one origin (docs/jobs-and-schedules.md, "Circuit breakers").
  * Closed: calls go through; `FAILURES_TO_OPEN` failures in a row, within `FAILURE_WINDOW_MS`,
  * open it. Open: runs for the origin wait (their attempts are not spent) until `retryAt`. Then
  * half-open: one run goes through as a probe; its success closes the breaker, its failure opens

@@ -11,7 +11,7 @@ import { fnv1a32 } from "./ids";
  * the old one and are delivered from there, because every queue's consumer takes any shard's
  * dispatches (the message names its shard: src/consumer/consume.ts). So a queue taken out of
  * DISPATCH_QUEUES keeps its consumer in wrangler.toml until it is empty; a dispatch lost even
- * so goes out again at its run's claim deadline (docs/architecture.md, invariants 3 and 5).
+ * so goes out again when its run's lease ends (docs/architecture.md, invariants 3 and 5).
  */
 export function dispatchQueueIndex(shard: string, queueCount: number): number {
   const numbered = /^shard-(\d{1,15})$/.exec(shard);

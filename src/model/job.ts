@@ -112,7 +112,7 @@ export const ScheduleSchema = z
       'Exactly one of `{ "cron", "timezone"? }`, `{ "every" }`, `{ "at" }` or `{ "delay" }`; cron and every take optional `startAt`, `endAt`, `maxRuns`.',
   });
 
-/** What a job's notifications are about (README, Operations: Notifications). */
+/** What a job's notifications are about (docs/jobs-and-schedules.md, "Notifications"). */
 export const NOTIFY_EVENTS = ["failed", "dead", "paused", "recovered"] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
 

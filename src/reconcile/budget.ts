@@ -10,7 +10,7 @@ import { shardStub } from "../stubs";
  * platform retry, and keeps one invocation to a few seconds, well inside the minute between
  * cron triggers and the 30 s of CPU a cron invocation may use. The consistency pass calls every
  * shard in use about once per invocation (it reads the jobs by id and groups them by shard), so
- * the calls must outnumber the shards: 400 leave room for about 300 shards (README, "Sizing").
+ * the calls must outnumber the shards: 400 leave room for about 300 shards (docs/sizing-and-throughput.md, "The sweep's timing").
  */
 export interface SweepBudget {
   d1Queries: number;

@@ -36,7 +36,7 @@ export interface PassReport {
  * invocation reads (ShardComparer), so that a shard costs about a call per invocation, not one per
  * page. Each step is taken only if its worst case fits the meter beside `reserve` queries; a pass
  * completes at most once per invocation, so a small catalog is swept once a minute and a large one
- * in as many minutes as its size needs (README, "Sizing").
+ * in as many minutes as its size needs (docs/sizing-and-throughput.md, "The sweep's timing").
  */
 export async function continuePass(
   env: Env,

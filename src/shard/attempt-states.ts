@@ -1,6 +1,6 @@
 /**
  * The attempt lifecycle: what becomes of one call of a run's target, as one table. An attempt
- * starts `running` when a consumer claims its run; a target that answers 202 makes it
+ * starts `running` when its run is dispatched; a target that answers 202 makes it
  * `accepted` (the work goes on outside edgecron and completes through the API); it ends
  * succeeded, failed, timed out (its lease expired) or cancelled (its run was cancelled or
  * replaced). An ended attempt never changes again: a report or completion that comes later

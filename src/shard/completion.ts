@@ -1,26 +1,26 @@
-import { newCompletionToken, parseCompletionToken, stepOfRun } from "../model/ids";
-import { stepPolicy, targetOfRun } from "../workflow/steps";
+import { parseCompletionToken } from "../model/ids";
+import { targetOfRun } from "../workflow/steps";
 import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "./attempt-states";
 import {
   type Answer,
-  type ClaimRequest,
-  type ClaimResult,
   type Completion,
   type Dispatch,
   done,
   LEASE_GRACE_MS,
+  type OpenResult,
   type Outcome,
   type RunRow,
   refuse,
   type TokenRefusal,
 } from "./contract";
-import { type RunLedger, stoppedFor } from "./ledger";
+import type { RunLedger } from "./ledger";
+import { runOrder } from "./orders";
 import type { ShardStore } from "./store";
 import type { Workflows } from "./workflows";
 
 /**
- * Completion: the consumer's side of a run and the long-running target's. A claim starts an
- * attempt for the current dispatch only; an outcome, a completion or a heartbeat counts only
+ * Completion: the consumer's side of a run and the long-running target's. An attempt begins
+ * when its run is dispatched (ledger.ts); an outcome, a completion or a heartbeat counts only
  * for the current attempt (docs/architecture.md, invariants 4 and 5). Anything stale changes
  * nothing, except that a late outcome of an attempt the shard gave up on is kept on it.
  */
@@ -28,36 +28,24 @@ export class Completions {
   constructor(
     private readonly store: ShardStore,
     private readonly ledger: RunLedger,
-    private readonly shardName: () => string,
     private readonly workflows: Pick<Workflows, "inputOf">,
   ) {}
 
-  claim(dispatches: ClaimRequest[], now: number): ClaimResult[] {
-    return dispatches.map((d): ClaimResult => {
-      this.ledger.queue.delivered(d.sentAt, now);
-      const run = this.ledger.currentQueued(d);
+  /**
+   * The orders of leased attempts whose dispatch travelled without one (too large for a queue
+   * message, dispatch-packs.ts): read from the run as its dispatch left it. Writes nothing: the
+   * attempt began when it was dispatched.
+   */
+  open(dispatches: Dispatch[]): OpenResult[] {
+    return dispatches.map((d): OpenResult => {
+      const run = this.ledger.currentLease(d);
       const job = run && this.store.getJob(run.jobId);
       const target = job && targetOfRun(job.spec, d.runId);
-      // A step a PATCH took out of its job's graph has nothing to call: its run ends here.
-      if (run && job && !target && run.parentRunId !== null) this.ledger.cancel(run, "its step is no longer in the job's steps", now);
-      if (!run || !job || !target || stoppedFor(run, job)) return { result: "stale", runId: d.runId, fence: d.fence };
-      const step = stepOfRun(run.id);
-      const completionToken = newCompletionToken(this.shardName(), run.fence);
-      this.ledger.claim(run, job, now, completionToken);
-      return {
-        result: "claimed",
-        runId: run.id,
-        fence: run.fence,
-        jobId: run.jobId,
-        tenantId: job.tenantId,
-        signingGeneration: this.store.getTenant(job.tenantId)?.signingGeneration ?? 1,
-        attempt: run.attempt,
-        scheduledAt: run.scheduledAt,
-        target,
-        timeoutMs: stepPolicy(job.spec, run.id).timeoutMs,
-        completionToken,
-        ...(step && { step, input: this.workflows.inputOf(run, job) ?? undefined }),
-      };
+      const attempt = run && this.store.attempts.runAndAttempt(run.id, run.fence).attempt;
+      if (!run || !job || !target || !attempt) return { result: "stale", runId: d.runId, fence: d.fence };
+      const signingGeneration = this.store.getTenant(job.tenantId)?.signingGeneration ?? 1;
+      const input = run.parentRunId === null ? null : this.workflows.inputOf(run, job);
+      return { result: "open", ...runOrder(run, job, target, signingGeneration, attempt.completionToken, input) };
     });
   }
 
@@ -106,7 +94,7 @@ export class Completions {
   /** Dispatches whose origin's circuit breaker is open: their runs wait until `until`, attempts unspent. */
   hold(holds: Array<Dispatch & { until: number; reason: string }>): Array<"held" | "stale"> {
     return holds.map((h) => {
-      const run = this.ledger.currentQueued(h);
+      const run = this.ledger.currentLease(h);
       if (!run) return "stale";
       this.ledger.holdForBreaker(run, h.until, h.reason);
       return "held";
@@ -116,7 +104,7 @@ export class Completions {
   /** Dispatches the Queue gave up on (its dead-letter queue): their runs are dispatched again, not failed. */
   abandon(dispatches: Dispatch[], now: number): Array<"redispatched" | "stale"> {
     return dispatches.map((d) => {
-      const run = this.ledger.currentQueued(d);
+      const run = this.ledger.currentLease(d);
       if (!run) return "stale";
       this.ledger.abandon(run, now);
       return "redispatched";

@@ -210,28 +210,48 @@ export interface ShardMetrics {
 
 // ---- the consumer's side ----
 
-/** A dispatch: enough to claim a run, no job data (docs/architecture.md, invariant 4). */
+/** A dispatch as a shard names it: the run and the fence its attempt was leased under (docs/architecture.md, invariant 4). */
 export interface Dispatch {
   runId: string;
   fence: number;
 }
 
-/** A dispatch as the consumer claims it: with when the queue took the message, which tells the shard how far the queue has got (queue-progress.ts). */
-export interface ClaimRequest extends Dispatch {
-  sentAt?: number;
-}
-
 /**
- * What a dispatch tells the consumer for the target's circuit breaker (src/gate/breaker.ts): the
- * tenant, whose gate keeps it, and the target's origin. Absent for a job that opted out.
+ * What a tenant's gate keeps a target's circuit breaker by (src/gate/breaker.ts): the tenant
+ * and the target's origin. Absent for a job that opted out.
  */
 export interface BreakerKey {
   tenantId: string;
   origin: string;
 }
 
-/** A dispatch with what the consumer's circuit breakers need to know of it. */
-export type KeyedDispatch = Dispatch & Partial<BreakerKey>;
+/**
+ * Everything a consumer needs to make one attempt of a run, made by the transaction that leased
+ * it (the attempt begins when it is dispatched: there is no claim). The target stays sealed:
+ * only the consumer opens it, for the request.
+ */
+export interface RunOrder extends Dispatch {
+  jobId: string;
+  tenantId: string;
+  /** The tenant's signing generation as this shard last heard it: the consumer signs with it and the next. */
+  signingGeneration: number;
+  attempt: number;
+  scheduledAt: number;
+  target: StoredTarget;
+  timeoutMs: number;
+  completionToken: string;
+  /** A workflow step's run: the workflow run's id and the step's (sent as headers). */
+  step?: { runId: string; stepId: string };
+  /** For a step whose target has no body: the JSON it is sent (the run and its parents' results). */
+  input?: string;
+}
+
+/**
+ * A dispatch on its way: with what the consumer's circuit breakers need, and its order. An order
+ * too large for a queue message travels without it (`dispatch-packs.ts`); the consumer then asks
+ * the shard for it (`ShardApi.open`).
+ */
+export type KeyedDispatch = Dispatch & Partial<BreakerKey> & { order?: RunOrder };
 
 /**
  * One dispatch on the Queue, with its shard's name, so that the consumer knows whom to ask.
@@ -244,8 +264,8 @@ export interface DispatchMessage extends KeyedDispatch {
 
 /**
  * Several dispatches of one shard on the Queue as one message: the Queue bills three operations
- * a message whatever it holds (up to 64 KB), so ten dispatches to a message cost a tenth
- * (docs/cost.md). The consumer acks it once each of its dispatches is done, or retries it whole.
+ * per 64 KB of a message, so ten dispatches to a message cost a tenth (docs/cost.md). The
+ * consumer acks it once each of its dispatches is done, or retries it whole.
  */
 export interface DispatchPack {
   shard: string;
@@ -280,9 +300,8 @@ export interface ChainMessage {
 
 /**
  * Outcomes a consumer could not report to their shard (the shard was unreachable after retries):
- * kept on the queue instead of thrown away, so that a success is recorded as one however late,
- * never lost to a lease that runs out (src/consumer/reporter.ts). Its consumer reports them; a
- * failed report retries the message.
+ * kept on the queue instead of thrown away, so a success is recorded as one however late
+ * (src/consumer/reporter.ts). Its consumer reports them; a failed report retries the message.
  */
 export interface OutcomesMessage {
   kind: "outcomes";
@@ -290,7 +309,7 @@ export interface OutcomesMessage {
   outcomes: Outcome[];
 }
 
-/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications, chained triggers and kept outcomes. */
+/** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications, chained triggers and outcomes kept. */
 export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage | OutcomesMessage;
 /** A message of run dispatches: a pack, or one dispatch as shards sent them before packs. */
 export type DispatchesMessage = DispatchPack | DispatchMessage;
@@ -299,29 +318,11 @@ export type OutboxMessage = NotifyMessage | ChainMessage;
 export const isOutcomesMessage = (m: QueueMessage): m is OutcomesMessage => "kind" in m && m.kind === "outcomes";
 export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m && m.kind !== "outcomes";
 
-/** A claimed attempt may outlive its timeout by this much before the shard calls it lost. */
+/** An attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;
 
-export type ClaimResult =
-  | { result: "stale"; runId: string; fence: number }
-  | {
-      result: "claimed";
-      runId: string;
-      fence: number;
-      jobId: string;
-      tenantId: string;
-      /** The tenant's signing generation as this shard last heard it: the consumer signs with it and the next. */
-      signingGeneration: number;
-      attempt: number;
-      scheduledAt: number;
-      target: StoredTarget;
-      timeoutMs: number;
-      completionToken: string;
-      /** A workflow step's run: the workflow run's id and the step's (sent as headers). */
-      step?: { runId: string; stepId: string };
-      /** For a step whose target has no body: the JSON it is sent (the run and its parents' results). */
-      input?: string;
-    };
+/** A shard's answer for a dispatch that came without its order: the order, or `stale` (the attempt has its outcome, or was replaced). */
+export type OpenResult = { result: "stale"; runId: string; fence: number } | ({ result: "open" } & RunOrder);
 
 export interface Outcome {
   runId: string;
@@ -338,6 +339,8 @@ export interface Outcome {
   kind?: FailureKind;
   /** A workflow step's success: its response body (at most 64 KiB), which the steps below receive. */
   result?: string;
+  /** When the consumer started the request (it had a connection): the attempt's start as the target saw it. */
+  startedAt?: number;
 }
 
 /** What a long-running target reports through POST /v1/runs/:id/complete. */
@@ -371,7 +374,8 @@ export interface ShardApi {
    */
   trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
   backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">>;
-  claim(dispatches: ClaimRequest[]): Promise<ClaimResult[]>;
+  /** The orders of leased attempts whose dispatch came without one (too large for a message); reads only. */
+  open(dispatches: Dispatch[]): Promise<OpenResult[]>;
   report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">>;
   complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>>;
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;

@@ -14,7 +14,7 @@
 import { countLag } from "./alarm-lag";
 import type { RunRow } from "./contract";
 import type { RunEvent } from "./run-states";
-import type { AttemptChange } from "./store";
+import type { AttemptChange, MovedRun } from "./store";
 import { addTotals, countFireLag, noTotals, type ShardTotals } from "./totals";
 
 export class ShardCounters {
@@ -42,18 +42,19 @@ export class ShardCounters {
     }
   }
 
-  /** A run moved along `event` (its row before and after; `attempt`, what the step did to its latest attempt). */
-  moved(before: RunRow, event: RunEvent, after: RunRow, attempt: AttemptChange | undefined): void {
+  /** A run moved along `events`, taken as one write (its row before and after; `attempt`, what the step did to its latest attempt). */
+  moved(before: MovedRun, events: readonly RunEvent[], after: MovedRun, attempt: AttemptChange | undefined): void {
     if (attempt && "finish" in attempt) {
       const outcome = attempt.finish.outcome;
       this.add((t) => (t.attempts[outcome] = (t.attempts[outcome] ?? 0) + 1));
     }
+    const event = events.at(-1);
     if (event === "retry") this.add((t) => t.retries++);
     else if (event === "redispatch") this.add((t) => t.redispatches++);
     else if (event === "abandon") this.add((t) => t.queueDeadLetters++);
-    // The first claim of a scheduled run, as the window's fire lag picks them (view-store.ts).
+    // The first dispatch of a scheduled run, when its attempt begins, as the window's fire lag picks them (view-store.ts).
     else if (
-      event === "claim" &&
+      event === "dispatch" &&
       before.startedAt === null &&
       after.startedAt !== null &&
       before.trigger === "schedule" &&

@@ -1,14 +1,22 @@
 import type { DispatchPack, KeyedDispatch } from "./contract";
 
 /**
- * Dispatches per queue message. The Queue bills three operations per message of up to 64 KB,
- * so ten to a message cut that part of a run's price tenfold (docs/cost.md), and raise a
- * queue's 5,000 messages a second to 50,000 dispatches. Not more: a message is acked or
- * retried whole, so one dispatch that must come again brings its neighbours back (as stale
- * claims: one row read each), and the consumer's batch of 10 messages is then the 100
- * dispatches an invocation took before (wrangler.toml).
+ * Dispatches per queue message, at most. The Queue bills three operations per 64 KB of a
+ * message, so ten to a message cut that part of a run's price tenfold (docs/cost.md), and raise
+ * a queue's 5,000 messages a second to 50,000 dispatches. Not more: a message is acked or
+ * retried whole, so one dispatch that must come again brings its neighbours back (and the
+ * target of each is called again: its attempt is still leased), and the consumer's batch of 10
+ * messages is then the 100 dispatches an invocation takes (wrangler.toml).
  */
 export const DISPATCHES_PER_MESSAGE = 10;
+
+/** A message is billed by the 64 KB: one is filled up to this, with room for the Queue's own metadata. */
+export const MESSAGE_BYTES = 63_000;
+/**
+ * An order larger than this goes without it (a target's body, or a step's input, can be up to
+ * 256 KB; a message at most 128 KB): the consumer asks the shard for it (`ShardApi.open`).
+ */
+export const ORDER_MAX_BYTES = 48_000;
 
 /** The Queues limits a `sendBatch` must keep to: 100 messages, 256 KB in all (1 KB = 1,000 bytes). */
 export const QUEUE_BATCH_MESSAGES = 100;
@@ -18,29 +26,49 @@ const MESSAGE_OVERHEAD_BYTES = 100;
 
 const encoder = new TextEncoder();
 const bytesOf = (value: unknown) => encoder.encode(JSON.stringify(value)).length;
+/** What a dispatch adds to its pack's JSON: itself and a comma. */
+const sizeInPack = (d: KeyedDispatch) => bytesOf(d) + 1;
 
 /**
- * Packs one shard's dispatches, in order, into messages of DISPATCHES_PER_MESSAGE (the last
- * one fewer), and the messages into `sendBatch` calls within the Queues limits. A dispatch is a
- * run id, a fence, a tenant id and an origin: at most a few hundred bytes, so ten stay far
- * below the 64 KB a message is billed by, yet 100 such messages could pass a send's 256 KB.
- * Sizes are counted on the JSON the Queue stores.
+ * Packs one shard's dispatches, in order, into messages of up to DISPATCHES_PER_MESSAGE and
+ * MESSAGE_BYTES, and the messages into `sendBatch` calls within the Queues limits. A dispatch
+ * carries its attempt's order (the sealed target, usually a few hundred bytes to a few KB); one
+ * whose order passes ORDER_MAX_BYTES goes without it. Sizes are counted on the JSON the Queue
+ * stores.
  */
 export function packDispatches(shard: string, dispatches: readonly KeyedDispatch[]): DispatchPack[][] {
+  const packs: DispatchPack[] = [];
+  const empty = bytesOf({ shard, dispatches: [] });
+  let pack: DispatchPack | null = null;
+  let packBytes = 0;
+  for (const dispatch of dispatches) {
+    const d = dispatch.order && bytesOf(dispatch.order) > ORDER_MAX_BYTES ? withoutOrder(dispatch) : dispatch;
+    const size = sizeInPack(d);
+    if (pack === null || pack.dispatches.length === DISPATCHES_PER_MESSAGE || packBytes + size > MESSAGE_BYTES) {
+      pack = { shard, dispatches: [] };
+      packBytes = empty;
+      packs.push(pack);
+    }
+    pack.dispatches.push(d);
+    packBytes += size;
+  }
   const batches: DispatchPack[][] = [];
   let batch: DispatchPack[] = [];
   let batchBytes = 0;
-  for (let i = 0; i < dispatches.length; i += DISPATCHES_PER_MESSAGE) {
-    const pack: DispatchPack = { shard, dispatches: dispatches.slice(i, i + DISPATCHES_PER_MESSAGE) };
-    const bytes = bytesOf(pack) + MESSAGE_OVERHEAD_BYTES;
+  for (const p of packs) {
+    const bytes = bytesOf(p) + MESSAGE_OVERHEAD_BYTES;
     if (batch.length === QUEUE_BATCH_MESSAGES || (batch.length > 0 && batchBytes + bytes > QUEUE_BATCH_BYTES)) {
       batches.push(batch);
       batch = [];
       batchBytes = 0;
     }
-    batch.push(pack);
+    batch.push(p);
     batchBytes += bytes;
   }
   if (batch.length > 0) batches.push(batch);
   return batches;
+}
+
+function withoutOrder({ order: _, ...dispatch }: KeyedDispatch): KeyedDispatch {
+  return dispatch;
 }

@@ -1,6 +1,6 @@
 import { failpoint } from "../faults";
 import { jobIdOfRun } from "../model/ids";
-import type { DispatchesMessage, KeyedDispatch, RunRow } from "./contract";
+import type { Dispatch, DispatchesMessage, KeyedDispatch, RunRow } from "./contract";
 import { packDispatches } from "./dispatch-packs";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
@@ -17,10 +17,10 @@ export interface PermitKeeper {
 /**
  * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches are
  * kept in memory, not written down: a row per dispatch would cost two rows written per run
- * (docs/cost.md). One that a crash between commit and send loses goes out again at its run's
- * claim deadline (docs/architecture.md, invariant 3). A shard does not send its queued runs
- * again when it starts: an idle shard is evicted between sending and the claims, so most of
- * them were sent and would all go twice. Permits go back to, or are extended at, their
+ * (docs/cost.md). One that a crash between commit and send loses goes out again when its run's
+ * lease ends (leases.ts; docs/architecture.md, invariant 3). A shard does not send its leased
+ * runs again when it starts: an idle shard is evicted between sending and the reports, so most
+ * of them were sent and would all go twice. Permits go back to, or are extended at, their
  * tenants' gates.
  */
 export class Dispatcher {
@@ -37,6 +37,8 @@ export class Dispatcher {
    * that permit lapse at its lease, which can only let the tenant briefly exceed its limit.
    */
   private permitRenewals: Array<{ permit: string; tenantId: string; leaseMs: number }> = [];
+  /** Dispatches withdrawn while unsent (`withdraw`), by `dispatchKey`: skipped by the next send. */
+  private withdrawn = new Set<string>();
 
   constructor(
     private readonly store: ShardStore,
@@ -80,6 +82,19 @@ export class Dispatcher {
     this.unsent.push(dispatch);
   }
 
+  /** The job's dispatches the Queue has not taken (a run's id names its job). */
+  unsentOf(jobId: string): Dispatch[] {
+    return this.unsent.filter((d) => jobIdOfRun(d.runId) === jobId);
+  }
+
+  /**
+   * Drops a dispatch the Queue has not taken (its run was cancelled before it went out). Marked,
+   * not spliced out, so that `mark`/`rollBack` still count the list; a send skips it.
+   */
+  withdraw(dispatch: Dispatch): void {
+    this.withdrawn.add(dispatchKey(dispatch));
+  }
+
   /** Where the unsent list ends before a change; `rollBack(mark)` forgets what a failed change added. */
   mark(): number {
     return this.unsent.length;
@@ -102,7 +117,7 @@ export class Dispatcher {
   }
 
   /** Extends the run's tenant permit at the next flush, when it holds one. */
-  renewPermitLater(run: RunRow, leaseMs: number): void {
+  renewPermitLater(run: Pick<RunRow, "permit" | "jobId">, leaseMs: number): void {
     const tenantId = run.permit === null ? undefined : this.store.getJob(run.jobId)?.tenantId;
     if (tenantId) this.permitRenewals.push({ permit: run.permit!, tenantId, leaseMs });
   }
@@ -116,10 +131,16 @@ export class Dispatcher {
   /** Returns false when the Queue refused a send; the dispatches stay for the next alarm. */
   private async sendDispatches(): Promise<boolean> {
     const shard = this.shardName();
+    if (this.lastSendFailed) this.unsent = this.stillLeased(this.unsent);
     for (;;) {
       // Taken off the list while they are sent; a refused batch's dispatches go back.
-      const pending = this.unsent.splice(0, TICK_BATCH);
-      if (pending.length === 0) return true;
+      const taken = this.unsent.splice(0, TICK_BATCH);
+      if (taken.length === 0) {
+        this.withdrawn.clear();
+        return true;
+      }
+      const pending = this.withdrawn.size === 0 ? taken : taken.filter((d) => !this.withdrawn.has(dispatchKey(d)));
+      if (pending.length === 0) continue;
       const batches = packDispatches(shard, pending);
       const sent = await Promise.allSettled(
         batches.map(async (batch) => {
@@ -137,6 +158,21 @@ export class Dispatcher {
         return false;
       }
     }
+  }
+
+  /**
+   * What a refused send kept, less what no longer needs to go: each dispatch once (a lease that
+   * ended meanwhile sent it again), and only while its attempt is still the run's under that fence
+   * (one that timed out meanwhile, or ended, must not call its target now). Read only after a
+   * refusal: the sends that go at once, the usual case, read nothing.
+   */
+  private stillLeased(kept: KeyedDispatch[]): KeyedDispatch[] {
+    const latest = new Map(kept.map((d) => [dispatchKey(d), d]));
+    const runs = new Map(this.store.getRuns([...new Set(kept.map((d) => d.runId))]).map((r) => [r.id, r]));
+    return [...latest.values()].filter((d) => {
+      const run = runs.get(d.runId);
+      return run !== undefined && run.state === "running" && run.fence === d.fence;
+    });
   }
 
   /** Extends the permits of attempts that outlive their first lease; best effort (see permitRenewals). */
@@ -167,3 +203,5 @@ export class Dispatcher {
     return results.every((r) => r.status === "fulfilled");
   }
 }
+
+const dispatchKey = (d: Dispatch) => `${d.runId}#${d.fence}`;

@@ -8,15 +8,13 @@ export interface DuePosition {
   jobId: string;
 }
 
-/** An entry: a fire of a job, due at `dueAt`, kept by the job's row or by a run of the job. */
-export interface FireEntry extends DuePosition {
-  fireAt: number;
-}
-
-/** How far the alarm has fired, and how far behind that it has looked at claim deadlines. */
+/**
+ * How far the alarm has fired. (`checked`, a second position that trailed it by a claim
+ * timeout, is what shards before schema step 19 wrote: read, never used, written as it was.)
+ */
 interface Positions {
   fired: DuePosition | null;
-  checked: DuePosition | null;
+  checked?: DuePosition | null;
 }
 
 const KEY = "fired_through";
@@ -39,18 +37,12 @@ const CLOCK_SKEW_MS = 60_000;
  * and its entry as they were, and the position says it has fired: the job's update at its fire
  * was a row written per run (docs/cost.md, "Fired through").
  *
- * Such a job's entry also keeps its run's claim deadline: a second position trails the first,
- * and the alarm moves it over the entries a claim timeout old, looking at each job's run as at
- * a due run (a dispatch not claimed goes out again). So the run needs no `runs_due` entry of its
- * own, another row per run. A change of such a job (which takes it out of the index) first
- * gives its run a claim deadline of its own (`RunLedger.leaveFired`).
- *
- * The positions are written lazily, every WRITE_EVERY_JOBS jobs passed without a write and at
+ * The position is written lazily, every WRITE_EVERY_JOBS jobs passed without a write and at
  * each retention pass. A shard that restarts reads the jobs after the written positions again:
  * fires again, which makes nothing, since each fire's run already exists (run ids are derived,
  * docs/architecture.md, invariant 2) and a run stays at least a day after it ends (retention's
  * shortest window), where the positions are written at least every retention pass (10
- * minutes); and looks at claim deadlines again, which finds them handled.
+ * minutes).
  *
  * So that a job the alarm has not fired is never behind the position, a paused or deleted job
  * has no due time (it enters the index when it resumes), and a due time given to a job is after
@@ -60,17 +52,14 @@ const CLOCK_SKEW_MS = 60_000;
  * fire"): its fire writes that fire on the run it makes (`runs_next`) and leaves the job's row as
  * it was. The alarm reads both indexes after the position as one order; a run's entry counts
  * while the job has not changed since (a change writes the row afresh). An entry behind the
- * position, the row's or a run's, names a fire made, and the trailing position looks at that
- * fire's run at its claim deadline: no run needs a `runs_due` entry, and no entry is cleared.
- * The job's next fire is the newest of its entries (`live`). Retention keeps a run while the
- * alarm still needs its entry (`passedThrough`; history-store.ts).
+ * position, the row's or a run's, names a fire made; no entry is cleared. The job's next fire
+ * is the newest of its entries (`live`). Retention keeps a run while the alarm still needs its
+ * entry (`passedThrough`; history-store.ts).
  */
 export class FiredThrough {
   /** undefined: not read from storage yet. */
   #positions: Positions | undefined;
   #unwritten = 0;
-  /** When the next claim deadline behind the position comes; undefined: to be read. */
-  #nextCheck: number | null | undefined;
   /**
    * When the positions were last read from storage. An entry the alarm reads again because the
    * written position lags the one it had (a restart, a rolled-back change) was due before then:
@@ -85,7 +74,7 @@ export class FiredThrough {
     if (this.#positions === undefined) {
       this.readAt = Date.now();
       const value = this.sql.exec("SELECT value FROM meta WHERE key = ?", KEY).toArray()[0]?.value as string | undefined;
-      this.#positions = value === undefined ? { fired: null, checked: null } : (JSON.parse(value) as Positions);
+      this.#positions = value === undefined ? { fired: null } : (JSON.parse(value) as Positions);
     }
     return this.#positions;
   }
@@ -225,58 +214,12 @@ export class FiredThrough {
   /** The alarm took the jobs up to `to`, `unwritten` of them keeping their rows as they were. */
   passed(to: DuePosition, unwritten: number): void {
     this.positions().fired = to;
-    if (this.#nextCheck === null) this.#nextCheck = undefined; // there may be something to check now
     this.noteUnwritten(unwritten);
   }
 
-  /**
-   * Entries behind the position due by `until` (a claim timeout ago) and not yet checked, the
-   * rows' and the runs' in one order: each names a fire made (or, stale, one never made).
-   */
-  awaitingCheck(until: number, limit: number): FireEntry[] {
-    const { fired, checked } = this.positions();
-    if (fired === null) return [];
-    const from = checked ?? BEFORE_ALL;
-    const window = [until, from.dueAt, from.jobId, fired.dueAt, fired.jobId, limit];
-    const entries = (query: string) => this.sql.exec(query, ...window).toArray();
-    return inOrder(
-      entries(
-        `SELECT id AS entry_job, next_fire_at, next_due_at FROM jobs
-         WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND (next_due_at, id) <= (?, ?) ORDER BY next_due_at, id LIMIT ?`,
-      ),
-      entries(
-        `SELECT job_id AS entry_job, next_fire_at, next_due_at FROM runs
-         WHERE next_due_at <= ? AND (next_due_at, job_id) > (?, ?) AND (next_due_at, job_id) <= (?, ?) ORDER BY next_due_at, job_id LIMIT ?`,
-      ),
-      limit,
-    ).map((r) => ({ jobId: r.entry_job as string, fireAt: r.next_fire_at as number, dueAt: r.next_due_at as number }));
-  }
-
-  /** The entry's run's claim deadline was looked at. */
-  checked(entry: DuePosition): void {
-    this.positions().checked = { dueAt: entry.dueAt, jobId: entry.jobId };
-    this.#nextCheck = undefined;
-    this.noteUnwritten(1);
-  }
-
-  /** How far the alarm has fired, and looked at claim deadlines: retention keeps a run whose entry is still needed. */
-  passedThrough(): { fired: DuePosition; checked: DuePosition } {
-    const { fired, checked } = this.positions();
-    return { fired: fired ?? BEFORE_ALL, checked: checked ?? BEFORE_ALL };
-  }
-
-  /** The next entry to check names a run whose claim deadline comes at `at`. */
-  checkAt(at: number): void {
-    this.#nextCheck = at;
-  }
-
-  /** When the next claim deadline behind the position comes (at the earliest; `checkAt` may say later). */
-  nextCheck(claimTimeoutMs: number): number | null {
-    if (this.#nextCheck === undefined) {
-      const [first] = this.awaitingCheck(Number.MAX_SAFE_INTEGER, 1);
-      this.#nextCheck = first ? first.dueAt + claimTimeoutMs : null;
-    }
-    return this.#nextCheck;
+  /** How far the alarm has fired: retention keeps a run whose entry is still ahead of it. */
+  passedThrough(): DuePosition {
+    return this.positions().fired ?? BEFORE_ALL;
   }
 
   private noteUnwritten(jobs: number): void {
@@ -295,11 +238,10 @@ export class FiredThrough {
     this.#unwritten = 0;
   }
 
-  /** A change rolled back: the positions are read from storage again (the jobs after them are fired and checked again, to no effect). */
+  /** A change rolled back: the position is read from storage again (the jobs after it are fired again, to no effect). */
   forget(): void {
     this.#positions = undefined;
     this.#unwritten = 0;
-    this.#nextCheck = undefined;
   }
 }
 

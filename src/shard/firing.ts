@@ -14,7 +14,7 @@ import {
   type TenantSettings,
   type TriggeredBy,
 } from "./contract";
-import { type ClaimDeadline, type RunLedger, stoppedReason } from "./ledger";
+import { type RunLedger, stoppedReason } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
@@ -54,9 +54,7 @@ export class Firing {
       // Read again after a restart, a fired job may not say so yet (fired-through.ts, `asChanged`).
       const held = stored && this.store.firedThrough.asChanged(stored, now, (runId) => this.store.getRun(runId) !== null);
       // A changed job starts again as one that is not frequent; its next fires decide.
-      if (held) this.store.frequent.leave(held, this.ledger.claimTimeoutMs(), now);
-      // A fired job's run keeps its claim deadline by the job's entry, which the change moves.
-      if (held) this.ledger.leaveFired(held);
+      if (held) this.store.frequent.leave(held);
       const next = nextFireOnChange(held, def, now);
       this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next), held?.fires ?? 0);
       const tenant = this.store.getTenant(def.tenantId);
@@ -80,14 +78,8 @@ export class Firing {
    */
   fireDue(now: number, limit: number): number {
     const jobs = this.store.dueJobs(now, limit);
-    // Runs fired together share a claim deadline (claim-chunks.ts): two rows for the chunk, where
-    // each run's own deadline is a row. A job fired alone keeps its run's own.
-    const together: ClaimDeadline = jobs.length > 1 ? "chunk" : "own";
-    this.ledger.takeChunk(); // what a chunk that rolled back left, if anything: its runs were never written
     let kept = 0;
-    for (const job of jobs) if (this.store.firedThrough.superseded(job) || this.fireJob(job, now, together) === "kept") kept++;
-    const chunk = this.ledger.takeChunk();
-    if (chunk.length > 0) this.store.claimChunks.add(now + this.ledger.claimTimeoutMs(), chunk);
+    for (const job of jobs) if (this.store.firedThrough.superseded(job) || this.fireJob(job, now) === "kept") kept++;
     // The jobs taken from jobs_next_due are a prefix of it after the position (frequent ones are not in it).
     const last = jobs.findLast((job) => !job.frequent);
     if (last) this.store.firedThrough.passed({ dueAt: last.dueAt as number, jobId: last.id }, kept);
@@ -99,13 +91,11 @@ export class Firing {
    * was ("kept"; fired-through.ts) when it has nothing more to fire and no fire count to keep,
    * or when its next fire goes on the run its last fire makes.
    */
-  private fireJob(job: ShardJob, now: number, together: ClaimDeadline): "moved" | "kept" {
+  private fireJob(job: ShardJob, now: number): "moved" | "kept" {
     const { ready, next } = this.readyFires(job, now);
     const nextDue = next === null ? null : next + jitterOf(job, next);
-    // Due again within a claim timeout: the job is frequent (frequent-jobs.ts), and its own
-    // fires look at its runs' claim deadlines, these runs' included.
-    const claimTimeout = this.ledger.claimTimeoutMs();
-    const frequent = nextDue !== null && nextDue - now <= claimTimeout;
+    // Due again within a claim timeout: the job is frequent (frequent-jobs.ts).
+    const frequent = nextDue !== null && nextDue - now <= this.ledger.claimTimeoutMs();
     // Nothing more to fire and no fire count to keep: the row is left as it is (fired-through.ts).
     const kept = next === null && !job.frequent && job.spec.schedule.maxRuns === undefined;
     // A next fire: the fire's last run carries it, with the fire count (in runs_next), and the
@@ -118,7 +108,6 @@ export class Firing {
         ? this.store.getRun(scheduledRunId(job.id, last.at)) === null
         : false;
     const fires = job.fires + ready.length;
-    let deadlinesFrom = job.frequent && job.deadlinesFrom !== null ? this.ledger.claimDeadlinesOf(job, job.deadlinesFrom, now) : null;
     for (const fire of ready) {
       const run = {
         id: scheduledRunId(job.id, fire.at),
@@ -129,24 +118,14 @@ export class Firing {
         catchUp: fire.catchUp,
         next: carried && fire === last ? { fireAt: next as number, dueAt: nextDue as number, version: job.version, fires } : undefined,
       };
-      // A catch-up fire is late already: its claim deadline is not left to the job's watermark.
-      const onJob = frequent && !fire.catchUp;
-      if (onJob) deadlinesFrom = Math.min(deadlinesFrom ?? fire.at, fire.at);
-      // When the entry the alarm fired stays where it is (the job's row kept, or the entry on a
-      // run), it is the claim deadline of the run of the fire it names.
-      const byEntry = (kept || carried) && fire.at === job.nextFireAt;
-      this.startRun(job, run, now, onJob || byEntry ? "job" : together);
+      this.startRun(job, run, now);
     }
-    // A fire that writes the job's row moves the row's entry, which may still be the claim
-    // deadline of a run it fired earlier (this fire came from a run's entry): that run gets one
-    // of its own first.
-    if (frequent || !(kept || carried)) this.ledger.leaveFired(job);
     if (frequent) {
-      this.store.frequent.fired(job, next as number, nextDue, ready.length, deadlinesFrom);
+      this.store.frequent.fired(job, next as number, nextDue, ready.length);
     } else if (kept || carried) {
       return "kept";
     } else {
-      this.store.frequent.leave({ ...job, deadlinesFrom }, claimTimeout, now);
+      this.store.frequent.leave(job);
       this.store.setNextFire(job.id, next, nextDue, fires);
     }
     return "moved";
@@ -230,12 +209,8 @@ export class Firing {
     return this.store.earliestFire();
   }
 
-  /**
-   * Creates a run as the job's overlap policy decides (backfills always start). False if it
-   * existed. `deadline`: where its claim deadline is kept if it is dispatched; a watched run
-   * keeps its own, in runs_due, where a policy's query finds it.
-   */
-  private startRun(job: ShardJob, newRun: NewRun, now: number, deadline: ClaimDeadline = "own"): boolean {
+  /** Creates a run as the job's overlap policy decides (backfills always start). False if it existed. */
+  private startRun(job: ShardJob, newRun: NewRun, now: number): boolean {
     // A workflow run is always watched: a resume or a delete finds it among the job's open runs.
     const watched = job.spec.steps !== undefined || watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId));
     const run = { ...newRun, watched };
@@ -248,7 +223,7 @@ export class Firing {
       if (this.store.getRun(run.id)) return false; // a repeated fire must not replace its own run
       for (const old of unfinished) this.ledger.cancel(old, `replaced by run ${run.id}`, now);
     }
-    return this.ledger.createQueuedOrWaiting(job, run, now, watched ? "own" : deadline);
+    return this.ledger.createQueuedOrWaiting(job, run, now);
   }
 }
 

@@ -1,27 +1,14 @@
-import { scheduledRunId } from "../model/ids";
-import type { RunRow } from "./contract";
-import { type ShardJob, toJob, toRun } from "./rows";
-
-/** A scheduled run whose claim deadline its job's fires look at: dispatched or running, with no due time of its own. */
-const DEADLINE_ON_JOB = "trigger = 'schedule' AND due_at IS NULL AND state IN ('queued', 'running')";
+import { type ShardJob, toJob } from "./rows";
 
 /**
  * Frequent jobs: those whose next fire is due within a claim timeout of their last (every
- * second, every 30 s, every minute under the default 60 s claim timeout). Their runs cost two
- * rows fewer (docs/cost.md, "Frequent jobs"):
- *
- * - Their next due time is `soon_at`, a column no index holds, so a fire updates the job's row
- *   and moves no index entry (a fire that moves `next_due_at` moves its `jobs_next_due` entry:
- *   a row). The shard keeps them in memory, read once through `jobs_frequent`, which a job
- *   enters when it becomes frequent, not at each fire; every write here keeps memory in step,
- *   and a change that rolls back makes the shard read them again (`forget`).
- * - Their scheduled runs are dispatched with no due time, so with no `runs_due` entry: a later
- *   fire of the job, which comes within a claim timeout, looks at each run's claim deadline
- *   (`deadlinesFrom`, `awaitingDeadline`) as the alarm looks at `runs_due`. A job that stops
- *   being frequent (a slower next fire, none, a change, a pause, a delete) first gives those
- *   runs their claim deadline in `runs_due` (`leave`), so no run is left unwatched. A lost
- *   dispatch is then sent again up to a claim timeout plus one period of the job late, where
- *   `runs_due` would have sent it after a claim timeout.
+ * second, every 30 s, every minute under the default 60 s claim timeout). Their next due time is
+ * `soon_at`, a column no index holds, so a fire updates the job's row and moves no index entry
+ * (a fire that moves `next_due_at` moves its `jobs_next_due` entry: a row; docs/cost.md,
+ * "Frequent jobs"). The shard keeps them in memory, read once through `jobs_frequent`, which a
+ * job enters when it becomes frequent, not at each fire: so a fire reads nothing to find them.
+ * Every write here keeps memory in step, and a change that rolls back makes the shard read them
+ * again (`forget`).
  */
 export class FrequentJobs {
   /**
@@ -71,57 +58,25 @@ export class FrequentJobs {
   }
 
   /** The job fired, and its next fire is due within a claim timeout: it is, or becomes, frequent. */
-  fired(job: ShardJob, nextFireAt: number, dueAt: number, firesMade: number, deadlinesFrom: number | null): void {
+  fired(job: ShardJob, nextFireAt: number, dueAt: number, firesMade: number): void {
     // Becoming frequent, once: the job leaves jobs_next_due (free) and enters jobs_frequent (a row).
     const becomes = job.frequent ? "" : "frequent = 1, next_due_at = NULL, ";
     this.sql.exec(
-      `UPDATE jobs SET ${becomes}next_fire_at = ?, soon_at = ?, fires = ?, deadlines_from = ? WHERE id = ?`,
+      `UPDATE jobs SET ${becomes}next_fire_at = ?, soon_at = ?, fires = ? WHERE id = ?`,
       nextFireAt,
       dueAt,
       job.fires + firesMade, // the job's as it stands: its row's may be behind a run's (fired-through.ts)
-      deadlinesFrom,
       job.id,
     );
-    this.jobs.set(job.id, { ...job, frequent: true, nextFireAt, dueAt, fires: job.fires + firesMade, deadlinesFrom });
+    this.jobs.set(job.id, { ...job, frequent: true, nextFireAt, dueAt, fires: job.fires + firesMade });
     this.#earliest = undefined;
   }
 
-  /**
-   * The job stops being frequent: its runs still waiting for it to look at their claim deadline
-   * get that deadline in `runs_due` (their creation plus the claim timeout, as they would have
-   * had from the start). The caller then sets the job's next due time in `next_due_at`.
-   */
-  leave(job: Pick<ShardJob, "id" | "frequent" | "deadlinesFrom">, claimTimeoutMs: number, now: number): void {
+  /** The job stops being frequent: the caller then sets its next due time in `next_due_at`. */
+  leave(job: Pick<ShardJob, "id" | "frequent">): void {
     if (!job.frequent) return;
-    this.sql.exec("UPDATE jobs SET frequent = 0, soon_at = NULL, deadlines_from = NULL WHERE id = ?", job.id);
-    if (job.deadlinesFrom !== null && job.deadlinesFrom <= now) {
-      // A scheduled run is fired at its instant or later, so none of these is scheduled after now.
-      this.sql.exec(
-        `UPDATE runs SET due_at = created_at + ? WHERE id >= ? AND id <= ? AND ${DEADLINE_ON_JOB}`,
-        claimTimeoutMs,
-        scheduledRunId(job.id, job.deadlinesFrom),
-        scheduledRunId(job.id, now),
-      );
-    }
+    this.sql.exec("UPDATE jobs SET frequent = 0, soon_at = NULL WHERE id = ?", job.id);
     this.#jobs?.delete(job.id);
     this.#earliest = undefined;
-  }
-
-  /**
-   * The job's runs, fired from `from` to `until`, whose claim deadline its fires look at: one
-   * range of the runs' key (a scheduled run's id is its job's and its instant's in base 36, eight
-   * digits from 1973 to 2059, so ids sort as their instants). `from` is at most about two claim
-   * timeouts back, or a jitter: the range holds the job's latest runs, never its history.
-   */
-  awaitingDeadline(jobId: string, from: number, until: number): RunRow[] {
-    if (until < from) return [];
-    return this.sql
-      .exec(
-        `SELECT * FROM runs WHERE id >= ? AND id <= ? AND ${DEADLINE_ON_JOB}`,
-        scheduledRunId(jobId, from),
-        scheduledRunId(jobId, until),
-      )
-      .toArray()
-      .map(toRun);
   }
 }

@@ -8,13 +8,12 @@ import { FINAL_STATES, sqlList } from "./run-states";
 const FINAL = sqlList(FINAL_STATES);
 
 /**
- * A run whose entry in `runs_next` the alarm still needs (fired-through.ts), bound to the
- * checked position (?, ?) and the fired one (?, ?): an entry between them is the claim deadline
- * of the fire it named; one after the fired position is its job's next fire, unless stale (the
- * job changed since). A monthly job's latest run under a one-day window holds its next fire.
+ * A run whose entry in `runs_next` the alarm still needs (fired-through.ts), bound to the fired
+ * position (?, ?): an entry after it is its job's next fire, unless stale (the job changed
+ * since). A monthly job's latest run under a one-day window holds its next fire.
  */
 const ENTRY_NEEDED = `(next_due_at IS NOT NULL AND (next_due_at, job_id) > (?, ?)
-  AND ((next_due_at, job_id) <= (?, ?) OR next_version = (SELECT version FROM jobs WHERE jobs.id = runs.job_id)))`;
+  AND next_version = (SELECT version FROM jobs WHERE jobs.id = runs.job_id))`;
 
 /**
  * A workflow's step run whose workflow run has not ended: the run still reads its steps' rows
@@ -32,11 +31,11 @@ const RUN_UNFINISHED = `(parent_run_id IS NOT NULL
 export class HistoryStore {
   /**
    * Over the same storage as the shard's store (its meter's, so these rows are counted too).
-   * `passed`: how far the alarm has fired its entries, and looked at their claim deadlines (fired-through.ts).
+   * `passed`: how far the alarm has fired its entries (fired-through.ts).
    */
   constructor(
     private readonly sql: Pick<SqlStorage, "exec">,
-    private readonly passed: () => { fired: DuePosition; checked: DuePosition },
+    private readonly passed: () => DuePosition,
   ) {}
 
   getMeta(key: string): string | null {
@@ -82,7 +81,7 @@ export class HistoryStore {
    * run without the steps a retry of it would keep.
    */
   finishedRunsBefore(jobId: string, before: number, limit: number): RunRow[] {
-    const { fired, checked } = this.passed();
+    const fired = this.passed();
     return this.sql
       .exec(
         `SELECT * FROM runs WHERE id > ? AND id < ? AND job_id = ? AND scheduled_at < ? AND state IN (${FINAL})
@@ -91,8 +90,6 @@ export class HistoryStore {
         ...runKeyRange(jobId),
         jobId,
         before,
-        checked.dueAt,
-        checked.jobId,
         fired.dueAt,
         fired.jobId,
         limit,
@@ -118,16 +115,14 @@ export class HistoryStore {
    * rolled back). Returns the ids removed.
    */
   removeFinishedRuns(runIds: string[]): string[] {
-    const { fired, checked } = this.passed();
+    const fired = this.passed();
     const removed: string[] = [];
-    for (const chunk of chunksForStatement(runIds, 4)) {
+    for (const chunk of chunksForStatement(runIds, 2)) {
       const gone = this.sql
         .exec(
           `DELETE FROM runs WHERE id IN (${placeholders(chunk.length)}) AND state IN (${FINAL}) AND NOT ${ENTRY_NEEDED} AND NOT ${RUN_UNFINISHED}
            RETURNING id`,
           ...chunk,
-          checked.dueAt,
-          checked.jobId,
           fired.dueAt,
           fired.jobId,
         )

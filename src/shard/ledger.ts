@@ -1,28 +1,25 @@
 import { breakerKey } from "../gate/breaker";
-import { scheduledRunId } from "../model/ids";
-import { DEFAULT_RETRY } from "../model/job";
+import { newCompletionToken } from "../model/ids";
+import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import { type Answer, type AttemptRow, type Dispatch, done, type KeyedDispatch, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
-import { claimWait, QueueProgress } from "./queue-progress";
+import { deliveryAllowance, MAX_REDISPATCHES } from "./leases";
+import { runOrder } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
-import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "./run-states";
+import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
 
 /** The job's timeout when its row is gone (job rows outlive deletion, so this is a fallback only). */
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
 export const TICK_BATCH = 2_000;
-/** Claim chunks looked at per alarm: each holds at most FIRE_CHUNK (200) runs, so as many runs as TICK_BATCH. */
-const CHUNKS_PER_TICK = 10;
+/** Lease rows looked at per alarm: a row lists the leases one change took in one second, up to FIRE_CHUNK (200) runs of a burst. */
+const LEASE_ROWS_PER_TICK = 10;
 
-/**
- * Where a dispatched run's claim deadline is kept: its own `due_at` (in runs_due), its job (a
- * frequent job's fires, frequent-jobs.ts; a fired one-off job's entry in jobs_next_due,
- * fired-through.ts), or the claim chunk of the runs dispatched with it (claim-chunks.ts).
- */
-export type ClaimDeadline = "own" | "job" | "chunk";
+/** What a leased attempt's order is made of. */
+type LeasedRun = Pick<RunRow, "id" | "fence" | "jobId" | "attempt" | "scheduledAt" | "parentRunId">;
 
 /** What a settled outcome says, whoever reported it: the consumer, or the target itself. */
 export interface Settled {
@@ -32,6 +29,17 @@ export interface Settled {
   retryAfterMs?: number;
   result?: string | null;
   kind?: FailureKind;
+  /** When the consumer started the request (a consumer's report only). */
+  startedAt?: number;
+}
+
+/** What the ledger needs of dispatch (dispatch.ts): to send after commit, and to take back what the Queue has not taken yet. */
+export interface DispatchOutbox {
+  send(dispatch: KeyedDispatch): void;
+  /** The job's dispatches not yet taken by the Queue. */
+  unsentOf(jobId: string): Dispatch[];
+  /** Drops a dispatch not yet taken by the Queue: it will not be sent. */
+  withdraw(dispatch: Dispatch): void;
 }
 
 /**
@@ -46,70 +54,106 @@ export class RunLedger {
    * the shard once its workflows exist, since they write their step runs through this ledger.
    */
   beginSteps: (runId: string, now: number) => void = () => {};
-  /** Runs created since the last `takeChunk` whose claim deadline is their chunk's (claim-chunks.ts). */
-  #chunk: string[] = [];
-  /** How far the queue has delivered, from the claims: a deadline of a dispatch it still holds is put off. */
-  readonly queue = new QueueProgress();
+  /** A workflow step's input, for its order (workflows.ts); set with `beginSteps`. */
+  inputOf: (step: Pick<RunRow, "id" | "scheduledAt">, job: ShardJob) => string | null = () => null;
 
   constructor(
     private readonly store: ShardStore,
     readonly claimTimeoutMs: () => number,
+    /** The shard's name, which a completion token carries. */
+    private readonly shardName: () => string,
     /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
-    private readonly renewPermit: (run: RunRow, leaseMs: number) => void,
-    /** Sends a run's dispatch once the change commits (dispatch's, kept in memory: invariant 3). */
-    private readonly send: (dispatch: KeyedDispatch) => void,
+    private readonly renewPermit: (run: Pick<RunRow, "permit" | "jobId">, leaseMs: number) => void,
+    /** Where dispatches go out once the change commits (dispatch.ts, kept in memory: invariant 3). */
+    private readonly outbox: DispatchOutbox,
   ) {}
 
   /**
-   * A run's dispatch, naming its target's breaker unless the job opted out. A workflow run has no
-   * target of its own: it begins its steps instead, in this same transaction.
+   * A run due to start (`queued`, or a step of `events` leading there) starts its attempt: the
+   * run is dispatched with the attempt's order and leased in this one write (there is no claim:
+   * docs/architecture.md, invariant 5). A workflow run begins its steps instead; a step a PATCH
+   * took out of its job's graph has nothing to call, and ends cancelled.
    */
-  private dispatch(runId: string, fence: number, job: Pick<ShardJob, "tenantId" | "spec"> | null, now: number): void {
-    if (job && isWorkflowRun(job.spec, runId)) {
-      this.beginSteps(runId, now);
+  private start(run: RunRow, events: RunEvent[], changes: RunChanges, job: ShardJob | null, now: number): void {
+    if (job && isWorkflowRun(job.spec, run.id)) {
+      // To `queued`, from which the workflow run begins its steps in this same transaction.
+      if (events.length > 0) this.store.moveRun(run, events, { ...changes, dueAt: null });
+      this.beginSteps(run.id, now);
       return;
     }
-    this.send({ runId, fence, ...breakerKey(job, job && targetOfRun(job.spec, runId)) });
+    const target = job && targetOfRun(job.spec, run.id);
+    if (!job || !target) {
+      const error = "its step is no longer in the job's steps";
+      this.store.moveRun(run, [...events, "cancel"], { ...changes, dueAt: null, finishedAt: now, error });
+      return;
+    }
+    const fence = changes.fence ?? run.fence;
+    const attempt = changes.attempt ?? run.attempt;
+    const completionToken = newCompletionToken(this.shardName(), fence);
+    const leaseUntil = now + this.leaseMs(job, run.id, 0);
+    const next = this.store.moveRun(
+      run,
+      [...events, "dispatch"],
+      // The run executes the job as it is now; it records that version (a PATCH may have come).
+      { ...changes, dueAt: null, leaseUntil, redispatches: 0, startedAt: run.startedAt ?? now, jobVersion: job.version },
+      { start: { attempt, fence, startedAt: now, completionToken } },
+    );
+    this.sendLeased(next, job, target, completionToken, leaseUntil);
+    // A run's own permit was leased for its first attempt when it was admitted; a workflow run
+    // holds one while its steps run, so each step's dispatch extends it by that step's lease.
+    if (run.parentRunId !== null) this.renewCover(run, leaseUntil - now);
+  }
+
+  /** A leased attempt's dispatch, with its order, goes out after commit; its lease is listed for the alarm (leases.ts). */
+  private sendLeased(run: LeasedRun, job: ShardJob, target: StoredTarget, token: string, until: number): void {
+    const signingGeneration = this.store.getTenant(job.tenantId)?.signingGeneration ?? 1;
+    const order = runOrder(run, job, target, signingGeneration, token, run.parentRunId === null ? null : this.inputOf(run, job));
+    this.store.leases.lease(run.id, run.fence, until);
+    this.outbox.send({ runId: run.id, fence: run.fence, ...breakerKey(job, target), order });
+  }
+
+  /** How long a lease taken now lasts: the dispatch's time to reach a consumer (doubling with each resend), the attempt's timeout, a grace. */
+  private leaseMs(job: Pick<ShardJob, "spec">, runId: string, redispatches: number): number {
+    return deliveryAllowance(this.claimTimeoutMs(), redispatches) + stepPolicy(job.spec, runId).timeoutMs + LEASE_GRACE_MS;
   }
 
   /**
    * A new run, as `as` says; false (nothing written) when it exists: run ids are derived, so
-   * this is what makes a repeated fire harmless (docs/architecture.md, invariant 2).
+   * this is what makes a repeated fire harmless (docs/architecture.md, invariant 2). A run
+   * created to start is dispatched and leased by its insert.
    */
   create(
     run: RunToWrite,
     now: number,
-    as:
-      | { state: "queued"; job: ShardJob; deadline?: ClaimDeadline }
-      | { state: "waiting" }
-      | { state: "buffered" }
-      | { state: "skipped"; reason: string },
+    as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
     if (as.state !== "queued") return this.store.createRun(run, now, as);
-    const deadline = as.deadline ?? "own";
-    const created = this.store.createRun(run, now, {
-      state: "queued",
-      claimDeadline: deadline === "own" ? now + this.claimTimeoutMs() : null,
-    });
-    if (created && deadline === "chunk") this.#chunk.push(run.id);
-    if (created) this.dispatch(run.id, run.fence ?? 1, as.job, now);
-    return created;
+    const job = as.job;
+    const target = targetOfRun(job.spec, run.id);
+    if (isWorkflowRun(job.spec, run.id) || !target) {
+      const created = this.store.createRun(run, now, { state: "queued" });
+      const row = created ? this.store.getRun(run.id) : null;
+      if (row) this.start(row, [], {}, job, now);
+      return created;
+    }
+    const fence = run.fence ?? 1;
+    const completionToken = newCompletionToken(this.shardName(), fence);
+    const leaseUntil = now + this.leaseMs(job, run.id, 0);
+    const created = this.store.createRun(run, now, { state: "running", leaseUntil, completionToken });
+    if (!created) return false;
+    const leased = { id: run.id, fence, jobId: run.jobId, attempt: 1, scheduledAt: run.scheduledAt, parentRunId: run.parentRunId ?? null };
+    this.sendLeased(leased, job, target, completionToken, leaseUntil);
+    if (leased.parentRunId !== null) this.renewCover({ ...leased, permit: null }, leaseUntil - now);
+    return true;
   }
 
-  /** A new run for a job, held for admission when the job is under flow control; `deadline` says where its claim deadline is kept. */
-  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number, deadline: ClaimDeadline = "own"): boolean {
-    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job, deadline });
-  }
-
-  /** The runs created for a chunk's claim deadline since the last call: the caller writes the chunk. */
-  takeChunk(): string[] {
-    const runs = this.#chunk;
-    this.#chunk = [];
-    return runs;
+  /** A new run for a job, held for admission when the job is under flow control. */
+  createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number): boolean {
+    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job });
   }
 
   /**
-   * Sends a run on (`queued` with its dispatch) along `event`, or, for a job under flow
+   * Starts a run along `event` (its attempt dispatched and leased), or, for a job under flow
    * control, moves it to `waiting` for admission. `changes` apply either way.
    */
   sendOn(run: RunRow, event: "start" | "requeue" | "revive", changes: RunChanges, now: number): void {
@@ -119,8 +163,7 @@ export class RunLedger {
       this.store.moveRun(run, "hold", { ...changes, dueAt: now });
       return;
     }
-    const next = this.store.moveRun(run, event, { ...changes, dueAt: now + this.claimTimeoutMs(), redispatches: 0 });
-    this.dispatch(next.id, next.fence, job, now);
+    this.start(run, [event], changes, job, now);
   }
 
   /**
@@ -128,18 +171,21 @@ export class RunLedger {
    * its tenant has a limit. Why it waited (`error`, for a breaker) is no longer so.
    */
   admit(run: RunRow, job: ShardJob, permit: string | null, now: number): void {
-    const next = this.store.moveRun(run, "admit", { dueAt: now + this.claimTimeoutMs(), permit, redispatches: 0, error: null });
-    this.dispatch(next.id, next.fence, job, now);
-  }
-
-  /** A circuit breaker is open for the run's origin: it waits until `until`, its attempt unspent (its dispatch is stale now). */
-  holdForBreaker(run: RunRow, until: number, reason: string): void {
-    this.store.moveRun(run, "hold", { dueAt: until, error: reason });
+    this.start(run, ["admit"], { permit, error: null }, job, now);
   }
 
   /**
-   * Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale.
-   * A dispatch of it still unsent goes out and is stale at its claim.
+   * A circuit breaker is open for the run's origin, and the consumer held its dispatch before
+   * calling the target: the run waits until `until`, the attempt its dispatch began undone, so
+   * none is spent.
+   */
+  holdForBreaker(run: RunRow, until: number, reason: string): void {
+    this.store.moveRun(run, "hold", { dueAt: until, error: reason, leaseUntil: null }, { undo: true });
+  }
+
+  /**
+   * Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale
+   * (a dispatch of it already sent still calls its target: the report is then stale).
    */
   cancel(run: RunRow, reason: string, now: number): void {
     // A running workflow run has no attempt of its own: its steps have theirs.
@@ -156,35 +202,22 @@ export class RunLedger {
    */
   cancelPending(jobId: string, reason: string, now: number): void {
     const deleted = this.store.getJob(jobId)?.deleted ?? true;
-    for (const run of this.store.pendingRuns(jobId)) {
-      if (deleted || run.parentRunId === null) this.cancel(run, reason, now);
+    const cancels = (run: RunRow) => deleted || run.parentRunId === null;
+    for (const run of this.store.pendingRuns(jobId)) if (cancels(run)) this.cancel(run, reason, now);
+    // A dispatch the Queue has not taken yet reached no consumer: its attempt has not really
+    // begun, so it is withdrawn and its run ends with the others. (Should this change roll back,
+    // the withdrawn dispatch is lost like one a crash loses, and its lease sends it again.)
+    const unsent = new Map(this.outbox.unsentOf(jobId).map((d) => [d.runId, d]));
+    for (const run of this.store.getRuns([...unsent.keys()])) {
+      const dispatch = unsent.get(run.id)!;
+      if (run.state !== "running" || run.fence !== dispatch.fence || !cancels(run)) continue;
+      this.outbox.withdraw(dispatch);
+      this.cancel(run, reason, now);
     }
   }
 
-  /**
-   * The consumer claimed the current dispatch: an attempt starts, its lease with it. The run's
-   * due_at stays its claim deadline, so the claim moves nothing in runs_due; when that comes
-   * with the attempt still running, `advanceDue` looks at the lease (docs/cost.md).
-   */
-  claim(run: RunRow, job: ShardJob, now: number, completionToken: string): void {
-    // The run executes the job as it is now; it records that version (a PATCH may have come).
-    this.store.moveRun(
-      run,
-      "claim",
-      {
-        leaseUntil: now + stepPolicy(job.spec, run.id).timeoutMs + LEASE_GRACE_MS,
-        startedAt: run.startedAt ?? now,
-        jobVersion: job.version,
-      },
-      { start: { attempt: run.attempt, fence: run.fence, startedAt: now, completionToken } },
-    );
-    // A run's own permit was leased for its first attempt when it was admitted; a workflow run
-    // holds one while its steps run, so each step's claim extends it by that step's lease.
-    if (run.parentRunId !== null) this.renewCover(run, stepPolicy(job.spec, run.id).timeoutMs + LEASE_GRACE_MS);
-  }
-
   /** Extends the tenant permit that covers `run`: its own, or a step's workflow run's. */
-  private renewCover(run: RunRow, leaseMs: number): void {
+  private renewCover(run: Pick<RunRow, "parentRunId" | "permit" | "jobId">, leaseMs: number): void {
     const holder = run.parentRunId === null ? run : this.store.getRun(run.parentRunId);
     if (holder?.permit) this.renewPermit(holder, leaseMs);
   }
@@ -193,6 +226,8 @@ export class RunLedger {
   accept(run: RunRow, status: number, now: number): void {
     const leaseMs = this.timeoutOf(run) + LEASE_GRACE_MS;
     this.store.attempts.accept(run.id, run.fence, status, now + leaseMs);
+    // Likely sooner than the dispatch's lease, which allowed for the queue: looked at then.
+    this.store.leases.lease(run.id, run.fence, now + leaseMs);
     this.renewCover(run, leaseMs);
   }
 
@@ -204,6 +239,8 @@ export class RunLedger {
   /** The outcome of the running attempt: success ends the run; a failure retries or ends it. */
   settle(run: RunRow, o: Settled, now: number): void {
     const attempt = finished(o.ok ? "succeeded" : "failed", now, o.status, o.error);
+    // Another machine's clock: kept within the run's life as this shard saw it.
+    if (o.startedAt !== undefined) attempt.finish.startedAt = Math.min(now, Math.max(run.createdAt, o.startedAt));
     if (o.ok) {
       const changes = { dueAt: null, finishedAt: now, status: o.status, error: null, result: o.result ?? null };
       this.store.moveRun(run, "succeed", changes, attempt);
@@ -221,11 +258,8 @@ export class RunLedger {
    * the count and the note make it visible, and pausing the job ends it.
    */
   abandon(run: RunRow, now: number): void {
-    const next = this.store.moveRun(run, "abandon", {
-      error: `the queue dead-lettered this attempt's dispatch after repeated delivery failures; sent again (${run.redispatches + 1} redispatches)`,
-    });
-    // Lost for certain: sent again now, however far behind the queue seems to be.
-    this.dueCame(next, this.store.getJob(run.jobId), now, "lost");
+    const error = `the queue dead-lettered this attempt's dispatch after repeated delivery failures; sent again (${run.redispatches + 1} redispatches)`;
+    this.redispatch(run, "abandon", { error }, now);
   }
 
   /** A dead or failed run of a live job gets a fresh set of attempts. */
@@ -271,110 +305,83 @@ export class RunLedger {
     this.store.attempts.noteLate(runId, fence, description);
   }
 
-  /** Runs whose due time passed: unclaimed dispatches go out again, retries start, expired leases fail. */
+  /** Runs whose due time passed (retries start, admissions are looked at again), and leases that ended. */
   advanceDue(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) this.dueCame(run, this.store.getJob(run.jobId), now);
-    // Chunks whose claim deadline came: each run still without a due time of its own is looked at.
-    for (const chunk of this.store.claimChunks.due(now, CHUNKS_PER_TICK)) {
-      for (const run of this.store.getRuns(chunk.runs)) if (awaitsDeadline(run)) this.dueCame(run, this.store.getJob(run.jobId), now);
-      this.store.claimChunks.remove(chunk);
-    }
-    this.checkFiredJobs(now);
-  }
-
-  /**
-   * Entries a claim timeout behind the alarm's position (fired-through.ts): the run of the fire
-   * each one names is looked at as a due run if its claim deadline is the entry's. Stops at the
-   * first run whose deadline is still to come.
-   */
-  private checkFiredJobs(now: number): void {
-    const timeout = this.claimTimeoutMs();
-    const through = this.store.firedThrough;
-    for (const entry of through.awaitingCheck(now - timeout, TICK_BATCH)) {
-      const run = this.store.getRun(scheduledRunId(entry.jobId, entry.fireAt));
-      if (run && awaitsDeadline(run)) {
-        if (run.createdAt + timeout > now) {
-          through.checkAt(run.createdAt + timeout);
-          return;
-        }
-        this.dueCame(run, this.store.getJob(run.jobId), now);
-      }
-      through.checked(entry);
+    for (const row of this.store.leases.due(now, LEASE_ROWS_PER_TICK)) {
+      const fences = new Map(row.runs.map((d) => [d.runId, d.fence]));
+      for (const run of this.store.getRuns([...fences.keys()])) this.leaseCame(run, fences.get(run.id)!, now);
+      this.store.leases.remove(row);
     }
   }
 
-  /** The job's row's entry, behind the alarm's position, moves (a change, a fire writing the row): the run it fired (`firedAt`) gets a deadline of its own. */
-  leaveFired(job: ShardJob): void {
-    if (job.firedAt === null) return;
-    const run = this.store.getRun(scheduledRunId(job.id, job.firedAt));
-    if (run && awaitsDeadline(run)) this.store.setDueAt(run.id, run.createdAt + this.claimTimeoutMs());
-  }
-
   /**
-   * A frequent job's fire looks at the claim deadlines of its runs fired since `from`
-   * (frequent-jobs.ts): each one whose deadline has come is handled as a due run is. Returns
-   * the earliest fire its next fire has still to look at.
+   * The lease a run's attempt took under `fence` ended (leases.ts). An attempt that has its
+   * outcome, or was replaced, is passed over; one whose lease moved on (a 202, a heartbeat) is
+   * listed again for then. One with no outcome yet: its dispatch was lost, or its consumer died
+   * (a consumer that lives always reports, its target's timeout is its own). It goes out again
+   * under the same fence, so that whichever copy is delivered counts, up to MAX_REDISPATCHES
+   * times; an accepted attempt's lease, or the last of those, ends it timed out.
    */
-  claimDeadlinesOf(job: ShardJob, from: number, now: number): number {
-    const timeout = this.claimTimeoutMs();
-    // A run fired at `at` was created at `at` or later, so none fired after now - timeout is due yet.
-    let next = now - timeout + 1;
-    for (const run of this.store.frequent.awaitingDeadline(job.id, from, now - timeout)) {
-      if (run.createdAt + timeout > now) next = Math.min(next, run.scheduledAt);
-      else this.dueCame(run, job, now);
+  private leaseCame(run: RunRow, fence: number, now: number): void {
+    if (run.state !== "running" || run.fence !== fence || run.leaseUntil === null) return;
+    if (run.leaseUntil > now) {
+      this.store.leases.lease(run.id, fence, run.leaseUntil);
+      return;
     }
-    return next;
-  }
-
-  /**
-   * A run's due time came: a claim deadline, a lease's end, a retry, a breaker's wait. A queued
-   * run's dispatch known to be `lost` is sent again even while the queue seems behind.
-   */
-  private dueCame(run: RunRow, job: ShardJob | null, now: number, lost?: "lost"): void {
-    const stopped = stoppedFor(run, job);
-    if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
-      // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
-      this.cancel(run, stopped, now);
-    } else if (run.state === "queued") {
-      // While the queue is still delivering dispatches sent before this one, it is late, not
-      // lost: the deadline is put off a claim timeout, no copy sent (queue-progress.ts).
-      // Otherwise the dispatch goes again. The fence stays: a dispatch the queue delays past its
-      // claim deadline must still be claimable, or once queue latency exceeds the claim timeout
-      // every dispatch arrives stale and nothing runs (a livelock). One claim still wins, since
-      // it takes the run out of `queued` (docs/architecture.md, invariants 4 and 5). The wait
-      // doubles with each redispatch, capped, so a slow queue is not flooded with copies.
-      const late = !lost && this.queue.behind(run, now, this.claimTimeoutMs());
-      const redispatches = run.redispatches + 1;
-      const wait = late ? this.claimTimeoutMs() : claimWait(this.claimTimeoutMs(), redispatches);
-      if (late) {
-        this.store.setDueAt(run.id, now + wait);
-      } else {
-        const next = this.store.moveRun(run, "redispatch", { dueAt: now + wait, redispatches });
-        this.dispatch(next.id, next.fence, job, now);
-      }
-      this.renewCover(run, wait + this.timeoutOf(run) + LEASE_GRACE_MS);
-    } else if (run.state === "retry_wait") {
-      this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
-    } else if (run.state === "running" && run.leaseUntil !== null && run.leaseUntil > now) {
-      // The claim deadline came, the lease has not ended: looked at again when it does.
-      this.store.setDueAt(run.id, run.leaseUntil);
-    } else if (run.state === "running") {
+    const { attempt } = this.store.attempts.runAndAttempt(run.id, fence);
+    if (attempt?.outcome === "running" && run.redispatches < MAX_REDISPATCHES && !stoppedFor(run, this.store.getJob(run.jobId))) {
+      this.redispatch(run, "redispatch", {}, now);
+    } else if (attempt && (attempt.outcome === "running" || attempt.outcome === "accepted")) {
       const error = "timed out: no outcome before the lease expired";
       this.fail(run, finished("timed_out", now, null, error), null, error, now);
     }
   }
 
-  /** When the ledger next has work: the earliest due run, or claim deadline of a fired job. */
-  nextDue(): number | null {
-    const run = this.store.earliestRunDue();
-    const fired = this.store.firedThrough.nextCheck(this.claimTimeoutMs());
-    return run === null || fired === null ? (run ?? fired) : Math.min(run, fired);
+  /**
+   * A leased attempt whose dispatch is lost goes out again: the same fence and attempt, the
+   * completion token its dispatch carried, and a lease whose allowance for the queue doubles.
+   */
+  private redispatch(run: RunRow, event: "redispatch" | "abandon", changes: RunChanges, now: number): void {
+    const job = this.store.getJob(run.jobId);
+    const { attempt } = this.store.attempts.runAndAttempt(run.id, run.fence);
+    const target = job && targetOfRun(job.spec, run.id);
+    if (!job || !target || !attempt) return;
+    const redispatches = run.redispatches + 1;
+    const leaseMs = this.leaseMs(job, run.id, redispatches);
+    const next = this.store.moveRun(run, event, { ...changes, leaseUntil: now + leaseMs, redispatches });
+    this.sendLeased(next, job, target, attempt.completionToken, now + leaseMs);
+    this.renewCover(run, leaseMs);
   }
 
-  /** The current dispatch of a queued run, or null when `d` is not it (docs/architecture.md, invariant 4). */
-  currentQueued(d: Dispatch): RunRow | null {
-    const run = this.store.getRun(d.runId);
-    return run && run.fence === d.fence && run.state === "queued" ? run : null;
+  /**
+   * A run's due time came: a retry, an admission's re-check, a breaker's wait; and, for a run an
+   * older release dispatched, its claim deadline or lease (schema step 19 gave them one).
+   */
+  private dueCame(run: RunRow, job: ShardJob | null, now: number): void {
+    const stopped = stoppedFor(run, job);
+    if (stopped && (run.state === "waiting" || run.state === "queued" || run.state === "retry_wait")) {
+      // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
+      this.cancel(run, stopped, now);
+    } else if (run.state === "queued") {
+      this.start(run, [], {}, job, now);
+    } else if (run.state === "retry_wait") {
+      this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
+    } else if (run.state === "running") {
+      this.store.setDueAt(run.id, null);
+      this.leaseCame({ ...run, dueAt: null, leaseUntil: run.leaseUntil ?? now }, run.fence, now);
+    }
+  }
+
+  /** When the ledger next has work: the earliest due run or lease. */
+  nextDue(): number | null {
+    return this.store.earliestRunDue();
+  }
+
+  /** The run of a dispatch whose attempt is still leased under its fence, or null when `d` is not it (docs/architecture.md, invariant 4). */
+  currentLease(d: Dispatch): RunRow | null {
+    const { run, attempt } = this.store.attempts.runAndAttempt(d.runId, d.fence);
+    return run && run.fence === d.fence && run.state === "running" && attempt?.outcome === "running" ? run : null;
   }
 
   /**
@@ -438,12 +445,12 @@ export function stoppedFor(run: Pick<RunRow, "parentRunId">, job: Pick<ShardJob,
   return run.parentRunId !== null && stopped === "job paused" ? null : stopped;
 }
 
-/** A dispatched or running run with no due time of its own: its claim deadline is kept elsewhere (`ClaimDeadline`). */
-function awaitsDeadline(run: RunRow): boolean {
-  return run.dueAt === null && (run.state === "queued" || run.state === "running");
-}
-
 /** The running attempt ends with `outcome`. */
-function finished(outcome: AttemptRow["outcome"], now: number, status: number | null, error: string | null): AttemptChange {
+function finished(
+  outcome: AttemptRow["outcome"],
+  now: number,
+  status: number | null,
+  error: string | null,
+): Extract<AttemptChange, { finish: unknown }> {
   return { finish: { outcome, finishedAt: now, status, error } };
 }

@@ -21,7 +21,7 @@ const QUEUE_BATCH = 100;
  * it (a POST to the receiver; for a chain, the chained job's shard asked for its run) and
  * confirms (`delivered`), which removes the row; one not confirmed in time is sent again by the
  * alarm, so delivery is at least once, with its own retries, and never holds up the job's runs
- * (README, Operations). A chained run's id is derived from the run that ended, so a repeated
+ * (docs/jobs-and-schedules.md, "Notifications"). A chained run's id is derived from the run that ended, so a repeated
  * delivery triggers nothing twice.
  */
 export class Notifier {

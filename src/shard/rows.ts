@@ -17,12 +17,9 @@ export interface ShardJob extends JobDefinition {
   dueAt: number | null;
   /** It fires at least once per claim timeout (frequent-jobs.ts). */
   frequent: boolean;
-  /** Its earliest fire whose run's claim deadline its own fires have yet to look at (frequent-jobs.ts). */
-  deadlinesFrom: number | null;
   /**
    * The fire its row names, when the alarm has fired it and left the row as it was
-   * (fired-through.ts): that fire's run has its claim deadline at the row's place in
-   * `jobs_next_due`, which a change moves (`RunLedger.leaveFired`). Otherwise null.
+   * (fired-through.ts). Otherwise null.
    */
   firedAt: number | null;
   /** Read by a run's entry from before the job's last change, or while it is paused, deleted or frequent: passed without a fire (fired-through.ts). */
@@ -86,7 +83,6 @@ export const toJob = (r: Row): ShardJob => ({
   failureStreak: r.failure_streak as number,
   dueAt: (r.frequent === 1 ? r.soon_at : r.next_due_at) as number | null,
   frequent: r.frequent === 1,
-  deadlinesFrom: r.deadlines_from as number | null,
   firedAt: null,
 });
 

@@ -2,13 +2,18 @@
  * The run lifecycle: every state a run can be in and every transition between them, in one
  * table used by the shard and by the tests. A transition not in the table is refused.
  *
- *   queued ──claim──▶ running ──succeed──▶ succeeded
- *     ▲ │                │ ├──reject──▶ failed   (the target refused for good: 4xx)
- *     │ ├redispatch      │ ├──exhaust─▶ dead     (retryable failures used every attempt)
- *     │ └abandon         │ └──retry───▶ retry_wait ──requeue──▶ queued
- *     │   (both stay queued: the claim deadline passed, or the Queue dead-lettered the
- *     │    dispatch; the dispatch goes out again under the same fence)
+ *   queued ──dispatch──▶ running ──succeed──▶ succeeded
+ *     ▲                     │ ├──reject──▶ failed   (the target refused for good: 4xx)
+ *     │                     │ ├──exhaust─▶ dead     (retryable failures used every attempt)
+ *     │                     │ └──retry───▶ retry_wait ──requeue──▶ queued
+ *     │                     ├redispatch   (both stay running: the lease ran out with no
+ *     │                     └abandon       outcome, or the Queue dead-lettered the dispatch;
+ *     │                                    it goes out again under the same fence)
  *     └──revive── dead / failed   (POST /v1/runs/:id/retry: a fresh set of attempts)
+ *   `queued` is a run due to start: the same transaction dispatches it (its attempt begins
+ *   and its lease starts as its dispatch is made: there is no claim), so a run is seen
+ *   queued only between steps of one change; the ledger applies `admit`, `requeue`, `start`,
+ *   `revive` and a new run's creation together with `dispatch` as one write.
  *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted, run replaced)
  *   buffered ──start──▶ queued   (overlap buffer_one: the previous run ended)
  *   skipped                       (overlap forbid: born final)
@@ -16,7 +21,7 @@
  *                                 the tenant's maxRunsInFlight, left room for it)
  *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
  *                                 revive, for a job under flow control)
- *   queued ──hold──▶ waiting      (a circuit breaker is open for the target's origin: the run
+ *   running ──hold──▶ waiting     (a circuit breaker is open for the target's origin: the run
  *                                 waits, its attempt unspent, until a probe may go)
  *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
  *   queued ──begin_steps──▶ running   (a workflow run: instead of a dispatch it starts its
@@ -40,7 +45,7 @@ export const RUN_STATES = [
 export type RunState = (typeof RUN_STATES)[number];
 
 export type RunEvent =
-  | "claim"
+  | "dispatch"
   | "succeed"
   | "retry"
   | "exhaust"
@@ -58,8 +63,17 @@ export type RunEvent =
 
 export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, RunState>>>> = {
   waiting: { admit: "queued", cancel: "cancelled" },
-  queued: { claim: "running", begin_steps: "running", redispatch: "queued", abandon: "queued", hold: "waiting", cancel: "cancelled" },
-  running: { succeed: "succeeded", retry: "retry_wait", exhaust: "dead", reject: "failed", cancel: "cancelled" },
+  queued: { dispatch: "running", begin_steps: "running", cancel: "cancelled" },
+  running: {
+    succeed: "succeeded",
+    retry: "retry_wait",
+    exhaust: "dead",
+    reject: "failed",
+    cancel: "cancelled",
+    redispatch: "running",
+    abandon: "running",
+    hold: "waiting",
+  },
   retry_wait: { requeue: "queued", hold: "waiting", cancel: "cancelled" },
   buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },
   succeeded: {},
@@ -91,9 +105,7 @@ export const PENDING_STATES: readonly RunState[] = ["waiting", "queued", "retry_
 export const IN_FLIGHT_STATES: readonly RunState[] = ["queued", "running"];
 /** Held back by flow control until admission lets it start. */
 export const AWAITING_ADMISSION_STATES: readonly RunState[] = ["waiting"];
-/** Dispatched, not yet claimed by a consumer: its due time is the claim deadline. */
-export const AWAITING_CLAIM_STATES: readonly RunState[] = ["queued"];
-/** An attempt is executing under a lease (`lease_until`), looked at when its due time comes (docs/architecture.md, invariant 5). */
+/** An attempt is under way under a lease (`lease_until`, leases.ts): dispatched, executing, or accepted (docs/architecture.md, invariant 5). */
 export const LEASED_STATES: readonly RunState[] = ["running"];
 /** overlap buffer_one: waits for the job's unfinished run to end. */
 export const BUFFERED_STATES: readonly RunState[] = ["buffered"];

@@ -11,14 +11,13 @@ import {
   type Answer,
   type BackfillResult,
   type CatalogEntry,
-  type ClaimRequest,
-  type ClaimResult,
   type Completion,
   type Dispatch,
   done,
   type JobComparison,
   type JobDefinition,
   type JobRuntime,
+  type OpenResult,
   type Outcome,
   type RunView,
   type ShardApi,
@@ -99,15 +98,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     );
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
-    this.ledger = new RunLedger(
-      this.store,
-      claimTimeoutMs,
-      (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
-      (dispatch) => {
+    this.ledger = new RunLedger(this.store, claimTimeoutMs, name, (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs), {
+      send: (dispatch) => {
         counters.dispatched();
         this.dispatcher.send(dispatch);
       },
-    );
+      unsentOf: (jobId) => this.dispatcher.unsentOf(jobId),
+      withdraw: (dispatch) => this.dispatcher.withdraw(dispatch),
+    });
     this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
     this.firing = new Firing(this.store, this.ledger, this.workflows);
     this.outcomes = new Outcomes(
@@ -123,7 +121,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
         }),
     );
     this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
-    this.completions = new Completions(this.store, this.ledger, name, this.workflows);
+    this.completions = new Completions(this.store, this.ledger, this.workflows);
     this.views = new Views(this.store, new ViewStore(this.meter.sql), this.workflows.steps);
     // Without a bucket bound, expired history is only deleted.
     const bucket = (env as Partial<Env>).ARCHIVE;
@@ -141,7 +139,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /**
    * Fires what is due and moves runs whose time has come. Safe to run again at any point: a
    * re-run finds the fires not yet made still due (run ids are derived, so no second run), and
-   * dispatches committed but not sent are sent by the next flush, or at their claim deadline
+   * dispatches committed but not sent are sent by the next flush, or when their lease ends
    * after a crash (dispatch.ts). The alarm is re-armed last, in `settle`: one re-armed before a
    * throw would lose the runtime's retry.
    */
@@ -265,12 +263,8 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   // ---- RPC: the consumer's side and long-running targets ----
 
-  async claim(dispatches: ClaimRequest[]): Promise<ClaimResult[]> {
-    return this.metered("claim", async () => {
-      const results = this.change((now) => this.completions.claim(dispatches, now));
-      await this.settle();
-      return results;
-    });
+  async open(dispatches: Dispatch[]): Promise<OpenResult[]> {
+    return this.metered("open", async () => this.completions.open(dispatches));
   }
 
   async report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">> {
@@ -415,7 +409,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     const mark = this.dispatcher.mark();
     const notifications = this.outcomes.notifier.mark();
     try {
-      return this.meter.inChange(() => this.ctx.storage.transactionSync(() => apply(Date.now())));
+      return this.meter.inChange(() =>
+        this.ctx.storage.transactionSync(() => {
+          const result = apply(Date.now());
+          // The leases the change took are written with it (leases.ts).
+          this.store.leases.write();
+          return result;
+        }),
+      );
     } catch (err) {
       this.dispatcher.rollBack(mark);
       this.outcomes.notifier.rollBack(notifications);

@@ -1,9 +1,9 @@
 import { chunksForStatement, placeholders, rowsForList } from "../sql";
 import { AttemptStore } from "./attempt-store";
-import { ClaimChunks } from "./claim-chunks";
 import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { FiredThrough } from "./fired-through";
 import { FrequentJobs } from "./frequent-jobs";
+import { Leases } from "./leases";
 import { PermitReleases } from "./permit-releases";
 import { type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
 import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
@@ -37,9 +37,23 @@ const MOVABLE_COLUMNS = {
 export type RunChanges = Partial<Pick<RunRow, Exclude<keyof typeof MOVABLE_COLUMNS, "state">>>;
 
 /** What a step does to the run's latest attempt (kept on the run's row), in the run's own update. */
+/** What the hook of a run's step (counters.ts) reads of the run before and after it. */
+export type MovedRun = Pick<RunRow, "trigger" | "parentRunId" | "scheduledAt" | "startedAt">;
+
 export type AttemptChange =
   | { start: { attempt: number; fence: number; startedAt: number; completionToken: string } }
-  | { finish: { outcome: AttemptRow["outcome"]; finishedAt: number; status: number | null; error: string | null } };
+  | {
+      finish: {
+        outcome: AttemptRow["outcome"];
+        finishedAt: number;
+        status: number | null;
+        error: string | null;
+        /** When the consumer started the request, where it said: the attempt began at its dispatch, before the queue's wait. */
+        startedAt?: number;
+      };
+    }
+  /** The attempt its dispatch began never reached its target (a breaker held it): it is undone, not ended. */
+  | { undo: true };
 
 /**
  * The shard's SQLite storage: one named operation per statement group. Every method is
@@ -50,10 +64,10 @@ export class ShardStore {
   private readonly tenants = new Map<string, TenantSettings | null>();
   /** Tenant permits runs gave back, to send to their gates after commit. */
   readonly permitReleases: PermitReleases;
-  /** Jobs that fire at least once per claim timeout: their due times in memory, their runs' claim deadlines on the job. */
+  /** Jobs that fire at least once per claim timeout: their due times in memory. */
   readonly frequent: FrequentJobs;
-  /** Claim deadlines shared by the runs an alarm dispatched together. */
-  readonly claimChunks: ClaimChunks;
+  /** When leased attempts' leases end (leases.ts). */
+  readonly leases: Leases;
   /** Runs' attempts: the latest on its run's row, earlier ones in `attempts`. */
   readonly attempts: AttemptStore;
   /** How far the alarm has fired through `jobs_next_due`: jobs before it have fired. */
@@ -69,17 +83,18 @@ export class ShardStore {
   constructor(
     private readonly sql: Pick<SqlStorage, "exec">,
     private readonly onFinished: (run: RunRow) => void = () => {},
-    private readonly onMoved: (before: RunRow, event: RunEvent, after: RunRow, attempt?: AttemptChange) => void = () => {},
+    private readonly onMoved: (before: MovedRun, events: readonly RunEvent[], after: MovedRun, attempt?: AttemptChange) => void = () => {},
   ) {
     this.permitReleases = new PermitReleases(sql);
     this.frequent = new FrequentJobs(sql);
-    this.claimChunks = new ClaimChunks(sql);
+    this.leases = new Leases(sql);
     this.attempts = new AttemptStore(sql);
     this.firedThrough = new FiredThrough(sql);
   }
 
   /** A change rolled back: what the store keeps in memory of jobs is read from storage again. */
   forgetKept(): void {
+    this.leases.forget();
     this.frequent.forget();
     this.firedThrough.forget();
   }
@@ -182,25 +197,32 @@ export class ShardStore {
   }
 
   /**
-   * Inserts a run: `queued` (the caller dispatches it after commit; with no claim deadline of its
-   * own when something else keeps it: its frequent job's fires, its chunk, the entry that fired
-   * it), `waiting` (for admission), `buffered` (for the job's unfinished run) or `skipped` (final).
-   * False, and nothing written, if the run exists: run ids are derived, so a repeated fire is harmless.
+   * Inserts a run: `running` (dispatched as it is made: its first attempt begins, leased until
+   * `leaseUntil`; the caller sends its dispatch after commit), `queued` (a workflow run, which
+   * begins its steps next), `waiting` (for admission), `buffered` (for the job's unfinished run)
+   * or `skipped` (final). False, and nothing written, if the run exists: run ids are derived, so
+   * a repeated fire is harmless.
    */
   createRun(
     run: RunToWrite,
     now: number,
     as:
-      | { state: "queued"; claimDeadline: number | null }
+      | { state: "running"; leaseUntil: number; completionToken: string }
+      | { state: "queued" }
       | { state: "waiting" }
       | { state: "buffered" }
       | { state: "skipped"; reason: string },
   ): boolean {
-    const dueAt = as.state === "queued" ? as.claimDeadline : as.state === "waiting" ? now : null;
+    // Born running is born queued and dispatched in one step: the state table must allow both.
+    if (as.state === "running" && transition("queued", "dispatch") !== "running")
+      throw new Error("a run cannot be dispatched as it is made");
+    const fence = run.fence ?? 1;
+    const started = as.state === "running";
     const inserted = this.sql.exec(
       `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched,
-         parent_run_id, next_fire_at, next_due_at, next_version, next_fires)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+         parent_run_id, next_fire_at, next_due_at, next_version, next_fires,
+         lease_until, started_at, a_number, a_fence, a_started_at, a_outcome, a_token)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -208,8 +230,8 @@ export class ShardStore {
       run.scheduledAt,
       run.catchUp ? 1 : 0,
       as.state,
-      run.fence ?? 1,
-      dueAt,
+      fence,
+      as.state === "waiting" ? now : null,
       now,
       as.state === "skipped" ? now : null,
       as.state === "skipped" ? as.reason : null,
@@ -219,7 +241,18 @@ export class ShardStore {
       run.next?.dueAt ?? null,
       run.next?.version ?? null,
       run.next?.fires ?? null,
+      started ? as.leaseUntil : null,
+      started ? now : null,
+      started ? 1 : null,
+      started ? fence : null,
+      started ? now : null,
+      started ? "running" : null,
+      started ? as.completionToken : null,
     ).rowsWritten;
+    if (inserted > 0 && started) {
+      const born = { trigger: run.trigger, parentRunId: run.parentRunId ?? null, scheduledAt: run.scheduledAt };
+      this.onMoved({ ...born, startedAt: null }, ["dispatch"], { ...born, startedAt: now });
+    }
     return inserted > 0;
   }
 
@@ -246,9 +279,9 @@ export class ShardStore {
 
   /**
    * Runs of a job that have not started an attempt yet or wait for their next one: its watched
-   * ones through runs_open; the others have a due time (a claim deadline or a retry), found
-   * among the shard's due runs (runs_due: work in hand, never history), or are listed in a
-   * claim chunk. (A frequent job gives its runs a due time before it is paused or deleted.)
+   * ones through runs_open; the others have a due time (a retry, an admission), found among the
+   * shard's due runs (runs_due: work in hand, never history). A dispatched run is running: its
+   * attempt has begun.
    */
   pendingRuns(jobId: string): RunRow[] {
     const watched = this.sql.exec(
@@ -259,8 +292,7 @@ export class ShardStore {
       `SELECT * FROM runs WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND state IN (${PENDING})`,
       jobId,
     );
-    const chunked = this.getRuns(this.claimChunks.runsOf(jobId)).filter((r) => r.dueAt === null && PENDING_STATES.includes(r.state));
-    return [...watched.toArray().map(toRun), ...due.toArray().map(toRun), ...chunked];
+    return [...watched.toArray().map(toRun), ...due.toArray().map(toRun)];
   }
 
   /** A PATCH set an overlap policy or a limit: the job's open runs join runs_open (not a workflow's steps: their run does). */
@@ -269,11 +301,11 @@ export class ShardStore {
       "UPDATE runs SET watched = 1 WHERE due_at IS NOT NULL AND job_id = ? AND watched = 0 AND finished_at IS NULL AND parent_run_id IS NULL",
       jobId,
     );
-    for (const chunk of chunksForStatement(this.claimChunks.runsOf(jobId)))
+    for (const chunk of chunksForStatement(this.leases.runsOf(jobId)))
       this.sql.exec(`UPDATE runs SET watched = 1 WHERE id IN (${placeholders(chunk.length)}) AND finished_at IS NULL`, ...chunk);
   }
 
-  /** Runs whose due time has come (claim deadline, lease expiry or retry time). */
+  /** Runs whose due time has come (a retry, an admission's re-check, a breaker's wait). */
   dueRuns(now: number, limit: number): RunRow[] {
     return this.sql.exec("SELECT * FROM runs WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit).toArray().map(toRun);
   }
@@ -316,9 +348,15 @@ export class ShardStore {
    * state column is only ever written here. One UPDATE, naming only the columns whose value
    * changes: every indexed column named costs a row written, even unchanged (docs/cost.md).
    */
-  moveRun(run: RunRow, event: RunEvent, changes: RunChanges, attempt?: AttemptChange): RunRow {
-    const to = transition(run.state, event);
-    if (to === null) throw new Error(`run ${run.id}: no transition ${run.state} --${event}-->`);
+  moveRun(run: RunRow, event: RunEvent | RunEvent[], changes: RunChanges, attempt?: AttemptChange): RunRow {
+    // Several events are steps of the table taken in one write (a run admitted and dispatched).
+    const events = typeof event === "string" ? [event] : event;
+    let to = run.state;
+    for (const step of events) {
+      const next = transition(to, step);
+      if (next === null) throw new Error(`run ${run.id}: no transition ${to} --${step}-->`);
+      to = next;
+    }
     const next: RunRow = { ...run, ...changes, state: to };
     // runs_open holds the runs without finished_at: exactly the runs not final.
     if (FINAL_STATES.includes(to) === (next.finishedAt === null))
@@ -364,16 +402,30 @@ export class ShardStore {
       })) {
         set.set(column, value);
       }
+    } else if (attempt && "undo" in attempt) {
+      for (const column of [
+        "a_number",
+        "a_fence",
+        "a_started_at",
+        "a_finished_at",
+        "a_outcome",
+        "a_status",
+        "a_error",
+        "a_token",
+        "a_late",
+      ])
+        set.set(column, null);
     } else if (attempt) {
       const a = attempt.finish;
       set.set("a_outcome", a.outcome).set("a_finished_at", a.finishedAt).set("a_status", a.status).set("a_error", a.error);
+      if (a.startedAt !== undefined) set.set("a_started_at", a.startedAt);
     }
     if (set.size > 0) {
       this.sql.exec(`UPDATE runs SET ${[...set.keys()].map((column) => `${column} = ?`).join(", ")} WHERE id = ?`, ...set.values(), run.id);
     }
     // After the row is written, so that whoever hears of it (a workflow reading its steps) reads it
     // as it now is. A run that was final already (a late success of a dead run) does not finish twice.
-    this.onMoved(run, event, next, attempt);
+    this.onMoved(run, events, next, attempt);
     if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished(next);
     return next;
   }
@@ -433,10 +485,10 @@ export class ShardStore {
     return other === null || frequent === null ? (other ?? frequent) : Math.min(other, frequent);
   }
 
-  /** The earliest due time of any run (a claim deadline, a lease expiry, a retry, an admission) or claim chunk. */
+  /** The earliest due time of any run (a retry, an admission, a breaker's wait) or lease. */
   earliestRunDue(): number | null {
     const run = this.sql.exec("SELECT MIN(due_at) AS t FROM runs WHERE due_at IS NOT NULL").one().t as number | null;
-    const chunk = this.claimChunks.earliest();
+    const chunk = this.leases.earliest();
     return run === null || chunk === null ? (run ?? chunk) : Math.min(run, chunk);
   }
 

@@ -27,11 +27,11 @@ export interface ShardTotals {
   runsFinished: Record<string, number>;
   /** Attempts that ended, by outcome (a workflow step's too). */
   attempts: Record<string, number>;
-  /** Scheduled instant to first claim of scheduled runs, on the shard's clock (the same runs as the window's fire lag). */
+  /** Scheduled instant to first dispatch of scheduled runs, on the shard's clock (the same runs as the window's fire lag). */
   fireLag: Buckets;
   /** How late the shard's alarms started (alarm-lag.ts), retries left out. */
   alarmLag: LagCounts;
-  /** Dispatches made: a run's first, a retry's, a revival's, a resend at its claim deadline or after the Queue dead-lettered it. */
+  /** Dispatches made: a run's first, a retry's, a revival's, a resend when its lease ended or after the Queue dead-lettered it. */
   dispatches: number;
   /** Dispatches sent again under the same fence because their claim deadline passed (invariant 5). */
   redispatches: number;

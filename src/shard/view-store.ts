@@ -114,7 +114,7 @@ export class ViewStore {
         .toArray()
         .map((r) => [r.outcome as string, r.n as number]),
     );
-    // Lag: first claim minus scheduled instant, both read on the shard's clock.
+    // Lag: first dispatch (the attempt's start) minus scheduled instant, both read on the shard's clock.
     const lagsMs = this.sql
       .exec(
         `SELECT started_at - scheduled_at AS lag FROM runs WHERE trigger = 'schedule' AND started_at >= ?2 AND parent_run_id IS NULL AND ${ofTenant("id")}
@@ -125,14 +125,19 @@ export class ViewStore {
       )
       .toArray()
       .map((r) => r.lag as number);
-    const oldest = this.sql.exec(`SELECT MIN(created_at) AS t FROM runs WHERE state = 'queued' AND ${ofTenant("id")}`, tenantId).one().t as
-      | number
-      | null;
+    // Dispatched, no outcome yet: the attempt's dispatch is in the queue or its target is being called.
+    const unreported = this.sql
+      .exec(
+        `SELECT COUNT(*) AS n, MIN(a_started_at) AS t FROM runs WHERE state = 'running' AND a_outcome = 'running' AND ${ofTenant("id")}`,
+        tenantId,
+      )
+      .one();
+    const oldest = unreported.t as number | null;
     return {
       runsByState: byState,
       attemptsByOutcome: attempts,
       lagsMs,
-      awaitingClaim: byState.queued ?? 0,
+      awaitingClaim: unreported.n as number,
       oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
     };
   }

@@ -19,7 +19,7 @@ const FENCES_PER_GENERATION = 100;
 /**
  * Workflows (issue 11, docs/workflows.md): a workflow job's run starts its steps instead of
  * calling a target. Each step is a run of its own in this shard (`stepRunId`), made when the
- * graph (src/workflow/graph.ts) starts it and dispatched, claimed, fenced, leased, retried and
+ * graph (src/workflow/graph.ts) starts it and dispatched, fenced, leased, retried and
  * reported like any run; each time one ends, its workflow run moves on in the same transaction:
  * the steps it releases are made queued, those that can no longer run are made skipped, and
  * once every step has ended the run ends succeeded, or failed when a step failed.
@@ -34,6 +34,7 @@ export class Workflows {
   ) {
     this.steps = new StepStore(sql);
     ledger.beginSteps = (runId, now) => this.begin(runId, now);
+    ledger.inputOf = (step, job) => this.inputOf(step, job);
   }
 
   /** A workflow run the ledger would dispatch begins its steps instead: no dispatch, no attempt of its own. */
@@ -105,7 +106,7 @@ export class Workflows {
   }
 
   /** The JSON a step without a body of its own is sent: the run and its parents' results. */
-  inputOf(step: RunRow, job: ShardJob): string | null {
+  inputOf(step: Pick<RunRow, "id" | "scheduledAt">, job: ShardJob): string | null {
     const ids = stepOfRun(step.id);
     const node = ids && job.spec.steps?.find((s) => s.id === ids.stepId);
     if (!ids || !node) return null;

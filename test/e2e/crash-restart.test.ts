@@ -12,14 +12,14 @@ import { type Hit, startReceiver } from "../support/receiver";
  * nothing else; every attempt must carry the run id as its Idempotency-Key.
  *
  * What the crash loses is left to the product to recover: the local Queue keeps its messages
- * in memory, so unclaimed dispatches are re-sent after CLAIM_TIMEOUT_MS; claimed attempts whose
- * outcome was never reported time out after timeoutMs + 5 s and are retried. The figures (how
+ * in memory, so a dispatch lost with it is sent again when its attempt's lease ends (the queue's
+ * allowance, CLAIM_TIMEOUT_MS, plus the attempt's timeout and 5 s), under the same fence. The figures (how
  * many runs were in flight or lost, how long convergence took) are printed on one line starting
  * with `crash-test:`.
  */
 
 /**
- * 400 by default: enough for the kill to land among claimed, unclaimed and unreported runs of
+ * 400 by default: enough for the kill to land among dispatched, executing and unreported runs of
  * several batches, in about a minute; CRASH_JOBS=1000 (or more) for a longer run.
  */
 const N = Number(process.env.CRASH_JOBS) || 400;
@@ -78,7 +78,7 @@ function countErrors(start: number): (line: string) => void {
 }
 
 /** The stacks' own output, for a failure message; only its tail is kept. */
-const tail = () => stacks.at(-1)?.tail(80) ?? "";
+const tail = (lines = 80) => stacks.at(-1)?.tail(lines) ?? "";
 
 // ---- the API ----
 
@@ -240,7 +240,17 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
           last = String(err);
         }
         if (Date.now() > convergeDeadline) {
-          throw new Error(`runs not final ${CONVERGE_TIMEOUT_MS} ms after the restart: ${JSON.stringify(last)}\n${tail()}`);
+          // A few of the runs still open, whole, to say where they stopped.
+          const open: unknown[] = [];
+          for (const [id] of expected) {
+            if (open.length >= 3) break;
+            const r = await api("GET", `/v1/runs/${id}`).catch((e: Error) => ({ json: String(e) }));
+            const run = r.json as { state?: string };
+            if (run?.state && NON_FINAL.includes(run.state)) open.push(run);
+          }
+          throw new Error(
+            `runs not final ${CONVERGE_TIMEOUT_MS} ms after the restart: ${JSON.stringify(last)}\nsome open runs: ${JSON.stringify(open)}\n${tail(200)}`,
+          );
         }
         await sleep(500);
       }
@@ -290,7 +300,7 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
         receiverHits: hits().length,
         runsWithMoreThanOneAttempt: multiAttempt.length,
         runsReceivedMoreThanOnce: receivedTwice.length,
-        // Retried, yet the target saw one request: an attempt was claimed but its request never went out (killed first).
+        // Retried, yet the target saw one request: an attempt was dispatched but its request never went out (killed first).
         runsRetriedButReceivedOnce: multiAttempt.filter((r) => (seen.get(r.id)?.length ?? 0) === 1).length,
         // Not seen before the kill and delivered on the first attempt after it: their dispatches were lost with the queue, or not yet due.
         runsFirstReceivedAfterRestart: runList.filter((r) => !seenBeforeCrash.has(r.id)).length,
@@ -329,9 +339,9 @@ describe("a whole-stack crash (SIGKILL of wrangler, workerd and all) in the midd
           expect(hit.headers["x-edgecron-job-id"]).toBe(run.jobId);
           expect(hit.headers["x-edgecron-scheduled-at"]).toBe(run.scheduledAt);
         }
-        // One request per attempt: each attempt number once, the last (succeeded) one among them.
+        // Only recorded attempts, the last (succeeded) one among them. An attempt may arrive twice
+        // (at least once): a dispatch whose consumer the kill cut short is delivered again.
         const attempts = list.map((h) => Number(h.headers["x-edgecron-attempt"]));
-        expect(new Set(attempts).size, `run ${id} received attempts ${attempts.join(",")}`).toBe(attempts.length);
         expect(
           attempts.every((a) => Number.isInteger(a) && a >= 1 && a <= run.attempts),
           `run ${id}: attempts ${attempts} of ${run.attempts}`,

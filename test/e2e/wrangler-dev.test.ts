@@ -240,7 +240,7 @@ describe("edgecron under wrangler dev, as npm start runs it", () => {
     await sleep(2_500);
     await explained([{ id: everyJob.id, name: "every" }], async () => {
       const late = hitsOf("every").filter((hit) => hit.receivedAt > answeredAt);
-      // A run claimed before the answer may still reach the target just after it; nothing newer may.
+      // A run dispatched before the answer may still reach the target just after it; nothing newer may.
       for (const hit of late) {
         expect(scheduledAtOf(hit), `run ${hit.headers["x-edgecron-run-id"]} fired after the delete`).toBeLessThanOrEqual(answeredAt);
       }

@@ -11,11 +11,11 @@ import { definition, receiverPath, runRetention, specLike } from "./helpers";
 /**
  * A recurring job's next fire carried by the run its fire makes (src/shard/fired-through.ts,
  * docs/cost.md "A recurring job's next fire"): the fire leaves the job's row as it was; the
- * alarm finds the next fire on the run, and the entry that fired a run is that run's claim
- * deadline. What must hold: the job reads its next fire from its latest run; a lost dispatch is
- * sent again; a change makes the runs' entries stale and hands the run the row's entry fired a
- * deadline of its own; a pause and a resume keep the next fire; a restart fires nothing twice;
- * retention keeps a run while its entry is still needed.
+ * alarm finds the next fire on the run. What must hold: the job reads its next fire from its
+ * latest run; a lost dispatch is sent again (by its lease: src/shard/leases.ts); a change makes
+ * the runs' entries stale, and a dispatched run keeps its lease through it; a pause and a resume
+ * keep the next fire; a restart fires nothing twice; retention keeps a run while its entry is
+ * still needed.
  */
 
 const HOUR = 3_600_000;
@@ -57,18 +57,25 @@ async function carrier(shard: DurableObjectStub<Shard>, job: JobDefinition): Pro
 }
 
 /**
- * The run, its dispatch held back (the Queue refusing sends), once it is queued with no claim
- * deadline of its own: its row. The runtime may run the alarm by itself, concurrently with the test's.
+ * The run, its dispatch held back (the Queue refusing sends), once it is dispatched (its attempt
+ * begun, its lease listed): its row. The runtime may run the alarm by itself, concurrently with the test's.
  */
 async function heldInQueue(shard: DurableObjectStub<Shard>, runId: string): Promise<Row> {
   return vi.waitFor(
     async () => {
-      const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs WHERE id = ?", runId);
-      expect(run).toMatchObject({ state: "queued", due_at: null });
+      const [run] = await rows(shard, "SELECT state, due_at, fence FROM runs WHERE id = ?", runId);
+      expect(run).toMatchObject({ state: "running", due_at: null });
+      expect(await leasedRuns(shard)).toContain(`${runId}#${run!.fence}`);
       return run!;
     },
     { timeout: 5_000, interval: 20 },
   );
+}
+
+/** The runs, with their fences, that the shard's lease rows list (src/shard/leases.ts). */
+async function leasedRuns(shard: DurableObjectStub<Shard>): Promise<string[]> {
+  const leases = await rows(shard, "SELECT runs FROM leases");
+  return leases.flatMap((r) => (JSON.parse(r.runs as string) as Array<[string, number]>).map(([id, fence]) => `${id}#${fence}`));
 }
 
 /** Makes the job's next fire due now where it stands (on its latest run, once one carries it); returns its instant. */
@@ -110,7 +117,7 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(await rows(shard, "SELECT due_at FROM runs WHERE due_at IS NOT NULL")).toEqual([]);
   });
 
-  it("a dispatch lost with the shard's memory is sent again at its claim deadline, by the run's entry that fired it", async () => {
+  it("a dispatch lost with the shard's memory is sent again when its lease ends", async () => {
     const name = "shard-900402";
     const { shard, at, job } = await hourlyJob(name, "carried-lost");
     await fireAt(shard, at);
@@ -125,12 +132,12 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     await runInDurableObject(shard, (_s: Shard, state) => state.storage.setAlarm(Date.now()));
     await vi.waitFor(() => expect(faultCounts.get("shard.afterCommit")).toBe(faults + 1), { timeout: 10_000, interval: 10 });
     await evictDurableObject(shard);
-    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", lost)).toEqual([{ state: "queued", due_at: null }]);
-    expect(await rows(shard, "SELECT * FROM claim_chunks")).toEqual([]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", lost)).toEqual([{ state: "running", due_at: null }]);
+    expect(await leasedRuns(shard)).toContain(`${lost}#1`);
 
-    // A claim timeout passes (the run and the entry that fired it made older rather than waited for).
-    await rows(shard, "UPDATE runs SET created_at = created_at - 120000 WHERE id = ?", lost);
-    await rows(shard, "UPDATE runs SET next_due_at = next_due_at - 120000 WHERE id = ?", scheduledRunId(job.id, at));
+    // Its lease ends (made to end now rather than waited for).
+    await rows(shard, "UPDATE runs SET lease_until = ?1 WHERE id = ?2", Date.now() - 1, lost);
+    await rows(shard, "UPDATE leases SET due_at = ?1 WHERE runs LIKE ?2", Date.now() - 1, `%${lost}%`);
     await evictDurableObject(shard);
     await runDurableObjectAlarm(shard);
     await untilSucceeded(shard, [scheduledRunId(job.id, at), lost]);
@@ -138,10 +145,10 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(await nextRunAt(shard, job)).toBe(at + HOUR);
   });
 
-  it("a change writes the next fire on the row again: the runs' entries are stale, and the run the row's entry fired gets a claim deadline of its own", async () => {
+  it("a change writes the next fire on the row again: the runs' entries are stale, and the dispatched run keeps its lease", async () => {
     const name = "shard-900403";
     const { shard, at, job } = await hourlyJob(name, "carried-changed");
-    armFault("shard.queueSend", Infinity, name); // the run stays queued, unclaimed
+    armFault("shard.queueSend", Infinity, name); // the run's dispatch reaches no consumer
     await fireAt(shard, at);
     const first = scheduledRunId(job.id, at);
     const queued = await heldInQueue(shard, first);
@@ -151,9 +158,8 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(await rows(shard, "SELECT next_fire_at, next_due_at, version FROM jobs")).toEqual([
       { next_fire_at: at + HOUR, next_due_at: at + HOUR, version: 2 },
     ]);
-    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([
-      { state: "queued", due_at: (queued.created_at as number) + 60_000 },
-    ]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([{ state: "running", due_at: null }]);
+    expect(await leasedRuns(shard)).toContain(`${first}#${queued.fence}`);
 
     // The run's entry, of version 1, fires nothing however due it is.
     await rows(shard, "UPDATE runs SET next_fire_at = ?1, next_due_at = ?1 WHERE id = ?2", Date.now() - 1, first);
@@ -165,7 +171,7 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(changed[0]!.nextRunAt).toBeGreaterThan(Date.now() + HOUR);
   });
 
-  it("a change after a restart, before the alarm read the job again, still hands that run its claim deadline", async () => {
+  it("a change after a restart, before the alarm read the job again, leaves the dispatched run its lease", async () => {
     const name = "shard-900410";
     const { shard, at, job } = await hourlyJob(name, "carried-changed-restart");
     armFault("shard.queueSend", Infinity, name);
@@ -175,16 +181,15 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     // The position that passed the row's entry was not written: the shard no longer knows it fired.
     await evictDurableObject(shard);
     await shard.applyJobs([{ ...job, version: 2, spec: { ...job.spec, timeoutMs: 20_000 } }]);
-    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([
-      { state: "queued", due_at: (queued.created_at as number) + 60_000 },
-    ]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([{ state: "running", due_at: null }]);
+    expect(await leasedRuns(shard)).toContain(`${first}#${queued.fence}`);
     expect(await nextRunAt(shard, job)).toBe(at + HOUR);
   });
 
-  it("a fire that writes the job's row (its run made already, by a backfill) gives the run the row's entry fired a claim deadline of its own", async () => {
+  it("a fire that writes the job's row (its run made already, by a backfill) leaves the dispatched run its lease", async () => {
     const name = "shard-900408";
     const { shard, at, job } = await hourlyJob(name, "carried-row-moved");
-    armFault("shard.queueSend", Infinity, name); // the first run stays queued, unclaimed
+    armFault("shard.queueSend", Infinity, name); // the first run's dispatch reaches no consumer
     await fireAt(shard, at);
     const first = scheduledRunId(job.id, at);
     const queued = await heldInQueue(shard, first);
@@ -202,9 +207,8 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     );
     await runDurableObjectAlarm(shard);
     expect(await rows(shard, "SELECT next_fire_at FROM jobs")).toEqual([{ next_fire_at: at + HOUR }]);
-    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([
-      { state: "queued", due_at: (queued.created_at as number) + 60_000 },
-    ]);
+    expect(await rows(shard, "SELECT state, due_at FROM runs WHERE id = ?", first)).toEqual([{ state: "running", due_at: null }]);
+    expect(await leasedRuns(shard)).toContain(`${first}#${queued.fence}`);
   });
 
   it("a job with maxRuns counts its fires on its runs, through a change, and stops at its count", async () => {
@@ -380,7 +384,7 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     expect(await runInDurableObject(shard, (_s: Shard, state) => state.storage.getAlarm())).toBeGreaterThan(Date.now() + 10_000);
   });
 
-  it("retention keeps the run holding its job's next fire, and removes it once that fire was made and looked at", async () => {
+  it("retention keeps the run holding its job's next fire, and removes it once that fire was made", async () => {
     const { shard, at, job } = await hourlyJob("shard-900406", "carried-retention", { retention: { days: 1 } });
     await fireAt(shard, at);
     const first = scheduledRunId(job.id, at);
@@ -390,16 +394,10 @@ describe("a recurring job's next fire, carried by its latest run", () => {
     await runRetention(shard);
     expect((await rows(shard, "SELECT id FROM runs")).map((r) => r.id)).toEqual([first]);
 
-    // The next fire is made: the first run's entry is now the second run's claim deadline, still to come.
+    // The next fire is made, and the alarm has passed the first run's entry: the first run leaves.
     const second = scheduledRunId(job.id, await carriedDueNow(shard, job));
     await runDurableObjectAlarm(shard);
     await untilSucceeded(shard, [first, second]);
-    await runRetention(shard);
-    expect((await rows(shard, "SELECT id FROM runs ORDER BY id")).map((r) => r.id)).toEqual([first, second]);
-
-    // A claim timeout later the alarm has looked at it: the first run leaves.
-    await rows(shard, "UPDATE runs SET next_due_at = next_due_at - 120000 WHERE id = ?", first);
-    await runDurableObjectAlarm(shard);
     await runRetention(shard);
     expect((await rows(shard, "SELECT id FROM runs")).map((r) => r.id)).toEqual([second]);
     expect(await nextRunAt(shard, job)).toBe(at + HOUR);

@@ -11,6 +11,7 @@ import {
   createTenant,
   FAR_CRON,
   fireHeld,
+  fireInFlight,
   fireNow,
   getRun,
   hitsOf,
@@ -27,25 +28,26 @@ async function post(path: string): Promise<Response> {
 }
 
 describe("pause and resume", () => {
-  it("a paused job does not fire, and its queued run is cancelled before anyone claims it", async () => {
+  it("a paused job does not fire, and its run whose dispatch has not gone out is cancelled", async () => {
     const url = receiverPath("pause");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
     const stub = shardOf(job);
-    // A run is queued but not yet claimed when the pause arrives.
+    // The run is dispatched, but its dispatch is still in the shard (the queue refused it) when the pause arrives.
     await fireHeld(job);
     const [run] = await listRuns(job.id);
+    expect(run).toMatchObject({ state: "running" });
     const paused = await post(`/v1/jobs/${job.id}/pause`);
     expect(paused.status).toBe(200);
     expect(await paused.json()).toMatchObject({ paused: true, nextRunAt: null, version: 2 });
 
-    // The dispatch already on the queue is answered stale: no request reaches the target.
-    expect(await stub.claim([{ runId: run!.id, fence: 1 }])).toEqual([{ result: "stale", runId: run!.id, fence: 1 }]);
+    // The dispatch is withdrawn: its run ends cancelled, and any copy of it is stale.
     expect(await getRun(run!.id)).toMatchObject({ state: "cancelled", error: "job paused" });
+    expect(await stub.open([{ runId: run!.id, fence: 1 }])).toEqual([{ result: "stale", runId: run!.id, fence: 1 }]);
 
     // A fire that comes due while paused does nothing.
     await fireNow(job);
     expect(await listRuns(job.id)).toHaveLength(1);
-    await new Promise((r) => setTimeout(r, 1_500)); // one queue batch window
+    await new Promise((r) => setTimeout(r, 2_500)); // the shard's send retry, and a queue batch window
     expect(await hitsOf(url)).toHaveLength(0);
   });
 
@@ -75,11 +77,10 @@ describe("a pause or delete during an attempt", () => {
     ["delete", (id: string) => api(`/v1/jobs/${id}`, { method: "DELETE" }), "job deleted"],
   ] as const)("%s: the attempt's failure is not retried; the run ends cancelled", async (_label, stop, reason) => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid") }, retry: { maxAttempts: 5 } });
-    await fireHeld(job);
+    await fireInFlight(job);
     const [run] = await listRuns(job.id);
     const stub = shardOf(job);
-    const [claim] = await stub.claim([{ runId: run!.id, fence: 1 }]); // the attempt is in flight
-    expect(claim!.result).toBe("claimed");
+    expect(run).toMatchObject({ state: "running" }); // the attempt is in flight: it began with the dispatch
     expect((await stop(job.id)).status).toBe(200);
 
     expect(await stub.report([{ runId: run!.id, fence: 1, ok: false, status: 500, error: "HTTP 500" }])).toEqual(["recorded"]);
@@ -90,9 +91,8 @@ describe("a pause or delete during an attempt", () => {
 
   it("an in-flight attempt whose lease expires after a delete is not retried either", async () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("mid-lease") }, retry: { maxAttempts: 5 } });
-    await fireHeld(job);
+    await fireInFlight(job);
     const [run] = await listRuns(job.id);
-    await shardOf(job).claim([{ runId: run!.id, fence: 1 }]);
     expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBe(200);
     await makeRunDue(job, run!.id);
     expect(await getRun(run!.id)).toMatchObject({ state: "cancelled", error: expect.stringContaining("not retried: job deleted") });
@@ -120,7 +120,7 @@ describe("delete", () => {
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ id: job.id, deleted: true });
 
-    expect((await stub.claim([{ runId: run!.id, fence: 1 }]))[0]!.result).toBe("stale");
+    expect((await stub.open([{ runId: run!.id, fence: 1 }]))[0]!.result).toBe("stale");
     expect((await api(`/v1/jobs/${job.id}`)).status).toBe(404);
     expect((await api(`/v1/jobs`)).ok).toBe(true);
     const listed = (await (await api(`/v1/jobs?limit=200`)).json()) as { items: Job[] };
@@ -131,7 +131,7 @@ describe("delete", () => {
     // Even a fire time left behind does nothing.
     await fireNow(job);
     expect(await listRuns(job.id)).toHaveLength(1);
-    await new Promise((r) => setTimeout(r, 1_500));
+    await new Promise((r) => setTimeout(r, 2_500));
     expect(await hitsOf(url)).toHaveLength(0);
   });
 });
@@ -143,7 +143,7 @@ describe("trigger", () => {
     const res = await post(`/v1/jobs/${job.id}/trigger`);
     expect(res.status).toBe(202);
     const run = (await res.json()) as { id: string; trigger: string; state: string };
-    expect(run).toMatchObject({ trigger: "manual", state: "queued" });
+    expect(run).toMatchObject({ trigger: "manual", state: "running" }); // dispatched as it was made: its attempt began
     await waitForRun(run.id, ["succeeded"]);
     const hits = await hitsOf(url);
     expect(hits).toHaveLength(1);

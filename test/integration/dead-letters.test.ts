@@ -50,7 +50,7 @@ describe("dead letters", () => {
 
     const res = await api(`/v1/runs/${run.id}/retry`, { method: "POST" });
     expect(res.status).toBe(202);
-    expect(await res.json()).toMatchObject({ state: "queued", error: null });
+    expect(await res.json()).toMatchObject({ state: "running", error: null }); // dispatched again: its fresh first attempt began
     await waitForRun(run.id, ["retry_wait"]);
     const hits = await hitsOf(url);
     expect(hits.map((h) => h.headers["x-edgecron-attempt"])).toEqual(["1", "2", "1"]);
@@ -67,10 +67,10 @@ describe("dead letters", () => {
     expect((await api(`/v1/runs/run_${job.id.slice(4)}_nope/retry`, { method: "POST" })).status).toBe(404);
   });
 
-  it("a dispatch the queue dead-lettered leaves its run queued, sent again, and it later succeeds", async () => {
+  it("a dispatch the queue dead-lettered leaves its attempt under way, sent again, and it later succeeds", async () => {
     const url = receiverPath("dl-queue");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
-    armFault("consumer.beforeClaim", Infinity, job.shard); // no consumer can claim: the queue gives up
+    armFault("consumer.beforeExecute", Infinity, job.shard); // no consumer can claim: the queue gives up
     let runId: string;
     try {
       await fireNow(job);
@@ -79,12 +79,12 @@ describe("dead letters", () => {
       const body: DispatchMessage = { shard: job.shard, runId, fence: 1 };
       const batch = createMessageBatch<DispatchMessage>("edgecron-runs-dlq", [{ id: "d1", timestamp: new Date(), attempts: 6, body }]);
       await (worker as ExportedHandler<Env, DispatchMessage>).queue!(batch, env, createExecutionContext());
-      expect(await getRun(runId)).toMatchObject({ state: "queued", error: expect.stringContaining("dead-lettered") });
+      expect(await getRun(runId)).toMatchObject({ state: "running", error: expect.stringContaining("dead-lettered") });
       const listed = (await (await api(`/v1/dead-letters?jobId=${job.id}`)).json()) as Page;
       expect(listed.items).toEqual([]);
       // A dead-lettered dispatch with a stale fence changes nothing.
       expect(await shardOf(job).abandonDispatches([{ runId, fence: 99 }])).toEqual(["stale"]);
-      // Abandoned again: the run stays queued and its redispatches are counted.
+      // Abandoned again: the run stays running (the same attempt) and its redispatches are counted.
       expect(await shardOf(job).abandonDispatches([{ runId, fence: 1 }])).toEqual(["redispatched"]);
       await vi.waitFor(
         async () => {
@@ -96,7 +96,7 @@ describe("dead letters", () => {
         },
         { timeout: 5_000, interval: 50 },
       );
-      expect((await getRun(runId)).state).toBe("queued");
+      expect((await getRun(runId)).state).toBe("running");
       expect(await hitsOf(url)).toHaveLength(0);
     } finally {
       disarmFaults();

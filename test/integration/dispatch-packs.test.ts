@@ -27,7 +27,7 @@ afterEach(() => disarmFaults());
 /**
  * A shard of its own holding one job per target URL, all fired at one instant (just past) by
  * one alarm. With `held`, every send of the shard is refused for the rest of the test, so its
- * runs stay queued for a hand-made delivery and the real Queue never races it.
+ * runs stay running, no consumer carrying them out, for a hand-made delivery and the real Queue never races it.
  */
 async function firedTogether(urls: string[], { held = false } = {}) {
   const name = `packs-${crypto.randomUUID()}`;
@@ -88,7 +88,7 @@ describe("dispatches packed into queue messages", () => {
     // The first target answers at once; the others later, once its report has failed.
     const urls = [receiverPath("packs-fast"), receiverPath("packs-slow", "delayMs=2000"), receiverPath("packs-slow", "delayMs=2000")];
     const { name, stub, runIds } = await firedTogether(urls, { held: true });
-    expect(await runStates(stub, runIds)).toEqual(["queued", "queued", "queued"]);
+    expect(await runStates(stub, runIds)).toEqual(["running", "running", "running"]);
 
     // Every try of the first report fails (3 tries): its outcome goes on the queue; the later report goes through.
     armFault("consumer.report", 3, name);
@@ -100,14 +100,15 @@ describe("dispatches packed into queue messages", () => {
     for (const url of urls) expect(await hitsOf(url)).toHaveLength(1);
   });
 
-  it("a message whose dispatches all ran is acked, one whose claim failed is retried whole", async () => {
+  it("a message whose dispatches all ran is acked, one whose consumer died first is retried whole", async () => {
     const urls = [receiverPath("packs-a"), receiverPath("packs-b")];
     const { name, stub, runIds } = await firedTogether(urls, { held: true });
 
-    armFault("consumer.beforeClaim", 1, name);
-    const refused = await deliverPack(name, runIds);
-    expect(refused.retryMessages).toEqual([{ msgId: "pack" }]);
-    expect(await runStates(stub, runIds)).toEqual(["queued", "queued"]);
+    // The consumer dies before calling any target: the invocation fails, its message unsettled, for the Queue to deliver again.
+    armFault("consumer.beforeExecute", 1, name);
+    await expect(deliverPack(name, runIds)).rejects.toThrow("injected fault");
+    expect(await runStates(stub, runIds)).toEqual(["running", "running"]);
+    for (const url of urls) expect(await hitsOf(url)).toHaveLength(0);
 
     const delivered = await deliverPack(name, runIds, 2);
     expect(delivered.explicitAcks).toEqual(["pack"]);
@@ -151,13 +152,13 @@ describe("dispatches packed into queue messages", () => {
     const ctx = createExecutionContext();
     await consumer.queue!(batch, env, ctx);
     expect((await getQueueResult(batch, ctx)).explicitAcks).toEqual(["dead"]);
-    // Both runs stay queued, each sent again once; the dispatch of a fence it never had is stale.
+    // Both runs stay running, each sent again once; the dispatch of a fence it never had is stale.
     const redispatches = await runInDurableObject(stub, (_s: Shard, state) =>
       runIds.map((id) => state.storage.sql.exec("SELECT state, redispatches FROM runs WHERE id = ?", id).one()),
     );
     expect(redispatches).toEqual([
-      { state: "queued", redispatches: 1 },
-      { state: "queued", redispatches: 1 },
+      { state: "running", redispatches: 1 },
+      { state: "running", redispatches: 1 },
     ]);
   });
 });

@@ -1,5 +1,4 @@
 import { runInDurableObject } from "cloudflare:test";
-import { scheduledRunId } from "../../src/model/ids";
 import type { Shard } from "../../src/shard/shard";
 import type { ShardStore } from "../../src/shard/store";
 
@@ -19,31 +18,27 @@ const after = (e: Row, p: { dueAt: number; jobId: string }) =>
   Number(e.next_due_at) > p.dueAt || (Number(e.next_due_at) === p.dueAt && String(e.job_id) > p.jobId);
 
 /**
- * Runs of the shard dispatched or running that nobody would look at again: no due time of their
- * own, in no claim chunk, and named by no entry (their job's row's or a run's) that the trailing
- * position has yet to pass. A run a lost dispatch left there would never run: always empty.
- * (A frequent job's runs are its own fires' to look at: frequent-jobs.test.ts checks those.)
+ * Runs of the shard whose attempt is under way (dispatched, executing or accepted) or due to
+ * start, that nobody would look at again: no due time of their own, and listed in no lease row
+ * (src/shard/leases.ts) under their current fence. A run a lost dispatch left there would never
+ * run: always empty. (A workflow run has no attempt of its own: its steps are what run.)
  */
 export async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ unwatched: Row[]; open: number }> {
-  return runInDurableObject(shard, (instance: Shard, state) => {
+  return runInDurableObject(shard, (_instance: Shard, state) => {
     const sql = state.storage.sql;
-    const { checked } = positionsOf(instance);
-    const chunked = new Set(
+    const leased = new Set(
       sql
-        .exec("SELECT runs FROM claim_chunks")
+        .exec("SELECT runs FROM leases")
         .toArray()
-        .flatMap((r) => JSON.parse(r.runs as string) as string[]),
+        .flatMap((r) => (JSON.parse(r.runs as string) as Array<[string, number]>).map(([id, fence]) => `${id}#${fence}`)),
     );
-    const open = sql.exec("SELECT id, job_id, state, due_at FROM runs WHERE state IN ('queued', 'running')").toArray();
-    const entries = [
-      ...sql.exec("SELECT id AS job_id, next_fire_at, next_due_at FROM jobs WHERE next_due_at IS NOT NULL").toArray(),
-      ...sql.exec("SELECT job_id, next_fire_at, next_due_at FROM runs WHERE next_due_at IS NOT NULL").toArray(),
-    ];
-    const named = new Set(
-      entries.filter((e) => after(e, checked)).map((e) => scheduledRunId(e.job_id as string, e.next_fire_at as number)),
-    );
+    const open = sql
+      .exec(
+        "SELECT id, job_id, state, due_at, fence FROM runs WHERE state = 'queued' OR (state = 'running' AND a_outcome IN ('running', 'accepted'))",
+      )
+      .toArray();
     return {
-      unwatched: open.filter((r) => r.due_at === null && !chunked.has(r.id as string) && !named.has(r.id as string)),
+      unwatched: open.filter((r) => r.due_at === null && !leased.has(`${r.id}#${r.fence}`)),
       open: open.length,
     };
   });
@@ -57,7 +52,7 @@ export async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ 
 export async function entriesAhead(shard: DurableObjectStub<Shard>): Promise<Array<{ jobId: string; fires: number[] }>> {
   return runInDurableObject(shard, (instance: Shard, state) => {
     const sql = state.storage.sql;
-    const { fired } = positionsOf(instance);
+    const fired = positionsOf(instance);
     const jobs = sql.exec("SELECT id, version FROM jobs WHERE paused = 0 AND deleted = 0 AND frequent = 0").toArray();
     return jobs.map((job) => {
       const own = sql

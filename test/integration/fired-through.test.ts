@@ -1,6 +1,5 @@
 import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { afterEach, describe, expect, it, vi } from "vitest";
-import { armFault, disarmFaults, faultCounts } from "../../src/faults";
+import { describe, expect, it, vi } from "vitest";
 import { scheduledRunId } from "../../src/model/ids";
 import type { JobDefinition } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
@@ -164,56 +163,6 @@ describe("the alarm's position in jobs_next_due", () => {
 
     await rows(shard, "UPDATE meta SET value = ? WHERE key = 'retention_next_at'", String(Date.now() - 1));
     await runDurableObjectAlarm(shard);
-    expect(JSON.parse((await storedPosition(shard)) as string)).toEqual({ fired: { dueAt: at, jobId: jobs[0]!.id }, checked: null });
-  });
-});
-
-describe("a fired one-off job's entry as its run's claim deadline", () => {
-  afterEach(() => disarmFaults());
-
-  it("a dispatch lost with the shard's memory is sent again when the claim deadline comes", async () => {
-    const name = "shard-900311";
-    const shard = env.SHARD.get(env.SHARD.idFromName(name));
-    const at = Date.now() + 1_000;
-    const { jobs, runIds } = await oneOffJobs(shard, "fired-deadline", at, [0]);
-    // The alarm commits the fire, then dies before sending; the shard is evicted, the dispatch with it.
-    const faults = faultCounts.get("shard.afterCommit") ?? 0;
-    armFault("shard.afterCommit", 1, name);
-    await vi.waitFor(() => expect(faultCounts.get("shard.afterCommit")).toBe(faults + 1), { timeout: 10_000, interval: 10 });
-    await evictDurableObject(shard);
-
-    // The run has no claim deadline of its own, and no chunk holds it: its job's entry is the deadline.
-    expect(await rows(shard, "SELECT state, due_at FROM runs")).toEqual([{ state: "queued", due_at: null }]);
-    expect(await rows(shard, "SELECT * FROM claim_chunks")).toEqual([]);
-    // A claim timeout passes (the run and the job's entry made older rather than waited for).
-    await rows(shard, "UPDATE runs SET created_at = created_at - 120000");
-    await rows(shard, "UPDATE jobs SET next_due_at = next_due_at - 120000 WHERE id = ?", jobs[0]!.id);
-    await evictDurableObject(shard);
-    await runDurableObjectAlarm(shard);
-    await untilSucceeded(shard, runIds);
-    expect(await rows(shard, "SELECT redispatches FROM runs")).toEqual([{ redispatches: 1 }]);
-  });
-
-  it("a change to the job gives its unclaimed run a claim deadline of its own", async () => {
-    const name = "shard-900312";
-    const shard = env.SHARD.get(env.SHARD.idFromName(name));
-    const at = Date.now() + 1_000;
-    const { jobs } = await oneOffJobs(shard, "fired-changed-deadline", at, [0]);
-    armFault("shard.queueSend", Infinity, name); // the run stays queued, unclaimed
-    await fireAt(shard, at);
-    // The runtime may run the alarm by itself at `at`, concurrently with the test's.
-    const queued = await vi.waitFor(
-      async () => {
-        const [run] = await rows(shard, "SELECT state, due_at, created_at FROM runs");
-        expect(run).toMatchObject({ state: "queued", due_at: null });
-        return run!;
-      },
-      { timeout: 5_000, interval: 20 },
-    );
-
-    const job = jobs[0]!;
-    await shard.applyJobs([{ ...job, version: 2, spec: { ...job.spec, timeoutMs: 20_000 } }]);
-    const [after] = await rows(shard, "SELECT state, due_at FROM runs");
-    expect(after).toEqual({ state: "queued", due_at: (queued.created_at as number) + 60_000 });
+    expect(JSON.parse((await storedPosition(shard)) as string)).toEqual({ fired: { dueAt: at, jobId: jobs[0]!.id } });
   });
 });

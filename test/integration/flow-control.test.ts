@@ -126,7 +126,7 @@ describe("a tenant's maxRunsInFlight", () => {
     const free = await createTenant({ maxRunsInFlight: null });
     const slow = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("limited", "delayMs=1000") } }, limited.api);
     const fast = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("free") } }, free.api);
-    // A trigger answers after admission: `queued` went on to the queue, `waiting` was held back.
+    // A trigger answers after admission: `running` was dispatched (its attempt begun), `waiting` was held back.
     const states = async (job: Job, as: typeof api, n: number) => {
       const runs = [];
       for (let i = 0; i < n; i++)
@@ -134,9 +134,9 @@ describe("a tenant's maxRunsInFlight", () => {
       return runs;
     };
     const [blocking, held] = await states(slow, limited.api, 2);
-    expect([blocking!.state, held!.state]).toEqual(["queued", "waiting"]);
+    expect([blocking!.state, held!.state]).toEqual(["running", "waiting"]);
     const others = await states(fast, free.api, 3);
-    expect(others.map((r) => r.state)).toEqual(["queued", "queued", "queued"]);
+    expect(others.map((r) => r.state)).toEqual(["running", "running", "running"]);
     for (const run of [blocking!, held!, ...others]) await waitForRun(run.id, ["succeeded"]);
   });
 });

@@ -4,17 +4,15 @@ import { armFault, disarmFaults, faultCounts } from "../../src/faults";
 import { scheduledRunId } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, hitsOf, receiverPath, rereadFrequentJobs, shardOf } from "./helpers";
+import { unwatchedRuns } from "./entries";
+import { api, createJob, hitsOf, makeRunDue, receiverPath, shardOf } from "./helpers";
 
 /**
  * Frequent jobs (src/shard/frequent-jobs.ts): a job due again within a claim timeout keeps its
- * next due time out of every index, and its own fires look at its runs' claim deadlines, which
- * are not in `runs_due`. What must hold: a dispatch lost for such a run is sent again by a
- * later fire; a job that stops being frequent (a pause, a slower schedule) gives its runs their
- * claim deadline back, so none is left unwatched.
+ * next due time out of every index. Its runs' leases are listed like any run's (src/shard/leases.ts).
+ * What must hold: it fires and its runs succeed; a dispatch lost for such a run is sent again;
+ * through changes of every kind no dispatched run is left with nobody to look at it.
  */
-
-const CLAIM_TIMEOUT_MS = 60_000; // wrangler.toml
 
 type Row = Record<string, SqlStorageValue>;
 
@@ -37,60 +35,6 @@ async function frequentJob(name: string): Promise<{ job: Job; url: string }> {
   return { job, url };
 }
 
-/**
- * A run of the job fired at `at`, dispatched, its claim deadline left to the job's fires (no
- * due_at), as one whose dispatch was lost: written straight into storage (`state` queued, or
- * running under a lease), with the job's watermark moved back to it.
- */
-async function runAwaitingDeadline(job: Job, at: number, state: "queued" | "running"): Promise<string> {
-  const runId = scheduledRunId(job.id, at);
-  await runInDurableObject(shardOf(job), (_s: Shard, st) => {
-    st.storage.sql.exec(
-      `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, due_at, created_at, started_at, lease_until, watched,
-         a_number, a_fence, a_started_at, a_outcome, a_token)
-       VALUES (?1, ?2, 1, 'schedule', ?3, ?4, 1, 1, NULL, ?3, ?5, ?6, 0, ?7, ?7, ?5, ?8, ?9)`,
-      runId,
-      job.id,
-      at,
-      state,
-      state === "running" ? at : null,
-      state === "running" ? Date.now() + 600_000 : null,
-      state === "running" ? 1 : null,
-      state === "running" ? "running" : null,
-      state === "running" ? "token" : null,
-    );
-    st.storage.sql.exec("UPDATE jobs SET deadlines_from = MIN(COALESCE(deadlines_from, ?1), ?1) WHERE id = ?2", at, job.id);
-  });
-  await rereadFrequentJobs(shardOf(job));
-  return runId;
-}
-
-/**
- * Runs of the shard dispatched or running that nobody would look at again: no due time of their
- * own, in no claim chunk, and not in the range of runs their frequent job's fires look at. A run
- * a lost dispatch left there would never run: this must always be empty.
- */
-async function unwatchedRuns(shard: DurableObjectStub<Shard>): Promise<{ unwatched: Row[]; open: number }> {
-  return runInDurableObject(shard, (_s: Shard, state) => {
-    const sql = state.storage.sql;
-    const chunked = new Set(
-      sql
-        .exec("SELECT runs FROM claim_chunks")
-        .toArray()
-        .flatMap((r) => JSON.parse(r.runs as string) as string[]),
-    );
-    const open = sql
-      .exec(
-        `SELECT r.id, r.state, r.trigger, r.scheduled_at, r.due_at, j.frequent, j.deadlines_from FROM runs r JOIN jobs j ON j.id = r.job_id
-         WHERE r.state IN ('queued', 'running')`,
-      )
-      .toArray();
-    const watchedByJob = (r: Row) =>
-      r.frequent === 1 && r.trigger === "schedule" && r.deadlines_from !== null && Number(r.deadlines_from) <= Number(r.scheduled_at);
-    return { unwatched: open.filter((r) => r.due_at === null && !chunked.has(r.id as string) && !watchedByJob(r)), open: open.length };
-  });
-}
-
 async function stop(job: Job): Promise<void> {
   expect((await api(`/v1/jobs/${job.id}`, { method: "DELETE" })).status).toBe(200);
 }
@@ -108,44 +52,6 @@ describe("frequent jobs", () => {
       state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state = 'succeeded'", job.id).one(),
     );
     expect(succeeded.n).toBeGreaterThanOrEqual(3);
-    await stop(job);
-  });
-
-  it("a dispatch lost a claim timeout ago is sent again by the job's next fire, and its run succeeds", async () => {
-    const { job, url } = await frequentJob("freq-lost");
-    const lost = await runAwaitingDeadline(job, Date.now() - CLAIM_TIMEOUT_MS - 1_000, "queued");
-    await vi.waitFor(async () => expect((await runRow(job, lost))?.state).toBe("succeeded"), { timeout: 15_000, interval: 100 });
-    expect((await runRow(job, lost))?.redispatches).toBe(1);
-    expect((await hitsOf(url)).some((h) => h.headers["idempotency-key"] === lost)).toBe(true);
-    await stop(job);
-  });
-
-  it("a run fired less than a claim timeout ago is left alone: its dispatch may still be on its way", async () => {
-    const { job } = await frequentJob("freq-young");
-    const young = await runAwaitingDeadline(job, Date.now() - CLAIM_TIMEOUT_MS + 20_000, "queued");
-    const fires = Number((await jobRow(job)).fires);
-    await vi.waitFor(async () => expect(Number((await jobRow(job)).fires)).toBeGreaterThanOrEqual(fires + 2), { timeout: 15_000 });
-    const run = await runRow(job, young);
-    expect(run?.state).toBe("queued");
-    expect(run?.redispatches).toBe(0);
-    // The watermark stays at or before it, so a later fire still looks at it.
-    expect(Number((await jobRow(job)).deadlines_from)).toBeLessThanOrEqual(Number(run?.scheduled_at));
-    await stop(job);
-  });
-
-  it("a pause cancels its dispatched runs and gives its running ones their claim deadline in runs_due", async () => {
-    const { job } = await frequentJob("freq-pause");
-    const at = Date.now() - 10_000;
-    const queued = await runAwaitingDeadline(job, at, "queued");
-    const running = await runAwaitingDeadline(job, at + 1, "running");
-    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
-    expect((await runRow(job, queued))?.state).toBe("cancelled");
-    const held = await runRow(job, running);
-    expect(held?.state).toBe("running");
-    expect(held?.due_at).toBe(at + 1 + CLAIM_TIMEOUT_MS);
-    const row = await jobRow(job);
-    expect(row.frequent).toBe(0);
-    expect(row.soon_at).toBeNull();
     await stop(job);
   });
 
@@ -208,16 +114,26 @@ describe("frequent jobs", () => {
     await stop(c);
   });
 
-  it("a schedule slowed past the claim timeout gives its runs their claim deadline back, and the job fires by jobs_next_due", async () => {
-    const { job } = await frequentJob("freq-slow");
-    const at = Date.now() - 5_000;
-    const queued = await runAwaitingDeadline(job, at, "queued");
-    const res = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { schedule: { every: "1h" } } });
-    expect(res.status, await res.clone().text()).toBe(200);
-    await vi.waitFor(async () => expect((await runRow(job, queued))?.due_at).toBe(at + CLAIM_TIMEOUT_MS), { timeout: 10_000 });
-    const row = await jobRow(job);
-    expect(row.frequent).toBe(0);
-    expect(row.next_due_at).toBe(row.next_fire_at);
+  it("a lost dispatch of a frequent job's run is sent again when its lease ends, and the run succeeds", async () => {
+    const { job, url } = await frequentJob("freq-lost");
+    // A run of its whose dispatch is lost: dispatched, listed in a lease row, never delivered.
+    const at = Date.now() - 30_000;
+    const lost = scheduledRunId(job.id, at);
+    await runInDurableObject(shardOf(job), (_s: Shard, st) => {
+      st.storage.sql.exec(
+        `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, state, attempt, fence, created_at, started_at, lease_until, watched,
+           a_number, a_fence, a_started_at, a_outcome, a_token)
+         VALUES (?1, ?2, 1, 'schedule', ?3, 'running', 1, 1, ?3, ?3, ?4, 0, 1, 1, ?3, 'running', 'token')`,
+        lost,
+        job.id,
+        at,
+        Date.now() + 600_000,
+      );
+    });
+    await makeRunDue(job, lost);
+    await vi.waitFor(async () => expect((await runRow(job, lost))?.state).toBe("succeeded"), { timeout: 15_000, interval: 100 });
+    expect((await runRow(job, lost))?.redispatches).toBe(1);
+    expect((await hitsOf(url)).some((h) => h.headers["idempotency-key"] === lost)).toBe(true);
     await stop(job);
   });
 });

@@ -2,6 +2,7 @@ import {
   createExecutionContext,
   createScheduledController,
   env,
+  evictDurableObject,
   runDurableObjectAlarm,
   runInDurableObject,
   SELF,
@@ -16,6 +17,7 @@ import { CreateJobSchema, type Job, type JobSpec } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { sealTarget } from "../../src/security/targets";
 import type { JobDefinition } from "../../src/shard/contract";
+import { MAX_REDISPATCHES } from "../../src/shard/leases";
 import type { Shard } from "../../src/shard/shard";
 import type { ShardStore } from "../../src/shard/store";
 import type { Hit } from "../support/hit";
@@ -140,15 +142,66 @@ export async function fireHeld(job: Job): Promise<number> {
   }
 }
 
+/**
+ * Fires the job so that its run's attempt is under way with no consumer to carry it out, as if
+ * one had taken the dispatch and not yet reported: the send is refused, then the shard's object
+ * is evicted, which loses the dispatch it kept in memory. The run stays `running` until the test
+ * reports for it or its lease ends (makeRunDue, expireAttempt).
+ */
+export async function fireInFlight(job: Job): Promise<number> {
+  const due = await fireHeld(job);
+  await evictDurableObject(shardOf(job));
+  return due;
+}
+
 /** Moves a run's due time to the past and runs the alarm, e.g. to end a retry wait now. */
 export async function makeRunDue(job: Job, runId: string): Promise<void> {
   const stub = shardOf(job);
   const due = Date.now() - 1;
   await runInDurableObject(stub, (_shard: Shard, state) => {
-    // A running run's lease ends now too: its claim deadline alone would only look at the lease.
-    state.storage.sql.exec("UPDATE runs SET due_at = ?1, lease_until = min(lease_until, ?1) WHERE id = ?2", due, runId);
+    const sql = state.storage.sql;
+    // A running run's lease ends now (src/shard/leases.ts: a row lists it for now); any other run's due time comes.
+    sql.exec("UPDATE runs SET due_at = ?1 WHERE id = ?2 AND state != 'running'", due, runId);
+    sql.exec("UPDATE runs SET lease_until = min(lease_until, ?1) WHERE id = ?2 AND state = 'running'", due, runId);
+    sql.exec(
+      "INSERT INTO leases (due_at, first_run, runs) SELECT ?1, id, json_array(json_array(id, fence)) FROM runs WHERE id = ?2 AND state = 'running' AND lease_until IS NOT NULL ON CONFLICT DO NOTHING",
+      due,
+      runId,
+    );
   });
   await runAlarmOf(stub);
+}
+
+/**
+ * A run's attempt, whose dispatch never reaches a consumer (the queue refuses every send of its
+ * shard meanwhile), has its lease end again and again: sent again each time under the same
+ * fence, MAX_REDISPATCHES times, then the attempt times out. Returns the run's row as the
+ * shard then holds it.
+ */
+export async function expireAttempt(job: Job, runId: string): Promise<Record<string, SqlStorageValue>> {
+  const rowOf = () =>
+    runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT state, fence, redispatches FROM runs WHERE id = ?", runId).one(),
+    );
+  const start = await rowOf();
+  armFault("shard.queueSend", Infinity, job.shard);
+  try {
+    for (let i = Number(start.redispatches); i <= MAX_REDISPATCHES; i++) {
+      await makeRunDue(job, runId);
+      // The runtime may run the past-due alarm itself, concurrently: wait for the shard to have moved.
+      await vi.waitFor(
+        async () => {
+          const row = await rowOf();
+          if (row.state === "running" && row.fence === start.fence && Number(row.redispatches) <= i)
+            throw new Error(`redispatched ${row.redispatches} times`);
+        },
+        { timeout: 5_000, interval: 20 },
+      );
+    }
+    return await rowOf();
+  } finally {
+    disarmFault("shard.queueSend", job.shard);
+  }
 }
 
 /**

@@ -3,25 +3,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
 import { seedHistory } from "../support/seed-history";
-import {
-  api,
-  createJob,
-  FAR_CRON,
-  fireNow,
-  getRun,
-  hitsOf,
-  listRuns,
-  makeRunDue,
-  receiverPath,
-  rereadFrequentJobs,
-  shardOf,
-  waitForRun,
-} from "./helpers";
+import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /**
  * The shard's cost per call must not grow with its history (a minute job holds ~525,000 runs
  * after a year). A shard seeded with a long history is driven through every hot-path call —
- * create, trigger, the alarm, admission, claim, report, 202 completion and heartbeat, retry,
+ * create, trigger, the alarm, admission, dispatch, report, 202 completion and heartbeat, retry,
  * pause and resume — by the real API, queue consumer and receiver. Every statement the shard
  * executes meanwhile is recorded (a spy on its own SQL handle), then each is asked for its
  * query plan with the same parameters: none may scan runs, attempts or jobs.
@@ -53,15 +40,8 @@ function readsHistory(query: string, step: string): boolean {
   const scan = /^SCAN (runs|attempts|jobs)\b(?: USING (?:COVERING )?INDEX (\w+))?/.exec(step);
   if (scan) return !(scan[2] !== undefined && [...OPEN_RUN_INDEXES, ...ONCE_PER_START_INDEXES].includes(scan[2]));
   const page = /ORDER BY scheduled_at DESC, id DESC LIMIT \?$/.test(query.trim());
-  return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page && !latestRuns(query) && !carriedFire(query);
+  return /^SEARCH runs USING PRIMARY KEY \(id>\? AND id<\?\)/.test(step) && !page && !carriedFire(query);
 }
-
-/**
- * A frequent job's latest runs (frequent-jobs.ts): a range of the runs' key between two
- * scheduled run ids, the job's deadline watermark and now (a claim timeout or two apart), never
- * the range of all the job's runs. The bindings below check the bounds are such instants.
- */
-const latestRuns = (query: string) => /trigger = 'schedule' AND due_at IS NULL AND state IN/.test(query);
 
 /**
  * A recurring job's next fire carried by its latest run (fired-through.ts, `carriedBy`): the
@@ -160,19 +140,14 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
     expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
     expect((await api(`/v1/jobs/${job.id}/resume`, { method: "POST" })).status).toBe(200);
 
-    // A frequent job: fired from memory, its runs' claim deadlines looked at by its own fires
-    // (its watermark moved back a claim timeout, so that a fire reads that range), then paused.
+    // A frequent job: fired from memory a few times, then paused.
     await patch({ schedule: { every: "1s" }, overlap: "allow", maxConcurrency: null, target: { url: receiverPath("plans-frequent") } });
     const frequent = () =>
       runInDurableObject(shardOf(job), (_s: Shard, state) =>
-        state.storage.sql.exec("SELECT frequent, fires, deadlines_from FROM jobs WHERE id = ?", job.id).one(),
+        state.storage.sql.exec("SELECT frequent, fires FROM jobs WHERE id = ?", job.id).one(),
       );
     await expect.poll(async () => (await frequent()).frequent, { timeout: 15_000 }).toBe(1);
     const { fires } = await frequent();
-    await runInDurableObject(shardOf(job), (_s: Shard, state) =>
-      state.storage.sql.exec("UPDATE jobs SET deadlines_from = deadlines_from - 120000 WHERE id = ?", job.id),
-    );
-    await rereadFrequentJobs(shardOf(job));
     await expect.poll(async () => (await frequent()).fires, { timeout: 15_000 }).toBeGreaterThan(Number(fires) + 1);
     expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
   });
@@ -180,7 +155,7 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
   it("reads no history in any statement it ran: no scan of runs, attempts or jobs, no walk of a job's past runs", async () => {
     const distinct = new Map<string, Executed>();
     for (const e of executed) if (!distinct.has(e.query)) distinct.set(e.query, e);
-    // The calls above reach every capability: claims, reports, admission, the alarm, completion.
+    // The calls above reach every capability: dispatches and their leases, reports, admission, the alarm, completion.
     expect(distinct.size).toBeGreaterThan(25);
     const scans = await runInDurableObject(shardOf(job), (_s: Shard, state) => {
       const found: Array<{ query: string; plan: string[] }> = [];
@@ -195,14 +170,6 @@ describe(`hot path on a shard holding ${HISTORY_RUNS.toLocaleString("en")} finis
       return found;
     });
     expect(scans).toEqual([]);
-    // The frequent job's range reads ran, each between two of its scheduled run ids.
-    const ranges = [...distinct.values()].filter((e) => latestRuns(e.query));
-    expect(ranges.length).toBe(2); // a fire's look at its runs' deadlines, and the pause giving them back
-    for (const { bindings } of ranges) {
-      const ids = bindings.filter((b) => typeof b === "string" && b.startsWith(`run_${job.id.slice(4)}_`)) as string[];
-      expect(ids).toHaveLength(2);
-      expect(ids[0]! <= ids[1]!).toBe(true);
-    }
     // The job's next fire was looked for on its runs from its row's own fire on (a scheduled run id of the job).
     const carried = [...distinct.values()].filter((e) => carriedFire(e.query));
     expect(carried).toHaveLength(1);

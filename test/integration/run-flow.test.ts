@@ -11,12 +11,14 @@ import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/shard/contract";
+import { MAX_REDISPATCHES } from "../../src/shard/leases";
 import type { Shard } from "../../src/shard/shard";
 import {
   api,
   createJob,
+  expireAttempt,
   FAR_CRON,
-  fireHeld,
+  fireInFlight,
   fireNow,
   getRun,
   hitsOf,
@@ -109,11 +111,11 @@ describe("alarm → queue → consumer → recorded result", () => {
     expect(after.attemptLog).toHaveLength(1);
   });
 
-  it("two deliveries of a queued dispatch in one batch start one attempt", async () => {
+  it("two deliveries of a dispatch in one batch call its target once", async () => {
     const url = receiverPath("race");
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
-    // Fire without letting the real queue deliver first: claim through a hand-made batch.
-    await fireNow(job);
+    // Fire with its dispatch lost (no real delivery races this one), then deliver it twice in one hand-made batch.
+    await fireInFlight(job);
     const [run] = await listRuns(job.id);
     const body: DispatchMessage = { shard: job.shard, runId: run!.id, fence: 1 };
     const batch = createMessageBatch<DispatchMessage>("edgecron-runs", [
@@ -158,29 +160,25 @@ describe("failures and retries", () => {
     expect(failed.error).toContain("HTTP 404");
   });
 
-  it("an attempt whose lease expires is timed out and retried; the zombie's late outcome is stale", async () => {
+  it("an attempt whose lease expires with no outcome is sent again, then timed out and retried; the zombie's late outcome is stale", async () => {
     const url = receiverPath("lease");
     // A retry delay of its own, not a jittered one that may end (and start the retry) before the late report.
     const retry = { maxAttempts: 3, jitter: "none", backoff: { initialMs: 600_000, maxMs: 600_000 } };
     const job = await createJob({ schedule: FAR_CRON, target: { url }, retry });
-    await fireHeld(job);
+    await fireInFlight(job);
     const [run] = await listRuns(job.id);
     const stub = shardOf(job);
-    // A consumer claims the attempt and dies: it never reports. (The real delivery of the
-    // held dispatch follows with the same fence and is answered stale.)
-    const [claim] = await stub.claim([{ runId: run!.id, fence: 1 }]);
-    expect(claim!.result).toBe("claimed");
-
-    await makeRunDue(job, run!.id); // the lease expires
+    // No copy of the dispatch reaches a consumer: each lease that ends sends it again, the last times it out.
+    expect(await expireAttempt(job, run!.id)).toMatchObject({ state: "retry_wait", fence: 1, redispatches: MAX_REDISPATCHES });
     const after = await getRun(run!.id);
-    expect(after.state).toBe("retry_wait");
     expect(after.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out"]);
 
+    // A consumer that got a copy after all reports late: stale, nothing changes.
     const late = await stub.report([{ runId: run!.id, fence: 1, ok: true, status: 200, error: null }]);
     expect(late).toEqual(["stale"]);
     expect((await getRun(run!.id)).state).toBe("retry_wait");
 
-    // The retry goes out under fence 2 and succeeds; the dead consumer's request never happened.
+    // The retry goes out under fence 2 and succeeds; the copies of attempt 1 the shard kept are not sent now.
     await makeRunDue(job, run!.id);
     const done = await waitForRun(run!.id, ["succeeded"]);
     expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["timed_out", "succeeded"]);
@@ -190,20 +188,18 @@ describe("failures and retries", () => {
 });
 
 describe("a lost report on the last attempt", () => {
-  /** A job with one attempt whose dispatch is claimed by hand: the test plays the consumer. */
-  async function claimedLastAttempt(name: string) {
+  /** A job with one attempt whose dispatch never reaches a consumer: its lease runs out, the run ends dead. */
+  async function expiredLastAttempt(name: string) {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath(name) }, retry: { maxAttempts: 1 } });
-    await fireHeld(job);
+    await fireInFlight(job);
     const [run] = await listRuns(job.id);
     const stub = shardOf(job);
-    expect((await stub.claim([{ runId: run!.id, fence: 1 }]))[0]!.result).toBe("claimed");
-    await makeRunDue(job, run!.id); // the report is lost: the lease expires
+    await expireAttempt(job, run!.id);
     expect(await getRun(run!.id)).toMatchObject({ state: "dead", attemptLog: [{ outcome: "timed_out" }] });
     return { job, run: run!, stub };
   }
-
   it("a late success of the timed-out last attempt makes the dead run succeeded", async () => {
-    const { run, stub } = await claimedLastAttempt("late-ok");
+    const { run, stub } = await expiredLastAttempt("late-ok");
     expect(await stub.report([{ runId: run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["recorded"]);
     const after = await getRun(run.id);
     expect(after).toMatchObject({ state: "succeeded", status: 200, error: null, attempts: 1 });
@@ -215,18 +211,18 @@ describe("a lost report on the last attempt", () => {
   });
 
   it("a late failure, a late success after the window, or one after a revival leaves the run as it is", async () => {
-    const failed = await claimedLastAttempt("late-fail");
+    const failed = await expiredLastAttempt("late-fail");
     expect(await failed.stub.report([{ runId: failed.run.id, fence: 1, ok: false, status: 500, error: "HTTP 500" }])).toEqual(["stale"]);
     expect((await getRun(failed.run.id)).state).toBe("dead");
 
-    const old = await claimedLastAttempt("late-old");
+    const old = await expiredLastAttempt("late-old");
     await runInDurableObject(old.stub, (_s: Shard, state) => {
       state.storage.sql.exec("UPDATE runs SET finished_at = ? WHERE id = ?", Date.now() - 11 * 60_000, old.run.id);
     });
     expect(await old.stub.report([{ runId: old.run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["stale"]);
     expect((await getRun(old.run.id)).state).toBe("dead");
 
-    const revived = await claimedLastAttempt("late-revived");
+    const revived = await expiredLastAttempt("late-revived");
     expect((await api(`/v1/runs/${revived.run.id}/retry`, { method: "POST" })).status).toBe(202);
     expect(await revived.stub.report([{ runId: revived.run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["stale"]);
     // The revival's own attempt (fence 2) decides the run.
@@ -239,11 +235,11 @@ describe("a slow queue", () => {
   /** The run's row as its shard holds it. */
   const rowOf = (job: { shard: string }, runId: string) =>
     runInDurableObject(shardOf(job), (_s: Shard, state) =>
-      state.storage.sql.exec("SELECT state, fence, due_at, redispatches FROM runs WHERE id = ?", runId).one(),
+      state.storage.sql.exec("SELECT state, fence, lease_until, redispatches FROM runs WHERE id = ?", runId).one(),
     );
 
   /**
-   * The claim deadline passes and the alarm redispatches. The runtime may run the past-due
+   * The run's lease ends and the alarm sends its dispatch again. The runtime may run the past-due
    * alarm itself, concurrently with the test's, so this waits for the redispatch to be written.
    */
   async function redispatched(job: Job, runId: string, times: number) {
@@ -260,33 +256,30 @@ describe("a slow queue", () => {
 
   /**
    * A job fired once while the queue takes no dispatch (none reaches a consumer until the test
-   * delivers it): `check` gets the job, its run's id and a time before the fire; the queue takes
-   * dispatches again afterwards.
+   * delivers it): `check` gets the job and its run's id; the queue takes dispatches again afterwards.
    */
-  async function withHeldDispatch(url: string, check: (job: Job, runId: string, firedAfter: number) => Promise<void>) {
+  async function withHeldDispatch(url: string, check: (job: Job, runId: string) => Promise<void>) {
     const job = await createJob({ schedule: FAR_CRON, target: { url } });
     armFault("shard.queueSend", Infinity, job.shard);
     try {
-      const firedAfter = Date.now();
       await fireNow(job);
       const [run] = await listRuns(job.id);
-      await check(job, run!.id, firedAfter);
+      await check(job, run!.id);
       return { job, runId: run!.id };
     } finally {
       disarmFault("shard.queueSend", job.shard);
     }
   }
 
-  it("a dispatch delivered after its run was redispatched still runs it, once", async () => {
+  it("a dispatch delivered after its run was sent again still runs it, once", async () => {
     const url = receiverPath("slow-queue");
     const { job, runId } = await withHeldDispatch(url, async (job, runId) => {
-      // Two claim deadlines pass: the shard sends the dispatch again each time, waiting longer.
+      // Two leases end: the shard sends the dispatch again each time, under the same fence, waiting longer.
       const once = await redispatched(job, runId, 1);
-      expect(once).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
-      expect((once.due_at as number) - Date.now()).toBeGreaterThan(1.9 * 60_000); // twice the claim timeout
+      expect(once).toMatchObject({ state: "running", fence: 1, redispatches: 1 });
       const twice = await redispatched(job, runId, 2);
-      expect(twice).toMatchObject({ state: "queued", fence: 1, redispatches: 2 });
-      expect((twice.due_at as number) - Date.now()).toBeGreaterThan(3.9 * 60_000);
+      expect(twice).toMatchObject({ state: "running", fence: 1, redispatches: 2 });
+      expect(Number(twice.lease_until) - Number(once.lease_until)).toBeGreaterThan(1.9 * 60_000); // the queue's allowance doubled
     });
     // The first dispatch finally arrives, twice, as a slow at-least-once queue may deliver it.
     const body: DispatchMessage = { shard: job.shard, runId, fence: 1 };
@@ -297,68 +290,31 @@ describe("a slow queue", () => {
     await consumer.queue!(batch, env, createExecutionContext());
     const done = await waitForRun(runId, ["succeeded"]);
     expect(done.attemptLog!.map((a) => a.outcome)).toEqual(["succeeded"]);
+    // The copies the shard kept while the queue refused them are not sent now: the attempt has its outcome.
+    await new Promise((r) => setTimeout(r, 2_500));
     expect(await hitsOf(url)).toHaveLength(1);
-    // The resent copies the shard still holds are stale now.
-    expect(await shardOf(job).claim([{ runId, fence: 1 }])).toEqual([{ result: "stale", runId, fence: 1 }]);
+    expect(await shardOf(job).open([{ runId, fence: 1 }])).toEqual([{ result: "stale", runId, fence: 1 }]);
   });
 
-  /** The queue delivers a dispatch (of some other run) it took at `sentAt`: its claim tells the shard how far the queue has got. */
-  const deliveredSentAt = (job: Job, sentAt: number) =>
-    shardOf(job).claim([{ runId: `run_${"0".repeat(19)}_elsewhere`, fence: 1, sentAt }]);
-
-  /** The run's claim deadline comes; the alarm puts it off. */
-  async function putOff(job: Job, runId: string) {
-    await makeRunDue(job, runId);
-    return vi.waitFor(
-      async () => {
-        const row = await rowOf(job, runId);
-        if ((row.due_at as number) <= Date.now()) throw new Error("the deadline is still due");
-        return row;
-      },
-      { timeout: 5_000, interval: 20 },
-    );
-  }
-
-  it("a claim deadline that comes while the queue still delivers dispatches sent before the run is put off, not sent again", async () => {
-    await withHeldDispatch(receiverPath("slow-behind"), async (job, runId, firedAfter) => {
-      // The queue is 30 s behind the run's dispatch: it is late, not lost.
-      await deliveredSentAt(job, firedAfter - 30_000);
-      const late = await putOff(job, runId);
-      expect(late).toMatchObject({ state: "queued", fence: 1, redispatches: 0 });
-      expect((late.due_at as number) - Date.now()).toBeGreaterThan(0.9 * 60_000); // a claim timeout on
-      // The queue delivers a dispatch sent after the run's: the run's own is lost, and goes again.
-      await deliveredSentAt(job, Date.now());
-      expect(await redispatched(job, runId, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
-    });
-  });
-
-  it("a dispatch the queue dead-lettered is sent again at once, however far behind the queue is", async () => {
-    await withHeldDispatch(receiverPath("slow-dead-lettered"), async (job, runId, firedAfter) => {
-      await deliveredSentAt(job, firedAfter - 30_000);
+  it("a dispatch the queue dead-lettered is sent again at once", async () => {
+    await withHeldDispatch(receiverPath("slow-dead-lettered"), async (job, runId) => {
       expect(await shardOf(job).abandonDispatches([{ runId, fence: 1 }])).toEqual(["redispatched"]);
-      expect(await rowOf(job, runId)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
+      expect(await rowOf(job, runId)).toMatchObject({ state: "running", fence: 1, redispatches: 1 });
     });
   });
 
-  it("a run left unclaimed for 16 claim timeouts is sent again, however far behind the queue is", async () => {
-    await withHeldDispatch(receiverPath("slow-oldest"), async (job, runId) => {
-      const createdAt = Date.now() - 16 * 60_000 - 1_000;
-      await runInDurableObject(shardOf(job), (_s: Shard, state) => {
-        state.storage.sql.exec("UPDATE runs SET created_at = ? WHERE id = ?", createdAt, runId);
-      });
-      await deliveredSentAt(job, createdAt - 60_000);
-      expect(await redispatched(job, runId, 1)).toMatchObject({ state: "queued", fence: 1, redispatches: 1 });
-    });
-  });
-
-  it("the claim deadline doubles with each redispatch, up to 16 claim timeouts", async () => {
+  it("the queue's allowance doubles with each redispatch, up to MAX_WAIT_FACTOR claim timeouts; after MAX_REDISPATCHES the attempt times out", async () => {
     await withHeldDispatch(receiverPath("slow-cap"), async (job, runId) => {
-      const waits: number[] = [];
-      for (let i = 0; i < 6; i++) {
-        const row = await redispatched(job, runId, i + 1);
-        waits.push(Math.round((row.due_at as number) / 60_000 - Date.now() / 60_000));
-      }
-      expect(waits).toEqual([2, 4, 8, 16, 16, 16]);
+      const leases: number[] = [];
+      for (let i = 0; i < MAX_REDISPATCHES; i++) leases.push(Number((await redispatched(job, runId, i + 1)).lease_until) - Date.now());
+      // Each lease is the queue's allowance plus the same attempt timeout and grace: the allowances go 2, 4, 4, 4, 4 minutes.
+      const steps = leases.slice(1).map((l, i) => Math.round((l - leases[i]!) / 60_000) || 0); // (|| 0: no -0)
+      expect(steps).toEqual([2, 0, 0, 0]);
+      await makeRunDue(job, runId);
+      await vi.waitFor(async () => expect((await getRun(runId)).attemptLog!.map((a) => a.outcome)).toEqual(["timed_out"]), {
+        timeout: 5_000,
+        interval: 20,
+      });
     });
   });
 });

@@ -8,6 +8,7 @@ import {
   createJob,
   FAR_CRON,
   fireHeld,
+  fireInFlight,
   fireNow,
   getRun,
   hitsOf,
@@ -34,10 +35,9 @@ async function backdateFires(job: Job, minutes: number): Promise<void> {
 
 /** Claims a job's queued run by hand so it stays unfinished (running) until the test reports. */
 async function holdRunning(job: Job): Promise<Run> {
-  await fireHeld(job);
+  await fireInFlight(job);
   const [run] = await listRuns(job.id);
-  const [claim] = await shardOf(job).claim([{ runId: run!.id, fence: 1 }]);
-  expect(claim!.result, JSON.stringify(await listRuns(job.id))).toBe("claimed");
+  expect(run!.state, JSON.stringify(await listRuns(job.id))).toBe("running");
   return run!;
 }
 
@@ -52,7 +52,7 @@ describe("overlap policies (a fire while the previous run is unfinished)", () =>
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("ov-allow") } });
     await holdRunning(job);
     const runs = await fireAgain(job);
-    expect(runs.map((r) => r.state).sort()).toEqual(["queued", "running"]);
+    expect(runs.map((r) => r.state).sort()).toEqual(["running", "running"]);
   });
 
   it("forbid: the new fire is recorded as skipped", async () => {
@@ -71,11 +71,11 @@ describe("overlap policies (a fire while the previous run is unfinished)", () =>
     expect(newest).toMatchObject({ state: "skipped", error: `overlap forbid: run ${first.id} is still running` });
   });
 
-  it("pausing a job whose open runs nobody watches cancels its queued run", async () => {
+  it("pausing a job whose open runs nobody watches cancels its run whose dispatch has not gone out", async () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("ov-pause") } });
     await holdRunning(job);
-    const [queued] = await fireAgain(job);
-    expect(queued!.state).toBe("queued");
+    const [queued] = await fireAgain(job); // its send refused: the dispatch waits in the shard's memory
+    expect(queued!.state).toBe("running");
     expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
     expect(await getRun(queued!.id)).toMatchObject({ state: "cancelled", error: "job paused" });
   });
@@ -192,7 +192,7 @@ describe("PATCH /v1/jobs/:id", () => {
     const oldUrl = receiverPath("patch-old");
     const newUrl = receiverPath("patch-new");
     const job = await createJob({ schedule: FAR_CRON, target: { url: oldUrl } });
-    const inFlight = await holdRunning(job); // claimed under version 1
+    const inFlight = await holdRunning(job); // dispatched under version 1
     const res = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { target: { url: newUrl }, name: "renamed" } });
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ version: 2, name: "renamed", target: { url: newUrl } });

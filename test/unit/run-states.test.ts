@@ -2,7 +2,6 @@ import { describe, expect, it } from "vitest";
 import { retryDelay } from "../../src/schedule/backoff";
 import {
   AWAITING_ADMISSION_STATES,
-  AWAITING_CLAIM_STATES,
   afterFailure,
   BUFFERED_STATES,
   classifyStatus,
@@ -23,7 +22,7 @@ import {
 } from "../../src/shard/run-states";
 
 const EVENTS: RunEvent[] = [
-  "claim",
+  "dispatch",
   "succeed",
   "retry",
   "exhaust",
@@ -37,6 +36,7 @@ const EVENTS: RunEvent[] = [
   "start",
   "hold",
   "admit",
+  "begin_steps",
 ];
 
 describe("the run state table", () => {
@@ -46,11 +46,9 @@ describe("the run state table", () => {
     );
     expect(allowed.sort()).toEqual(
       [
-        "queued --claim--> running",
-        "queued --redispatch--> queued",
+        "queued --dispatch--> running",
+        "queued --begin_steps--> running",
         "queued --cancel--> cancelled",
-        "queued --abandon--> queued",
-        "queued --hold--> waiting",
         "dead --revive--> queued",
         "dead --succeed_late--> succeeded",
         "buffered --start--> queued",
@@ -61,6 +59,9 @@ describe("the run state table", () => {
         "running --exhaust--> dead",
         "running --reject--> failed",
         "running --cancel--> cancelled",
+        "running --redispatch--> running",
+        "running --abandon--> running",
+        "running --hold--> waiting",
         "retry_wait --requeue--> queued",
         "retry_wait --cancel--> cancelled",
         "retry_wait --hold--> waiting",
@@ -107,7 +108,6 @@ describe("the named groups of run states", () => {
     PENDING_STATES,
     IN_FLIGHT_STATES,
     AWAITING_ADMISSION_STATES,
-    AWAITING_CLAIM_STATES,
     LEASED_STATES,
     BUFFERED_STATES,
   };
@@ -136,16 +136,18 @@ describe("the named groups of run states", () => {
   });
 
   it("in flight means dispatched or leased, and never ended", () => {
-    expect(sorted(IN_FLIGHT_STATES)).toEqual(sorted([...AWAITING_CLAIM_STATES, ...LEASED_STATES]));
+    // queued is in flight for the instant between a run's admission and its dispatch, in one write.
+    expect(sorted(IN_FLIGHT_STATES)).toEqual(sorted([...leaving("dispatch"), ...LEASED_STATES]));
     for (const s of IN_FLIGHT_STATES) expect(UNFINISHED_STATES).toContain(s);
   });
 
   it("each single-purpose group is where its event starts", () => {
     expect(sorted(AWAITING_ADMISSION_STATES)).toEqual(leaving("admit"));
-    expect(sorted(AWAITING_CLAIM_STATES)).toEqual(leaving("claim"));
     expect(sorted(BUFFERED_STATES)).toEqual(leaving("start"));
     expect(sorted(DEAD_LETTER_STATES)).toEqual(leaving("revive"));
-    expect(sorted(LEASED_STATES)).toEqual(sorted(AWAITING_CLAIM_STATES.map((s) => transition(s, "claim")!)));
+    expect(sorted(LEASED_STATES)).toEqual(sorted(leaving("dispatch").map((s) => transition(s, "dispatch")!)));
+    // A lease that ends with no outcome sends the attempt again under the same fence: the run stays leased.
+    expect(leaving("redispatch").map((s) => transition(s, "redispatch"))).toEqual(LEASED_STATES);
   });
 
   it("a run is born before its first attempt, and born final only when skipped", () => {
