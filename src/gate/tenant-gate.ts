@@ -174,9 +174,19 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   /** Extends permits still held (a long-running attempt heartbeats; a dispatch is sent again). */
-  async renew(permits: string[], leaseMs: number): Promise<void> {
+  async renew(permits: string[], leaseMs: number, shard = ""): Promise<void> {
     const until = Date.now() + leaseMs;
-    for (const permit of permits) this.sql.exec("UPDATE permits SET expires_at = MAX(expires_at, ?) WHERE permit = ?", until, permit);
+    // A permit whose lease ran out before its renewal came (the renewal was lost with a shard's
+    // memory, or failed) is taken again: its run is still in flight, so it counts again, and the
+    // tenant's limit holds for new admissions from here on.
+    for (const permit of permits)
+      this.sql.exec(
+        `INSERT INTO permits (permit, shard, expires_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (permit) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)`,
+        permit,
+        shard,
+        until,
+      );
     await this.armAlarm();
   }
 

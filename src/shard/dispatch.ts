@@ -10,7 +10,7 @@ const SEND_RETRY_MS = 2_000;
 
 /** What dispatch needs of a tenant's gate (a TenantGate Durable Object). */
 export interface PermitKeeper {
-  renew(permits: string[], leaseMs: number): Promise<unknown>;
+  renew(permits: string[], leaseMs: number, shard: string): Promise<unknown>;
   release(permits: string[]): Promise<unknown>;
 }
 
@@ -33,8 +33,9 @@ export class Dispatcher {
   /** The Queue refused the last send: what is unsent waits SEND_RETRY_MS before the alarm tries again. */
   private lastSendFailed = false;
   /**
-   * Permits to extend at the next flush. Kept in memory only: a renewal lost to a restart lets
-   * that permit lapse at its lease, which can only let the tenant briefly exceed its limit.
+   * Permits to extend at the next flush; one whose gate did not answer is kept for the next.
+   * In memory: one lost to a restart lets that permit lapse at its lease, until the attempt's
+   * lease row renews it (the ledger's `leaseCame`) and the gate takes it again.
    */
   private permitRenewals: Array<{ permit: string; tenantId: string; leaseMs: number }> = [];
   /** Dispatches withdrawn while unsent (`withdraw`), by `dispatchKey`: skipped by the next send. */
@@ -66,9 +67,9 @@ export class Dispatcher {
         do {
           this.again = false;
           const sent = await this.sendDispatches();
-          await this.sendPermitRenewals();
+          const renewed = await this.sendPermitRenewals();
           const released = await this.sendPermitReleases();
-          this.lastSendFailed = !(sent && released);
+          this.lastSendFailed = !(sent && renewed && released);
         } while (this.again && !this.lastSendFailed);
       } finally {
         this.flushing = null;
@@ -124,7 +125,7 @@ export class Dispatcher {
 
   /** When dispatch next has work: now for rows unsent, later after a refused send; nothing while a flush is under way. */
   nextDue(now: number): number | null {
-    if (this.flushing || (this.unsent.length === 0 && !this.store.permitReleases.any())) return null;
+    if (this.flushing || (this.unsent.length === 0 && this.permitRenewals.length === 0 && !this.store.permitReleases.any())) return null;
     return this.lastSendFailed ? now + SEND_RETRY_MS : now;
   }
 
@@ -175,17 +176,25 @@ export class Dispatcher {
     });
   }
 
-  /** Extends the permits of attempts that outlive their first lease; best effort (see permitRenewals). */
-  private async sendPermitRenewals(): Promise<void> {
+  /** Extends the permits of attempts that outlive their first lease; false when a gate refused, its renewals kept for the next flush. */
+  private async sendPermitRenewals(): Promise<boolean> {
     const renewals = this.permitRenewals.splice(0);
-    await Promise.allSettled(
-      [...Map.groupBy(renewals, (r) => r.tenantId)].map(([tenantId, list]) =>
-        this.gateOf(tenantId).renew(
+    const groups = [...Map.groupBy(renewals, (r) => r.tenantId)];
+    const results = await Promise.allSettled(
+      groups.map(async ([tenantId, list]) => {
+        failpoint("shard.permitRenew", this.shardName());
+        return this.gateOf(tenantId).renew(
           list.map((r) => r.permit),
           Math.max(...list.map((r) => r.leaseMs)),
-        ),
-      ),
+          this.shardName(),
+        );
+      }),
     );
+    const failed = groups.filter((_, i) => results[i]!.status === "rejected").flatMap(([, list]) => list);
+    if (failed.length === 0) return true;
+    console.error(`shard ${this.shardName()}: ${failed.length} permit renewals failed, kept for the next flush`);
+    this.permitRenewals.unshift(...failed);
+    return false;
   }
 
   /** Gives permits back to their tenants' gates, deleting each row only once its gate took it. */

@@ -327,6 +327,9 @@ export class RunLedger {
     if (run.state !== "running" || run.fence !== fence || run.leaseUntil === null) return;
     if (run.leaseUntil > now) {
       this.store.leases.lease(run.id, fence, run.leaseUntil);
+      // What moved the lease on (a 202, a heartbeat) renewed the permit from memory; this renews
+      // it from storage, so a renewal lost with the object's memory is made up here.
+      this.renewCover(run, run.leaseUntil - now);
       return;
     }
     const { attempt } = this.store.attempts.runAndAttempt(run.id, fence);

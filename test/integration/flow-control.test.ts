@@ -1,5 +1,6 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
+import { armFault, disarmFault, faultCounts } from "../../src/faults";
 import { CreateJobSchema, type Job } from "../../src/model/job";
 import { sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
@@ -167,6 +168,54 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
     const done = await api(`/v1/runs/${runId}/complete`, { method: "POST", json: { token, ok: true } });
     expect(done.status, await done.clone().text()).toBe(200);
     await expect.poll(permitExpiry).toBeUndefined();
+    await waitForRun(second, ["running", "succeeded"]);
+  });
+});
+
+describe("a permit renewal that fails or is lost", () => {
+  it("is retried, and a permit that lapsed meanwhile is taken again by the lease's own renewal: the limit holds", async () => {
+    const tenant = await createTenant({ maxRunsInFlight: 1 });
+    const url = receiverPath("renewal-lost", "status=202");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
+    const runId = await trigger(job, tenant.api);
+    const permitExpiry = () => permitExpiryOf(tenant.id, runId);
+    const hit = await vi.waitFor(async () => {
+      const [first] = await hitsOf(url);
+      if (!first) throw new Error("the target has not been called yet");
+      return first;
+    });
+    const token = hit.headers["x-edgecron-completion-token"]!;
+    await expect.poll(async () => (await getRun(runId)).attemptLog?.[0]?.outcome).toBe("accepted");
+
+    // A heartbeat moves the attempt's lease an hour on; its permit's renewal is refused by the gate...
+    const refusals = faultCounts.get("shard.permitRenew") ?? 0;
+    armFault("shard.permitRenew", Infinity, job.shard);
+    const beat = await api(`/v1/runs/${runId}/heartbeat`, { method: "POST", json: { token, extendMs: 3_600_000 } });
+    expect(beat.status, await beat.clone().text()).toBe(200);
+    await vi.waitFor(() => expect(faultCounts.get("shard.permitRenew")).toBeGreaterThan(refusals));
+    // The permit's own lease runs out at the gate meanwhile, which hands its place on.
+    const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
+    await runInDurableObject(gate, async (_g, state) => {
+      state.storage.sql.exec("UPDATE permits SET expires_at = ? WHERE permit LIKE ?", Date.now() - 1, `${runId}#%`);
+      await state.storage.setAlarm(Date.now() + 3_600_000); // for runDurableObjectAlarm to run it now
+    });
+    await runDurableObjectAlarm(gate);
+    expect(await permitExpiry()).toBeUndefined();
+    // The renewal, kept in memory for the next try, is lost with it: the shard restarts.
+    await evictDurableObject(shardOf(job));
+    disarmFault("shard.permitRenew", job.shard);
+
+    // The attempt's lease row comes due (made due here): the lease moved on, so the permit is
+    // renewed from storage, and the gate takes it again.
+    await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("UPDATE leases SET due_at = ?1 WHERE due_at = (SELECT MIN(due_at) FROM leases)", Date.now() - 1),
+    );
+    await runDurableObjectAlarm(shardOf(job));
+    await expect.poll(permitExpiry).toBeGreaterThan(Date.now() + 3_000_000);
+    // The attempt still runs: the tenant's other runs wait.
+    const second = await trigger(job, tenant.api);
+    expect((await getRun(second)).state).toBe("waiting");
+    expect(await api(`/v1/runs/${runId}/complete`, { method: "POST", json: { token, ok: true } }).then((r) => r.status)).toBe(200);
     await waitForRun(second, ["running", "succeeded"]);
   });
 });
