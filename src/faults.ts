@@ -12,6 +12,7 @@ export const FAULT_POINTS = [
   "shard.betweenChunks", // the alarm committed a chunk of fires and started its sends, then died before the next chunk
   "shard.inFireChunk", // the alarm's transaction of a chunk of fires throws before it commits: rolled back
   "shard.queueSend", // the Queue refuses a sendBatch
+  "shard.queueSendAnswer", // the Queue takes a sendBatch, then its answer is lost: the shard sees a failure
   "shard.permitRenew", // a tenant gate refuses a renewal of permits
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)

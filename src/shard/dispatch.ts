@@ -147,6 +147,7 @@ export class Dispatcher {
         batches.map(async (batch) => {
           failpoint("shard.queueSend", shard);
           await this.queueOf(shard).sendBatch(batch.map((body) => ({ body, contentType: "json" })));
+          failpoint("shard.queueSendAnswer", shard);
         }),
       );
       const refused = batches.filter((_, i) => sent[i]?.status !== "fulfilled");

@@ -190,6 +190,29 @@ describe("fault injection", () => {
     await checkInvariants(job, url, 1);
   });
 
+  scenario(
+    "the queue takes a send whose answer is lost: sent again, the one attempt is not used up, the run succeeds once",
+    async (rep) => {
+      // With one attempt: a lost answer that spent the attempt without calling the target would end the run dead.
+      const { job, url } = await newJob(`f-answer-${rep}`, { retry: { maxAttempts: 1 } });
+      const before = injected("shard.queueSendAnswer");
+      armFault("shard.queueSendAnswer", 1, job.shard);
+      await fireDue(job);
+      await vi.waitFor(() => expect(injected("shard.queueSendAnswer")).toBe(before + 1), { timeout: 5_000, interval: 20 });
+      // The shard kept the dispatch it thinks refused, and sends it again: the queue holds two copies of the one attempt.
+      await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now() - 1));
+      await runAlarm(job);
+      await checkInvariants(job, url, 1);
+      const { attempts } = await shardRuns(job);
+      expect(attempts.map((a) => a.outcome)).toEqual(["succeeded"]);
+      // Each copy may call the target, both as attempt 1 under the run's key.
+      const hits = await hitsOf(url);
+      expect(hits.length).toBeGreaterThanOrEqual(1);
+      expect(hits.length).toBeLessThanOrEqual(2);
+      expect(new Set(hits.map((h) => h.headers["x-edgecron-attempt"]))).toEqual(new Set(["1"]));
+    },
+  );
+
   scenario("the queue send throws: the dispatch is kept and a later alarm sends it", async (rep) => {
     const { job, url } = await newJob(`f-send-${rep}`);
     // Every send fails while armed: the runtime may run the past-due alarm by itself as well,
