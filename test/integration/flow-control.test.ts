@@ -142,21 +142,25 @@ describe("a tenant's maxRunsInFlight", () => {
   });
 });
 
+/** A run of a tenant limited to one run in flight, whose target answered 202: its attempt is `accepted`, its permit held; the target's completion token. */
+async function acceptedUnderLimit(name: string) {
+  const tenant = await createTenant({ maxRunsInFlight: 1 });
+  const url = receiverPath(name, "status=202");
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
+  const runId = await trigger(job, tenant.api);
+  const hit = await vi.waitFor(async () => {
+    const [first] = await hitsOf(url);
+    if (!first) throw new Error("the target has not been called yet");
+    return first;
+  });
+  await expect.poll(async () => (await getRun(runId)).attemptLog?.[0]?.outcome).toBe("accepted");
+  return { tenant, job, runId, token: hit.headers["x-edgecron-completion-token"]! };
+}
+
 describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
   it("keeps its permit while it heartbeats, and gives it back when it completes", async () => {
-    const tenant = await createTenant({ maxRunsInFlight: 1 });
-    const url = receiverPath("inflight-202", "status=202");
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
-    const runId = await trigger(job, tenant.api);
+    const { tenant, job, runId, token } = await acceptedUnderLimit("inflight-202");
     const permitExpiry = () => permitExpiryOf(tenant.id, runId);
-
-    const hit = await vi.waitFor(async () => {
-      const [first] = await hitsOf(url);
-      if (!first) throw new Error("the target has not been called yet");
-      return first;
-    });
-    const token = hit.headers["x-edgecron-completion-token"]!;
-    await expect.poll(async () => (await getRun(runId)).attemptLog?.[0]?.outcome).toBe("accepted");
 
     const beat = await api(`/v1/runs/${runId}/heartbeat`, { method: "POST", json: { token, extendMs: 3_600_000 } });
     expect(beat.status, await beat.clone().text()).toBe(200);
@@ -174,18 +178,8 @@ describe("a long-running attempt under a tenant's maxRunsInFlight", () => {
 
 describe("a permit renewal that fails or is lost", () => {
   it("is retried, and a permit that lapsed meanwhile is taken again by the lease's own renewal: the limit holds", async () => {
-    const tenant = await createTenant({ maxRunsInFlight: 1 });
-    const url = receiverPath("renewal-lost", "status=202");
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
-    const runId = await trigger(job, tenant.api);
+    const { tenant, job, runId, token } = await acceptedUnderLimit("renewal-lost");
     const permitExpiry = () => permitExpiryOf(tenant.id, runId);
-    const hit = await vi.waitFor(async () => {
-      const [first] = await hitsOf(url);
-      if (!first) throw new Error("the target has not been called yet");
-      return first;
-    });
-    const token = hit.headers["x-edgecron-completion-token"]!;
-    await expect.poll(async () => (await getRun(runId)).attemptLog?.[0]?.outcome).toBe("accepted");
 
     // A heartbeat moves the attempt's lease an hour on; its permit's renewal is refused by the gate...
     const refusals = faultCounts.get("shard.permitRenew") ?? 0;
