@@ -7,6 +7,7 @@ import { isDeadLetterQueue } from "./queues";
 import { sweep } from "./reconcile/sweep";
 import type { QueueMessage } from "./shard/contract";
 
+export { SignInThrottle } from "./gate/sign-in-throttle";
 export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";
 

@@ -63,6 +63,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `payload_too_large`: the body is larger than 4194304 bytes */
                 413: {
                     headers: {
@@ -81,7 +92,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -166,7 +180,21 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -239,9 +267,14 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `quota_exceeded`: the tenant already has its `maxJobs` live jobs */
+                /**
+                 * @description - `quota_exceeded`: the tenant already has its `maxJobs` live jobs
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -266,7 +299,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -346,6 +382,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -355,7 +402,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -432,6 +482,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -452,7 +513,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -538,6 +602,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -585,7 +660,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -672,6 +750,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -692,7 +781,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -783,6 +875,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -803,7 +906,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -900,6 +1006,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -936,7 +1053,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1021,6 +1141,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1039,7 +1170,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1127,6 +1261,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1136,7 +1281,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1222,6 +1370,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1231,7 +1390,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1317,6 +1479,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /**
                  * @description - `not_found`: no job with this id, or another tenant's
                  *     - `no_archive`: this deployment has no archive bucket (R2): expired history was deleted
@@ -1329,7 +1502,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1409,6 +1585,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no run with this id, or one of another tenant's job */
                 404: {
                     headers: {
@@ -1418,7 +1605,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1500,6 +1690,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no run with this id, or one of another tenant's job */
                 404: {
                     headers: {
@@ -1518,7 +1719,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1793,6 +1997,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1802,7 +2017,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1882,7 +2100,21 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1969,6 +2201,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `payload_too_large`: the body is larger than 262144 bytes */
                 413: {
                     headers: {
@@ -1987,7 +2230,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2072,16 +2318,24 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
+                /**
+                 * @description - `forbidden`: a tenant key asked for what only the admin token may do
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2159,9 +2413,14 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
+                /**
+                 * @description - `forbidden`: a tenant key asked for what only the admin token may do
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -2186,7 +2445,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2264,6 +2526,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2273,7 +2546,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2354,9 +2630,14 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
+                /**
+                 * @description - `forbidden`: a tenant key asked for what only the admin token may do
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -2390,7 +2671,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2466,6 +2750,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2475,7 +2770,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2500,7 +2798,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Add an API key (the admin, or the tenant itself) */
+        /**
+         * Add an API key (the admin token, or a key of the tenant with the admin scope)
+         * @description The key may do only what `scopes` (default: read) and `jobPrefix` allow, and never more than the key that makes it.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2510,7 +2811,16 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            requestBody?: never;
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description What the key may do; default `["read"]`, the narrowest. No more than the caller's own. */
+                        scopes?: ("read" | "write" | "admin")[];
+                        /** @description Limit the key to jobs whose name starts with this (and to routes about single jobs). */
+                        jobPrefix?: string | null;
+                    };
+                };
+            };
             responses: {
                 /** @description the key; shown this once */
                 201: {
@@ -2521,7 +2831,11 @@ export interface paths {
                         "application/json": components["schemas"]["NewApiKey"];
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -2541,6 +2855,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2550,7 +2875,28 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2592,7 +2938,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke an API key: it stops working at once
-         * @description A tenant may not revoke its own last live key (it would lock itself out); the admin may.
+         * @description A tenant's key may not revoke the tenant's last live key (it would lock it out); the admin token may.
          */
         delete: {
             parameters: {
@@ -2639,6 +2985,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /**
                  * @description - `not_found`: no tenant with this id, or (for a tenant key) another tenant
                  *     - `not_found`: the tenant has no key with this id
@@ -2660,7 +3017,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2738,6 +3098,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2747,7 +3118,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2833,6 +3207,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2842,7 +3227,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2924,6 +3312,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2933,7 +3332,209 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit log: who changed what, when and from where, newest first
+         * @description Every change made through the API is recorded in the same D1 transaction as the change (a trigger, backfill or retry, which the job's shard makes, right after it). A key reads its own tenant's entries; the admin token every tenant's.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    limit?: number;
+                    cursor?: string;
+                    /** @description One action (`job.patch`) or every action of a kind (`job`). */
+                    action?: string;
+                    /** @description A key id, or `admin`. */
+                    actor?: string;
+                    /** @description A job, run, key or tenant id. */
+                    subject?: string;
+                    /** @description Entries at or after this instant. */
+                    since?: string;
+                    /** @description Entries at or before this instant. */
+                    until?: string;
+                    /** @description Admin token only: one tenant's entries (default: every tenant's). */
+                    tenantId?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of entries */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["AuditEntry"][];
+                            nextCursor: string | null;
+                        };
+                    };
+                };
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: `cursor` is not one this API returned
+                 */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** What this credential may do: its tenant, scopes and job prefix */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the credential's grant */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Me"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -3016,7 +3617,21 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -3691,6 +4306,10 @@ export interface components {
             id: string;
             /** @description The key's first characters, to recognise it. */
             prefix: string;
+            /** @description read, write, admin: each includes the ones before it (docs/security.md). */
+            scopes: ("read" | "write" | "admin")[];
+            /** @description Only jobs whose name starts with this; null: every job of the tenant. */
+            jobPrefix: string | null;
             createdAt: string;
             revokedAt: string | null;
         };
@@ -3723,6 +4342,36 @@ export interface components {
             cooldownMs: number;
             /** @description Runs held (waiting, their attempts unspent) since it last opened. */
             heldRuns: number;
+        };
+        AuditEntry: {
+            /** @example aud_0mihx2k3f8a1b2c3d4e5 */
+            id: string;
+            tenantId: string;
+            at: string;
+            /** @description The key's id (never the key), or `admin` / `admin:next` for the admin token. */
+            actor: string;
+            /** @example job.patch */
+            action: string;
+            /** @description The id of what changed: a job, a run, a key, a tenant. */
+            subject: string;
+            /** @description The client's address, when known. */
+            client: string | null;
+            /** @description What it was and became; secrets redacted. */
+            change: {
+                before?: unknown;
+                after?: unknown;
+            };
+        };
+        Me: {
+            /** @description The admin token: every tenant, every scope. */
+            admin: boolean;
+            /** @description The key's tenant (the admin token's own: `default`). */
+            tenantId: string;
+            /** @description The key's id; null for the admin token. */
+            keyId: string | null;
+            scopes: ("read" | "write" | "admin")[];
+            /** @description Only jobs whose name starts with this; null: every job of the tenant. */
+            jobPrefix: string | null;
         };
     };
     responses: never;

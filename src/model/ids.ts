@@ -157,3 +157,7 @@ export const newKeyId = () => `key_${randomChars(20)}`;
 export const newApiKey = () => `ek_${randomChars(36)}`;
 /** The form of every API key issued; a token of any other form is refused without a lookup. */
 export const API_KEY = /^ek_[0-9a-z]{36}$/;
+
+/** Audit entries: aud_<instant, base 36 over 9 digits><10 random chars>, so that ids sort by time. */
+export const AUDIT_ID = /^aud_[0-9a-z]{19}$/;
+export const newAuditId = (nowMs: number) => `aud_${nowMs.toString(36).padStart(9, "0")}${randomChars(10)}`;
