@@ -1,6 +1,8 @@
-import { useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useState } from "preact/hooks";
+import { type Access, AccessContext, may, READ_ONLY, seesTenant } from "./lib/access.ts";
 import { hrefOf, type Route, useRoute } from "./lib/route.ts";
 import { clientFor, forgetToken, savedToken, saveToken } from "./lib/session.ts";
+import { Audit } from "./pages/audit.tsx";
 import { DeadLetters } from "./pages/dead-letters.tsx";
 import { Job } from "./pages/job.tsx";
 import { Jobs } from "./pages/jobs.tsx";
@@ -8,16 +10,26 @@ import { NewJob } from "./pages/new-job.tsx";
 import { Preview } from "./pages/preview.tsx";
 import { SignIn } from "./pages/sign-in.tsx";
 
-const NAV: Array<[Route, string]> = [
-  [{ page: "jobs" }, "Jobs"],
-  [{ page: "dead-letters" }, "Dead letters"],
-  [{ page: "preview" }, "Schedule preview"],
+/** The pages, each shown only to a key that may use it (lib/access.ts). */
+const NAV: Array<[Route, string, (access: Access) => boolean]> = [
+  [{ page: "jobs" }, "Jobs", () => true],
+  [{ page: "dead-letters" }, "Dead letters", seesTenant],
+  [{ page: "preview" }, "Schedule preview", () => true],
+  [{ page: "audit" }, "Audit log", (a) => seesTenant(a) && may(a, "admin")],
 ];
 
 export function App() {
   const [token, setToken] = useState(savedToken);
   const route = useRoute();
   const client = useMemo(() => (token ? clientFor(token) : null), [token]);
+  const [access, setAccess] = useState<Access>(READ_ONLY);
+  useEffect(() => {
+    setAccess(READ_ONLY);
+    client?.me().then(
+      (me) => setAccess({ scopes: me.scopes, jobPrefix: me.jobPrefix }),
+      () => setAccess(READ_ONLY),
+    );
+  }, [client]);
 
   if (!client)
     return (
@@ -29,7 +41,7 @@ export function App() {
       />
     );
   return (
-    <>
+    <AccessContext.Provider value={access}>
       <a class="skip" href="#main">
         Skip to content
       </a>
@@ -38,7 +50,7 @@ export function App() {
           edgecron
         </a>
         <nav aria-label="Main">
-          {NAV.map(([target, label]) => (
+          {NAV.filter(([, , shown]) => shown(access)).map(([target, label]) => (
             <a key={label} href={hrefOf(target)} aria-current={target.page === route.page ? "page" : undefined}>
               {label}
             </a>
@@ -59,7 +71,7 @@ export function App() {
       <main id="main">
         <Page route={route} client={client} />
       </main>
-    </>
+    </AccessContext.Provider>
   );
 }
 
@@ -73,6 +85,8 @@ function Page({ route, client }: { route: Route; client: NonNullable<ReturnType<
       return <DeadLetters client={client} />;
     case "preview":
       return <Preview client={client} />;
+    case "audit":
+      return <Audit client={client} />;
     default:
       return <Jobs client={client} />;
   }
