@@ -245,7 +245,7 @@ describe("least privilege in the browser", () => {
   });
 
   it("a read-only key sees no button it may not use, and no audit log", async () => {
-    const key = await stack!.api("POST", "/v1/tenants/" + tenantId + "/keys", { scopes: ["read"] });
+    const key = await stack!.api("POST", `/v1/tenants/${tenantId}/keys`, { scopes: ["read"] });
     expect(key.status, JSON.stringify(key.json)).toBe(201);
     const page = await browser!.newPage();
     await page.goto(stack!.base);
