@@ -73,3 +73,48 @@ export async function listAudit(db: D1Database, q: AuditQuery, limit: number, be
   );
   return results.map(toEntry);
 }
+
+/** A tenant whose audit log the retention looks at: how long it keeps run history, and its oldest entry's id. */
+export interface AuditHolder {
+  tenantId: string;
+  retentionDays: number | null;
+  oldest: string | null;
+}
+
+/**
+ * The tenants after `after`, in id order, each with its oldest audit entry: one statement, each
+ * oldest entry a seek of the primary key, so a round over every tenant costs a query per
+ * `limit` tenants when nothing has expired.
+ */
+export async function auditHolders(db: D1Database, after: string, limit: number): Promise<AuditHolder[]> {
+  const { results } = await guard("audit holders", () =>
+    db
+      .prepare(
+        `SELECT t.id, t.retention_days, (SELECT MIN(a.id) FROM audit_log a WHERE a.tenant_id = t.id) AS oldest
+         FROM tenants t WHERE t.id > ?1 ORDER BY t.id LIMIT ?2`,
+      )
+      .bind(after, limit)
+      .all<Row>(),
+  );
+  return results.map((r) => ({
+    tenantId: r.id as string,
+    retentionDays: (r.retention_days as number | null) ?? null,
+    oldest: (r.oldest as string | null) ?? null,
+  }));
+}
+
+/** A tenant's entries with ids below `beforeId` (older than its cutoff), oldest first. */
+export async function expiredAudit(db: D1Database, tenantId: string, beforeId: string, limit: number): Promise<AuditEntry[]> {
+  const { results } = await guard("expired audit", () =>
+    db.prepare("SELECT * FROM audit_log WHERE tenant_id = ? AND id < ? ORDER BY id LIMIT ?").bind(tenantId, beforeId, limit).all<Row>(),
+  );
+  return results.map(toEntry);
+}
+
+/** Removes a tenant's entries up to and including `throughId`: those just archived. */
+export async function deleteAuditThrough(db: D1Database, tenantId: string, throughId: string): Promise<number> {
+  const result = await guard("delete audit", () =>
+    db.prepare("DELETE FROM audit_log WHERE tenant_id = ? AND id <= ?").bind(tenantId, throughId).run(),
+  );
+  return result.meta.changes;
+}

@@ -117,6 +117,7 @@ describe("schedulerSeries", () => {
     created: "",
     pass: { shard: "shard-1", after: "", startedAt: 1_700_000_000_000, completed: 12 },
     targetsSealed: true,
+    auditAfter: "",
     last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 } },
   };
   const cost = {
