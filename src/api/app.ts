@@ -15,6 +15,7 @@ import { nameOperation } from "./operation";
 import { prometheus } from "./prometheus";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
+import { documentScopes } from "./scope-docs";
 import { signing } from "./signing-keys";
 import { tenants } from "./tenants";
 
@@ -71,4 +72,5 @@ export const OPENAPI_HEAD = {
 };
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
+documentScopes(app as never);
 app.doc31("/openapi.json", OPENAPI_HEAD);

@@ -17,6 +17,8 @@ export interface paths {
         /**
          * Create up to 1,000 jobs in one request, each answered on its own
          * @description Each item is checked and created as POST /v1/jobs would create it, under the same quota: its result is the job (status 201) or the error POST /v1/jobs would have answered, its fields named from the request's root (`jobs[3].schedule.cron`). An item refused writes nothing; the others are created. The answer is 200 whatever the items' fates; a request that is not a list of 1 to 1,000 items is refused whole (400 naming `jobs`).
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         post: {
             parameters: {
@@ -132,7 +134,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List jobs, newest first */
+        /**
+         * List jobs, newest first
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: {
@@ -219,7 +224,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Create a job */
+        /**
+         * Create a job
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -339,7 +347,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a job */
+        /**
+         * Get a job
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: never;
@@ -431,7 +442,10 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        /** Delete a job: no run starts after the answer; its runs stay readable */
+        /**
+         * Delete a job: no run starts after the answer; its runs stay readable
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         delete: {
             parameters: {
                 query?: never;
@@ -548,6 +562,8 @@ export interface paths {
         /**
          * Change a job's definition atomically
          * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         patch: {
             parameters: {
@@ -701,7 +717,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Pause a job: no run starts after the answer */
+        /**
+         * Pause a job: no run starts after the answer
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -826,7 +845,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Resume a paused job from now on */
+        /**
+         * Resume a paused job from now on
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -954,6 +976,8 @@ export interface paths {
         /**
          * Create the runs of every fire in a past (or any) range
          * @description Idempotent: a fire that already has a run (scheduled or backfilled) is not run again, because run ids are derived from (job, instant). At most 1000 fires per call.
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         post: {
             parameters: {
@@ -1098,6 +1122,8 @@ export interface paths {
         /**
          * Run a job once now, besides its schedule
          * @description Send an Idempotency-Key header to make retries of this call yield the same run.
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         post: {
             parameters: {
@@ -1210,7 +1236,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a job's runs, newest first */
+        /**
+         * List a job's runs, newest first
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: {
@@ -1326,6 +1355,8 @@ export interface paths {
         /**
          * Why a fire ran or did not: the shard's decisions for the fire at or after an instant
          * @description The schedule's match (and the DST rule that applied), bounds, pause, misfire policy, overlap, jitter, flow control, and the run the fire became, or why there is none; computed by the functions the shard fires by.
+         *
+         *     Needs a key with the `read` scope (or a broader one).
          */
         get: {
             parameters: {
@@ -1435,6 +1466,8 @@ export interface paths {
         /**
          * Stream a job's archived runs (those retention moved out of its shard), oldest first
          * @description Newline-delimited JSON, one run per line with its attempts, for runs scheduled in [from, to] (at most 31 days). Runs still in the shard are at /jobs/{id}/runs.
+         *
+         *     Needs a key with the `read` scope (or a broader one).
          */
         get: {
             parameters: {
@@ -1544,7 +1577,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a run with all its attempts */
+        /**
+         * Get a run with all its attempts
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1649,7 +1685,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Give a dead or failed run a fresh set of attempts */
+        /**
+         * Give a dead or failed run a fresh set of attempts
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1764,6 +1803,8 @@ export interface paths {
         /**
          * Finish a long-running attempt (a target that answered 202)
          * @description Authenticated by the attempt's completion token; no API token needed. A stale attempt's completion answers 409 and changes nothing.
+         *
+         *     Authenticated by the attempt's completion token, not an API key.
          */
         post: {
             parameters: {
@@ -1857,6 +1898,8 @@ export interface paths {
         /**
          * Extend a long-running attempt's lease
          * @description Authenticated by the attempt's completion token. Without heartbeats, an accepted attempt times out after the job's timeoutMs.
+         *
+         *     Authenticated by the attempt's completion token, not an API key.
          */
         post: {
             parameters: {
@@ -1947,7 +1990,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Runs that ended without success: dead (retries exhausted) or failed (refused, or lost by the queue) */
+        /**
+         * Runs that ended without success: dead (retries exhausted) or failed (refused, or lost by the queue)
+         * @description Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2059,7 +2105,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only) */
+        /**
+         * Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only)
+         * @description Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2155,7 +2204,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** The next fire instants of a schedule, exactly as a job with it would fire */
+        /**
+         * The next fire instants of a schedule, exactly as a job with it would fire
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2270,7 +2322,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List tenants (admin only) */
+        /**
+         * List tenants (admin only)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2360,7 +2415,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Create a tenant and its first API key (admin only) */
+        /**
+         * Create a tenant and its first API key (admin only)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2485,7 +2543,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a tenant (the admin, or the tenant itself) */
+        /**
+         * Get a tenant (the admin, or the tenant itself)
+         * @description Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2578,7 +2639,10 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself) */
+        /**
+         * Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         patch: {
             parameters: {
                 query?: never;
@@ -2707,7 +2771,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a tenant's API keys, revoked ones included (never the keys themselves) */
+        /**
+         * List a tenant's API keys, revoked ones included (never the keys themselves)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2801,6 +2868,8 @@ export interface paths {
         /**
          * Add an API key (the admin token, or a key of the tenant with the admin scope)
          * @description The key may do only what `scopes` (default: read) and `jobPrefix` allow, and never more than the key that makes it.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         post: {
             parameters: {
@@ -2939,6 +3008,8 @@ export interface paths {
         /**
          * Revoke an API key: it stops working at once
          * @description A tenant's key may not revoke the tenant's last live key (it would lock it out); the admin token may.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         delete: {
             parameters: {
@@ -3056,7 +3127,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The secrets targets verify Edgecron-Signature with */
+        /**
+         * The secrets targets verify Edgecron-Signature with
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -3165,6 +3239,8 @@ export interface paths {
         /**
          * Rotate: next becomes current, a new next appears, the old current stops being used
          * @description Give targets the new `next` before the following rotation. Requests in flight keep verifying: each is signed with current and next.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         post: {
             parameters: {
@@ -3270,6 +3346,8 @@ export interface paths {
         /**
          * The tenant's circuit breakers that are open, half-open or counting failures
          * @description One per target origin: after 5 failures in a row (5xx, 429, 408, timeouts, connection errors) within 10 minutes it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes; its success closes the breaker. A job opts out with `breaker: false`.
+         *
+         *     Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         get: {
             parameters: {
@@ -3377,6 +3455,8 @@ export interface paths {
         /**
          * The audit log: who changed what, when and from where, newest first
          * @description Every change made through the API is recorded in the same D1 transaction as the change (a trigger, backfill or retry, which the job's shard makes, right after it). A key reads its own tenant's entries; the admin token every tenant's.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         get: {
             parameters: {
@@ -3490,7 +3570,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What this credential may do: its tenant, scopes and job prefix */
+        /**
+         * What this credential may do: its tenant, scopes and job prefix
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: never;
@@ -3576,6 +3659,8 @@ export interface paths {
         /**
          * Scheduler health in Prometheus's text format (a tenant key sees its own runs only)
          * @description The figures of GET /v1/metrics as Prometheus series named edgecron_*: gauges of the last `window`, and the tenant's breaker transitions as a counter. The admin token also gets the shards' counters and cumulative histograms since each shard was created (runs finished, attempts, fire and alarm lag, dispatches, retries, dead letters, shard starts: for rate()), the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation. docs/metrics.md lists them.
+         *
+         *     Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         get: {
             parameters: {

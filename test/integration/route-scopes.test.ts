@@ -80,6 +80,20 @@ describe("the route scope table", () => {
     expect(stale, "scopes of routes that do not exist").toEqual([]);
   });
 
+  it("the document says each route's scope, as its bearer requirement and in its description", async () => {
+    const doc = (await (await SELF.fetch(`${ORIGIN}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { security?: Array<Record<string, string[]>>; description?: string }>>;
+    };
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item)) {
+        const access = ROUTE_SCOPES[`${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`];
+        if (!access || access === "completion-token") continue;
+        expect(op.security, `${method} ${path}`).toEqual([{ bearer: [access.scope] }]);
+        expect(op.description, `${method} ${path}`).toContain(`\`${access.scope}\` scope`);
+      }
+    }
+  });
+
   it("refuses every route to a key below its scope (403 naming the scope), and not to one at or above it", async () => {
     const routes = await operations();
     const seen: string[] = [];
