@@ -60,13 +60,36 @@ export async function failedSignIn(c: AppContext, names: string[], invalid: ApiE
   return throttled(wait);
 }
 
-/** Counted after the answer: the metrics must not slow a refusal down. */
+/**
+ * Counted after the answer, in one object (`totals`) for the whole deployment: so that a flood
+ * does not become as many calls to it, an isolate sends what it counted in one call at a time,
+ * the next carrying all that came meanwhile (a count can lag a call behind, or be lost with the
+ * isolate; never counted twice).
+ */
+const pending: Record<SignInRefusal, number> = { invalid: 0, throttled: 0 };
+let sending = false;
+
 function count(c: AppContext, refusal: SignInRefusal): void {
-  const counted = signInStub(c.env, "totals")
-    .count(refusal)
-    .catch((err: unknown) => console.error("sign-in refusal not counted", (err as Error).message));
+  pending[refusal]++;
+  if (sending) return;
+  sending = true;
+  const send = async (): Promise<void> => {
+    try {
+      while (pending.invalid + pending.throttled > 0) {
+        const batch = { ...pending };
+        pending.invalid = 0;
+        pending.throttled = 0;
+        await signInStub(c.env, "totals")
+          .count(batch)
+          .catch((err: unknown) => console.error("sign-in refusals not counted", (err as Error).message));
+      }
+    } finally {
+      sending = false;
+    }
+  };
+  const sent = send();
   try {
-    c.executionCtx.waitUntil(counted);
+    c.executionCtx.waitUntil(sent);
   } catch {
     // No execution context (app.request in a test): the count still runs, unawaited.
   }

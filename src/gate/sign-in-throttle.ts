@@ -28,10 +28,14 @@ export class SignInThrottle extends DurableObject<Env> {
     return this.budget ? waitBefore(this.budget, SIGN_IN_RULE, Date.now()) : 0;
   }
 
-  async count(refusal: SignInRefusal, n = 1): Promise<void> {
+  /** Adds refusals counted by an isolate (src/api/sign-in-throttle.ts). */
+  async count(batch: Record<SignInRefusal, number>): Promise<void> {
     // Kept in storage, unlike the budgets: a counter must never go back.
-    const before = (await this.ctx.storage.get<number>(refusal)) ?? 0;
-    await this.ctx.storage.put(refusal, before + n);
+    const stored = await this.ctx.storage.get<number>(["invalid", "throttled"]);
+    await this.ctx.storage.put({
+      invalid: (stored.get("invalid") ?? 0) + batch.invalid,
+      throttled: (stored.get("throttled") ?? 0) + batch.throttled,
+    });
   }
 
   async totals(): Promise<Record<SignInRefusal, number>> {
