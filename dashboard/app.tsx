@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
-import { type Access, AccessContext, may, READ_ONLY, seesTenant } from "./lib/access.ts";
+import { type Access, AccessContext, may, READ_ONLY, seesTenant, useAccess } from "./lib/access.ts";
 import { hrefOf, type Route, useRoute } from "./lib/route.ts";
 import { clientFor, forgetToken, savedToken, saveToken } from "./lib/session.ts";
 import { Audit } from "./pages/audit.tsx";
@@ -26,8 +26,9 @@ export function App() {
   useEffect(() => {
     setAccess(READ_ONLY);
     client?.me().then(
-      (me) => setAccess({ scopes: me.scopes, jobPrefix: me.jobPrefix }),
-      () => setAccess(READ_ONLY),
+      (me) => setAccess({ scopes: me.scopes, jobPrefix: me.jobPrefix, known: true }),
+      // Unknown: the narrowest, so that nothing the key may not do is offered.
+      () => setAccess({ ...READ_ONLY, known: true }),
     );
   }, [client]);
 
@@ -76,17 +77,21 @@ export function App() {
 }
 
 function Page({ route, client }: { route: Route; client: NonNullable<ReturnType<typeof clientFor>> }) {
+  const access = useAccess();
+  // A page reached by its address that the key may not use says so, rather than failing on its first call.
+  const refused = (what: string) =>
+    access.known ? <p class="warning">This key may not {what}: ask for a key with more scopes.</p> : <p aria-live="polite">Loading…</p>;
   switch (route.page) {
     case "job":
       return <Job key={route.id} client={client} id={route.id} />;
     case "new-job":
-      return <NewJob client={client} />;
+      return may(access, "write") ? <NewJob client={client} /> : refused("create jobs");
     case "dead-letters":
-      return <DeadLetters client={client} />;
+      return seesTenant(access) ? <DeadLetters client={client} /> : refused("see the whole tenant's dead letters");
     case "preview":
       return <Preview client={client} />;
     case "audit":
-      return <Audit client={client} />;
+      return seesTenant(access) && may(access, "admin") ? <Audit client={client} /> : refused("read the audit log");
     default:
       return <Jobs client={client} />;
   }

@@ -14,10 +14,11 @@ export interface Access {
   scopes: readonly Scope[];
   /** Only jobs named with this prefix; such a key sees no page about the whole tenant. */
   jobPrefix: string | null;
+  /** GET /v1/me has answered: until then nothing beyond reading is shown, and nothing refused. */
+  known: boolean;
 }
 
-/** Until GET /v1/me has answered, nothing beyond reading is shown. */
-export const READ_ONLY: Access = { scopes: ["read"], jobPrefix: null };
+export const READ_ONLY: Access = { scopes: ["read"], jobPrefix: null, known: false };
 
 export function may(access: Access, scope: Scope): boolean {
   return access.scopes.some((held) => ORDER.indexOf(held) >= ORDER.indexOf(scope));

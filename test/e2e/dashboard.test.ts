@@ -266,6 +266,10 @@ describe("least privilege in the browser", () => {
     await page.getByRole("heading", { name: "read-only-view" }).waitFor();
     await page.getByRole("heading", { name: "Runs" }).waitFor();
     for (const name of ["Pause", "Trigger now"]) expect(await page.getByRole("button", { name }).count(), name).toBe(0);
+    // A page reached by its address says what the key may not do, rather than failing on a call.
+    await page.goto(`${stack!.base}/#/jobs/new`);
+    await page.getByText("This key may not create jobs").waitFor();
+    expect(await page.getByLabel("Cron expression").count()).toBe(0);
     await page.close();
   });
 });
