@@ -124,6 +124,31 @@ describe("the route scope table", () => {
     expect(seen.length).toBeGreaterThan(20);
   });
 
+  it("refuses every route about the whole tenant to a key limited to a job prefix, and no per-job route within its scope", async () => {
+    const made = await makeKey(tenant, { scopes: ["write"], jobPrefix: "walked-" });
+    expect(made.status, JSON.stringify(made.json)).toBe(201);
+    const limited = withKey(made.json.apiKey as string);
+    let refusedWhole = 0;
+    for (const route of await operations()) {
+      const access = ROUTE_SCOPES[route]!;
+      if (access === "completion-token") continue;
+      const { path, init } = requestFor(route);
+      const res = await limited(path, init);
+      const text = await res.text();
+      const code = res.headers.get("Content-Type")?.includes("json")
+        ? (JSON.parse(text) as { error?: { code: string } }).error?.code
+        : undefined;
+      if (!access.perJob || !grants(["write"], access.scope)) {
+        expect([res.status, code], route).toEqual([403, "insufficient_scope"]);
+        if (!access.perJob) refusedWhole++;
+      } else {
+        expect(code, `${route}: ${text}`).not.toBe("insufficient_scope");
+        expect(res.status, route).not.toBe(500);
+      }
+    }
+    expect(refusedWhole).toBeGreaterThan(10);
+  });
+
   it("a refused change changes nothing: the job, the keys and the audit log are as they were", async () => {
     const read = withKey(keys.read!);
     const write = withKey(keys.write!);
@@ -190,6 +215,21 @@ describe("keys and their grants", () => {
     expect((await deploy(`/v1/jobs/${jobId}/pause`, { method: "POST" })).status).toBe(404);
     const rename = await deploy(`/v1/jobs/${ownId}`, { method: "PATCH", json: { name: "escaped" } });
     expect(rename.status).toBe(403);
+    const batch = await deploy("/v1/jobs/batch", {
+      method: "POST",
+      json: {
+        jobs: [
+          { ...body, name: "deploy-api" },
+          { ...body, name: "db" },
+        ],
+      },
+    });
+    expect(batch.status).toBe(200);
+    const results = ((await batch.json()) as { results: Array<{ status: number; error?: { code: string } }> }).results;
+    expect(results.map((r) => [r.status, r.error?.code])).toEqual([
+      [201, undefined],
+      [403, "insufficient_scope"],
+    ]);
     for (const path of ["/v1/dead-letters", "/v1/metrics", "/metrics", `/v1/tenants/${tenant.id}`]) {
       const res = await deploy(path);
       expect(res.status, path).toBe(403);
