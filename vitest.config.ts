@@ -23,6 +23,8 @@ function workerdProject(
           queueConsumers: runnerQueueConsumers(),
           bindings: {
             API_TOKEN: "test-token",
+            // The admin token being rotated in (docs/security.md): accepted beside API_TOKEN.
+            API_TOKEN_NEXT: "test-token-next",
             ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
             SIGNING_SECRET: TEST_SIGNING_SECRET,
             ALLOW_PRIVATE_TARGETS: String(allowPrivateTargets),

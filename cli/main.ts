@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { registerApply } from "./commands/apply.ts";
+import { registerAudit } from "./commands/audit.ts";
 import { registerBackfill } from "./commands/backfill.ts";
 import { registerJobs } from "./commands/jobs.ts";
 import { registerPreview } from "./commands/preview.ts";
@@ -11,7 +12,7 @@ const { version } = JSON.parse(readFileSync(new URL("../package.json", import.me
 
 export function buildProgram(): Command {
   const program = new Command("edgecron")
-    .description("edgecron's command line: jobs, runs, previews, backfills and apply, over the HTTP API")
+    .description("edgecron's command line: jobs, runs, previews, backfills, apply and the audit log, over the HTTP API")
     .version(version)
     .option("--url <url>", "the API, e.g. http://127.0.0.1:8787 (else EDGECRON_URL, else the config file's url)")
     .option("--token <token>", "a tenant API key or the admin token (else EDGECRON_TOKEN, else the config file's token)")
@@ -26,6 +27,7 @@ export function buildProgram(): Command {
   registerPreview(program);
   registerBackfill(program);
   registerApply(program);
+  registerAudit(program);
   return program;
 }
 

@@ -35,6 +35,9 @@ await build({
 });
 copyFileSync(`${root}dashboard/index.html`, `${out}/index.html`);
 copyFileSync(`${root}dashboard/style.css`, `${out}/style.css`);
+// Security headers for every asset (Content-Security-Policy, framing, referrer): Workers static
+// assets apply this file's rules and do not serve the file itself.
+copyFileSync(`${root}dashboard/_headers`, `${out}/_headers`);
 
 // The API reference's script (GET /docs), served from here rather than from a CDN.
 copyVendorScripts(out);

@@ -5,6 +5,7 @@ import { handleQueue } from "./queue-handler";
 import { sweep } from "./reconcile/sweep";
 import type { QueueMessage } from "./shard/contract";
 
+export { SignInThrottle } from "./gate/sign-in-throttle";
 export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";
 

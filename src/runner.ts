@@ -2,10 +2,11 @@ import { handleQueue } from "./queue-handler";
 import type { QueueMessage } from "./shard/contract";
 
 /**
- * What the runner is bound to (runner/wrangler.toml): the scheduler's bindings less the two only
- * its API and retention read. test/node/runner-config.test.ts keeps the config to this.
+ * What the runner is bound to (runner/wrangler.toml): the scheduler's bindings less those only
+ * its API and retention use (the admin token, the archive, the sign-in throttle: the runner
+ * signs no one in). test/node/runner-config.test.ts keeps the config to this.
  */
-export type RunnerEnv = Omit<Env, "API_TOKEN" | "ARCHIVE">;
+export type RunnerEnv = Omit<Env, "API_TOKEN" | "ARCHIVE" | "SIGN_IN_THROTTLE">;
 
 /**
  * The runner Worker: the queue consumer alone, deployed apart from the scheduler (src/index.ts)

@@ -11,3 +11,8 @@ export function shardStub(env: Env, shard: string): ShardApi {
 export function gateStub(env: Env, tenantId: string) {
   return env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenantId));
 }
+
+/** A client address's or a key prefix's failed sign-ins (`address:…`, `prefix:…`), or the refusals' `totals`. */
+export function signInStub(env: Env, name: string) {
+  return env.SIGN_IN_THROTTLE.get(env.SIGN_IN_THROTTLE.idFromName(name));
+}

@@ -2,6 +2,7 @@ import { useState } from "preact/hooks";
 import type { EdgecronClient } from "../../src/client/index.ts";
 import { ErrorText, type Notice, NoticeText } from "../components/messages.tsx";
 import { RunDetails } from "../components/run-details.tsx";
+import { may, useAccess } from "../lib/access.ts";
 import { hrefOf } from "../lib/route.ts";
 import { localTime } from "../lib/time.ts";
 import { messageOf, useApi } from "../lib/use-api.ts";
@@ -11,6 +12,7 @@ export function DeadLetters({ client }: { client: EdgecronClient }) {
   const dead = useApi(() => client.runs.deadLetters({ limit: 100 }), [client], 5_000);
   const [open, setOpen] = useState<string | null>(null);
   const [notice, setNotice] = useState<Notice | null>(null);
+  const canRetry = may(useAccess(), "write");
 
   async function retry(runId: string) {
     try {
@@ -42,9 +44,11 @@ export function DeadLetters({ client }: { client: EdgecronClient }) {
               </p>
               <p class="error-text">{run.error ?? `last status ${run.status ?? "none"}`}</p>
               <div class="actions">
-                <button type="button" onClick={() => retry(run.id)}>
-                  Retry
-                </button>
+                {canRetry && (
+                  <button type="button" onClick={() => retry(run.id)}>
+                    Retry
+                  </button>
+                )}
                 <button
                   type="button"
                   class="secondary"

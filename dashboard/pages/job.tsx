@@ -8,6 +8,7 @@ import { JobState, RunState } from "../components/state.tsx";
 import { Timeline } from "../components/timeline.tsx";
 import { WorkflowGraph } from "../components/workflow-graph.tsx";
 import { ZonedInstants } from "../components/zoned-instants.tsx";
+import { may, useAccess } from "../lib/access.ts";
 import { hrefOf } from "../lib/route.ts";
 import { failuresOverTime, fireLag } from "../lib/series.ts";
 import { fromLocalInput, localTime, relative } from "../lib/time.ts";
@@ -22,6 +23,7 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
   const runs = useApi(() => client.jobs.runs(id, { limit: RUNS }), [client, id], REFRESH_MS);
   const [open, setOpen] = useState<string | null>(null);
   const [notice, setNotice] = useState<Notice | null>(null);
+  const canChange = may(useAccess(), "write");
 
   /** Runs an action, says how it went (`describe` words its answer), and reloads what it changed. */
   async function act<T>(action: () => Promise<T>, describe: (answer: T) => string) {
@@ -70,38 +72,42 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
         <ChainedJobs label="On success, triggers" ids={j.onSuccess} />
         <ChainedJobs label="On failure, triggers" ids={j.onFailure} />
       </dl>
-      <div class="actions">
-        <button
-          type="button"
-          onClick={() =>
-            act(
-              () => (j.paused ? client.jobs.resume(id) : client.jobs.pause(id)),
-              () => (j.paused ? "Resumed." : "Paused."),
-            )
-          }
-        >
-          {j.paused ? "Resume" : "Pause"}
-        </button>
-        <button
-          type="button"
-          onClick={() =>
-            act(
-              () => client.jobs.trigger(id, crypto.randomUUID()),
-              (run) => `Triggered run ${run.id}.`,
-            )
-          }
-        >
-          Trigger now
-        </button>
-      </div>
-      <Backfill
-        onSubmit={(from, to) =>
-          act(
-            () => client.jobs.backfill(id, { from, to }),
-            (answer) => `Backfill: ${answer.created.length} runs created, ${answer.existing.length} already existed.`,
-          )
-        }
-      />
+      {canChange && (
+        <>
+          <div class="actions">
+            <button
+              type="button"
+              onClick={() =>
+                act(
+                  () => (j.paused ? client.jobs.resume(id) : client.jobs.pause(id)),
+                  () => (j.paused ? "Resumed." : "Paused."),
+                )
+              }
+            >
+              {j.paused ? "Resume" : "Pause"}
+            </button>
+            <button
+              type="button"
+              onClick={() =>
+                act(
+                  () => client.jobs.trigger(id, crypto.randomUUID()),
+                  (run) => `Triggered run ${run.id}.`,
+                )
+              }
+            >
+              Trigger now
+            </button>
+          </div>
+          <Backfill
+            onSubmit={(from, to) =>
+              act(
+                () => client.jobs.backfill(id, { from, to }),
+                (answer) => `Backfill: ${answer.created.length} runs created, ${answer.existing.length} already existed.`,
+              )
+            }
+          />
+        </>
+      )}
       <NoticeText notice={notice} />
 
       {j.steps && (

@@ -2,6 +2,7 @@ import { useState } from "preact/hooks";
 import type { EdgecronClient, Job } from "../../src/client/index.ts";
 import { ErrorText } from "../components/messages.tsx";
 import { JobState, jobState } from "../components/state.tsx";
+import { may, seesTenant, useAccess } from "../lib/access.ts";
 import { hrefOf } from "../lib/route.ts";
 import { localTime, relative } from "../lib/time.ts";
 import { messageOf, useApi } from "../lib/use-api.ts";
@@ -14,8 +15,17 @@ export function Jobs({ client }: { client: EdgecronClient }) {
   const [query, setQuery] = useState("");
   const [state, setState] = useState("all");
   const [moreError, setMoreError] = useState<string | null>(null);
+  const access = useAccess();
   const first = useApi(() => client.jobs.list({ limit: PAGE }), [client], 10_000);
-  const health = useApi(() => client.api.GET("/v1/metrics", { params: { query: { window: "1h" } } }).then((a) => a.data), [client], 10_000);
+  // The tenant's metrics are about all its jobs: a key limited to some of them may not read them.
+  const health = useApi(
+    () =>
+      seesTenant(access)
+        ? client.api.GET("/v1/metrics", { params: { query: { window: "1h" } } }).then((a) => a.data)
+        : Promise.resolve(undefined),
+    [client, access],
+    10_000,
+  );
 
   const jobs = [...(first.data?.items ?? []), ...(extra?.jobs ?? [])];
   const cursor = extra ? extra.cursor : (first.data?.nextCursor ?? null);
@@ -44,9 +54,11 @@ export function Jobs({ client }: { client: EdgecronClient }) {
     <section aria-labelledby="jobs-title">
       <div class="title-row">
         <h1 id="jobs-title">Jobs</h1>
-        <a class="button" href={hrefOf({ page: "new-job" })}>
-          New job
-        </a>
+        {may(access, "write") && (
+          <a class="button" href={hrefOf({ page: "new-job" })}>
+            New job
+          </a>
+        )}
       </div>
       {health.data && (
         <dl class="tiles" aria-label="Last hour">

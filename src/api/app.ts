@@ -1,17 +1,21 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { authenticate, limitBody, requireJsonBody } from "./auth";
+import { audit } from "./audit";
+import { authenticate, authorize, limitBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
+import { docsHeaders } from "./browser-headers";
 import type { AppEnv } from "./context";
 import { docs } from "./docs";
 import { errorResponse, noSuchRoute } from "./errors";
 import { jobs } from "./jobs";
 import { jobsBatch } from "./jobs-batch";
 import { keys } from "./keys";
+import { me } from "./me";
 import { metrics } from "./metrics";
 import { nameOperation } from "./operation";
 import { prometheus } from "./prometheus";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
+import { documentScopes } from "./scope-docs";
 import { signing } from "./signing-keys";
 import { tenants } from "./tenants";
 
@@ -25,9 +29,10 @@ app.notFound(() => {
 
 app.get("/healthz", (c) => c.json({ ok: true }));
 // The API reference: public, like the document it renders; the calls made from it need credentials as any others do.
-app.get("/docs", docs);
+app.get("/docs", docsHeaders, docs);
 
-app.use("/v1/*", authenticate, limitBody, requireJsonBody);
+// Who is calling, then whether its key's scope allows the route (src/api/route-scopes.ts).
+app.use("/v1/*", authenticate, authorize, limitBody, requireJsonBody);
 app.route("/v1", jobsBatch);
 app.route("/v1", jobs);
 app.route("/v1", runs);
@@ -37,8 +42,10 @@ app.route("/v1", tenants);
 app.route("/v1", keys);
 app.route("/v1", signing);
 app.route("/v1", breakers);
+app.route("/v1", audit);
+app.route("/v1", me);
 // Outside /v1, where scrapers look for it, behind the same credentials (no body to check on a GET).
-app.use("/metrics", authenticate);
+app.use("/metrics", authenticate, authorize);
 app.route("/", prometheus);
 
 /** The document's head; exported so that the typed client is generated from exactly what /openapi.json serves. */
@@ -48,7 +55,7 @@ export const OPENAPI_HEAD = {
     title: "edgecron",
     version: "1",
     description:
-      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs `Authorization: Bearer <tenant API key or admin token>`; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics.\n\nEvery error is a JSON body `{ error: { code, message, issues? } }`: each route lists the statuses and codes it answers, with an example of each. Besides those, any route may answer 500 (`misconfigured`: a secret or variable of the deployment is wrong; `internal`).",
+      "A distributed job scheduler on Cloudflare Workers. Every /v1 route, and /metrics, needs `Authorization: Bearer <tenant API key or admin token>`; a tenant key sees only its own tenant's jobs, runs, dead letters and metrics, and only what its scopes allow: `read` (jobs, runs, metrics), `write` (also change jobs and runs), `admin` (also keys, signing secrets, tenant settings, the audit log); each route says which it needs, and a key without it is answered 403 `insufficient_scope`.\n\nEvery error is a JSON body `{ error: { code, message, issues? } }`: each route lists the statuses and codes it answers, with an example of each. Besides those, any route may answer 500 (`misconfigured`: a secret or variable of the deployment is wrong; `internal`).",
   },
   /** The reference's sections, in this order; each route names its own. */
   tags: [
@@ -60,8 +67,10 @@ export const OPENAPI_HEAD = {
     { name: "Signing keys", description: "The secrets targets verify the Edgecron-Signature of each request with." },
     { name: "Breakers", description: "The circuit breakers of a tenant's target origins." },
     { name: "Metrics", description: "Scheduler health, as JSON and for Prometheus." },
+    { name: "Audit", description: "Every change made through the API: who, when, what, from where." },
   ],
 };
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
+documentScopes(app as never);
 app.doc31("/openapi.json", OPENAPI_HEAD);

@@ -1,14 +1,17 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import { grantOf } from "../app/caller";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
 import { API_KEY } from "../model/ids";
+import { grants } from "../model/scopes";
 import { gateStub } from "../stubs";
-import type { AppEnv } from "./context";
+import type { AppContext, AppEnv } from "./context";
 import { ApiError, noSuchRoute } from "./errors";
 import { endpointOf } from "./operation";
+import { accessOf } from "./route-scopes";
+import { failedSignIn, refuseIfThrottled, throttleNames } from "./sign-in-throttle";
 
 const encoder = new TextEncoder();
-const TOKEN_CALLBACK = /^\/v1\/runs\/[^/]+\/(complete|heartbeat)$/;
 /** Largest request body the API reads; a job definition is a few KiB. */
 export const MAX_BODY_BYTES = 256 * 1024;
 /** A batch create's (POST /v1/jobs/batch): its 1,000 jobs at 4 KiB each. */
@@ -21,31 +24,37 @@ const unauthorized = () =>
   });
 
 /**
- * Who is calling: the admin token, or a tenant's API key (looked up by its hash). Hono's
- * bearerAuth answers a malformed header with 400 and a plain-text body; this API promises 401
- * with a JSON body for any missing or wrong credential. The admin token is compared as SHA-256
- * digests in constant time, so neither its length nor its content leaks through timing.
- * What no credential can change is answered before any lookup: a path no route has (the routes
- * are public, in /openapi.json) and a token that is neither the admin token nor of an API
+ * Who is calling: the admin token (current or next, while it is rotated), or a tenant's API key
+ * (looked up by its hash). Hono's bearerAuth answers a malformed header with 400 and a plain-text
+ * body; this API promises 401 with a JSON body for any missing or wrong credential. The admin
+ * token is compared as SHA-256 digests in constant time, so neither its length nor its content
+ * leaks through timing. What no credential can change is answered before any lookup: a path no
+ * route has (the routes are public, in /openapi.json), a client throttled for its failed
+ * sign-ins (sign-in-throttle.ts), and a token that is neither the admin token nor of an API
  * key's form, so that junk requests cost no D1 query.
  */
 export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
-  if (!endpointOf(c)) throw noSuchRoute();
+  const endpoint = endpointOf(c);
+  if (!endpoint) throw noSuchRoute();
   // A long-running target completes its attempt with the completion token it was given; it
   // holds no API key. Those two routes check that token themselves.
-  if (c.req.method === "POST" && TOKEN_CALLBACK.test(c.req.path)) return next();
+  if (accessOf(endpoint) === "completion-token") return next();
+  const from = c.req.header("CF-Connecting-IP") ?? null;
   const match = /^Bearer\s+(\S{1,200})\s*$/i.exec(c.req.header("Authorization") ?? "");
-  if (!match) throw unauthorized();
-  const presented = match[1]!;
-  const admin = c.env.API_TOKEN;
-  if (admin && (await sameSecret(presented, admin))) {
-    c.set("caller", { admin: true });
+  const presented = match?.[1];
+  const isKey = presented !== undefined && API_KEY.test(presented);
+  const names = throttleNames(c, isKey ? presented.slice(0, KEY_PREFIX_LENGTH) : null);
+  refuseIfThrottled(c, names);
+  if (presented === undefined) throw await failedSignIn(c, names, unauthorized());
+  const admin = await adminTokenOf(c, presented);
+  if (admin) {
+    c.set("caller", { admin: true, ...(admin === "next" && { next: true }), from });
     return next();
   }
-  if (!API_KEY.test(presented)) throw unauthorized();
-  const tenant = await tenantOfKey(c.env.DB, await hashKey(presented));
-  if (!tenant) throw unauthorized();
-  c.set("caller", { admin: false, tenant });
+  const found = isKey ? await tenantOfKey(c.env.DB, await hashKey(presented)) : null;
+  if (!found) throw await failedSignIn(c, names, unauthorized());
+  const { tenant, key } = found;
+  c.set("caller", { admin: false, tenant, key, from });
   const rps = tenant.limits.requestsPerSecond;
   if (rps !== null) {
     const { ok, retryAfterMs } = await gateStub(c.env, tenant.id).takeRequest(rps);
@@ -54,6 +63,48 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
         "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
       });
     }
+  }
+  return next();
+};
+
+/** The key's first characters, its public prefix (src/app/tenants.ts, mintKey): what failures are also counted by. */
+const KEY_PREFIX_LENGTH = 7;
+
+/**
+ * Which admin token this is, if any. API_TOKEN_NEXT is optional (a secret set only while the
+ * token is rotated: docs/security.md), so it is not among wrangler.toml's required secrets and
+ * not in the generated Env.
+ */
+async function adminTokenOf(c: AppContext, presented: string): Promise<"current" | "next" | null> {
+  const { API_TOKEN: current, API_TOKEN_NEXT: next } = c.env as Env & { API_TOKEN_NEXT?: string };
+  // Both are compared, whichever matches, so the time taken does not say which one it was.
+  const [isCurrent, isNext] = await Promise.all([current, next].map((t) => (t ? sameSecret(presented, t) : Promise.resolve(false))));
+  return isCurrent ? "current" : isNext ? "next" : null;
+}
+
+/**
+ * The caller may use the route it reached: its key holds the scope the route table names
+ * (route-scopes.ts), and a key limited to a prefix of job names reaches only per-job routes.
+ * A route the table does not name is refused to everyone: a route added without a scope must
+ * fail closed, and its test says which.
+ */
+export const authorize: MiddlewareHandler<AppEnv> = async (c, next) => {
+  const endpoint = endpointOf(c);
+  const access = endpoint && accessOf(endpoint);
+  if (access === "completion-token") return next();
+  if (!access) throw new ApiError(403, "forbidden", "this route declares no scope, so no credential may use it");
+  const grant = grantOf(c.var.caller);
+  if (!grants(grant.scopes, access.scope)) {
+    throw new ApiError(403, "insufficient_scope", `this route needs the "${access.scope}" scope; this key has ${grant.scopes.join(", ")}`, {
+      "WWW-Authenticate": `Bearer realm="edgecron", error="insufficient_scope", scope="${access.scope}"`,
+    });
+  }
+  if (grant.jobPrefix !== null && !access.perJob) {
+    throw new ApiError(
+      403,
+      "insufficient_scope",
+      `this key is limited to jobs named "${grant.jobPrefix}…"; this route concerns the whole tenant`,
+    );
   }
   return next();
 };

@@ -1,4 +1,5 @@
 import { Scalar } from "@scalar/hono-api-reference";
+import type { Context, Next } from "hono";
 
 /**
  * Where the reference's browser script is served from: scripts/vendor-assets.mjs copies
@@ -15,7 +16,7 @@ export const SCALAR_SCRIPT = "/vendor/scalar/standalone.js";
  * services is off. `proxyUrl` stays unset, so test requests go straight to this origin rather
  * than through Scalar's proxy.
  */
-export const docs = Scalar((c) => ({
+const reference = Scalar((c) => ({
   url: "/openapi.json",
   // The document names no server (one deployment does not know its host); the page's own
   // origin is the API's, so the code samples and test requests show full URLs to it.
@@ -35,3 +36,15 @@ export const docs = Scalar((c) => ({
   mcp: { disabled: true },
   telemetry: false,
 }));
+
+/**
+ * The reference, its inline script marked with the nonce its Content-Security-Policy allows
+ * (browser-headers.ts): the only inline script the page may run.
+ */
+export const docs = async (c: Context, next: Next) => {
+  const rendered = await reference(c, next);
+  if (!(rendered instanceof Response)) return rendered;
+  const nonce = c.get("secureHeadersNonce");
+  const html = (await rendered.text()).replace(/<script(?![^>]*\bsrc=)([^>]*)>/g, `<script nonce="${nonce}"$1>`);
+  return c.html(html, rendered.status as 200);
+};

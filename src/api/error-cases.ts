@@ -63,7 +63,27 @@ export const catalogUnavailable = errorCase(
   }),
 );
 
-export const AUTHENTICATED = [unauthorized, rateLimited, catalogUnavailable];
+const signInThrottled = errorCase(
+  "too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds",
+  new ApiError(
+    429,
+    "sign_in_throttled",
+    "too many failed sign-ins from this client or for this key prefix; retry after the Retry-After seconds",
+    {
+      "Retry-After": "3",
+    },
+  ),
+);
+
+/** A key without the scope the route needs (src/api/route-scopes.ts), or limited to a job prefix on a route about the whole tenant. */
+const insufficientScope = errorCase(
+  "the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant",
+  new ApiError(403, "insufficient_scope", 'this route needs the "write" scope; this key has read', {
+    "WWW-Authenticate": 'Bearer realm="edgecron", error="insufficient_scope", scope="write"',
+  }),
+);
+
+export const AUTHENTICATED = [unauthorized, insufficientScope, rateLimited, signInThrottled, catalogUnavailable];
 
 // ---- every route that takes a JSON body ----
 

@@ -1,9 +1,10 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { addKey, listKeys, revokeKey } from "../app/keys";
 import type { ApiKeyRow } from "../catalog/tenants";
+import { JobPrefixSchema, ScopeSchema } from "../model/scopes";
 import type { AppEnv } from "./context";
-import { AUTHENTICATED, idTooLong, keyNotFound, lastKey, tenantNotFound } from "./error-cases";
-import { bearer, errors, json, tenantParam } from "./route-parts";
+import { AUTHENTICATED, idTooLong, invalid, JSON_BODY, keyNotFound, lastKey, tenantNotFound } from "./error-cases";
+import { bearer, errors, json, jsonBody, tenantParam } from "./route-parts";
 import { validationHook } from "./validation";
 
 /** API keys: add one, move clients over, revoke the old one. */
@@ -13,6 +14,8 @@ const KeySchema = z
   .object({
     id: z.string().openapi({ example: "key_0123456789abcdefghij" }),
     prefix: z.string().openapi({ description: "The key's first characters, to recognise it." }),
+    scopes: z.array(ScopeSchema).openapi({ description: "read, write, admin: each includes the ones before it (docs/security.md)." }),
+    jobPrefix: z.string().nullable().openapi({ description: "Only jobs whose name starts with this; null: every job of the tenant." }),
     createdAt: z.string(),
     revokedAt: z.string().nullable(),
   })
@@ -24,9 +27,23 @@ const NewKeySchema = KeySchema.extend({
 
 const badId = idTooLong(100);
 
+const NewKeyBody = z.strictObject({
+  scopes: z
+    .array(ScopeSchema)
+    .min(1)
+    .max(3)
+    .optional()
+    .openapi({ description: 'What the key may do; default `["read"]`, the narrowest. No more than the caller\'s own.' }),
+  jobPrefix: JobPrefixSchema.nullable()
+    .optional()
+    .openapi({ description: "Limit the key to jobs whose name starts with this (and to routes about single jobs)." }),
+});
+
 const presentKey = (k: ApiKeyRow) => ({
   id: k.id,
   prefix: k.prefix,
+  scopes: [...k.scopes],
+  jobPrefix: k.jobPrefix,
   createdAt: new Date(k.createdAt).toISOString(),
   revokedAt: k.revokedAt === null ? null : new Date(k.revokedAt).toISOString(),
 });
@@ -36,13 +53,33 @@ keys.openapi(
     method: "post",
     path: "/tenants/{id}/keys",
     tags: ["API keys"],
-    summary: "Add an API key (the admin, or the tenant itself)",
+    summary: "Add an API key (the admin token, or a key of the tenant with the admin scope)",
+    description: "The key may do only what `scopes` (default: read) and `jobPrefix` allow, and never more than the key that makes it.",
     security: bearer,
-    request: { params: tenantParam },
-    responses: { 201: json(NewKeySchema, "the key; shown this once"), ...errors(badId, tenantNotFound, AUTHENTICATED) },
+    request: {
+      params: tenantParam,
+      body: jsonBody(
+        NewKeyBody,
+        {
+          dashboard: { summary: "A read-only key, for a dashboard (the default)", value: { scopes: ["read"] } },
+          deploys: { summary: "A key that changes only the jobs named deploy-…", value: { scopes: ["write"], jobPrefix: "deploy-" } },
+        },
+        false,
+      ),
+    },
+    responses: {
+      201: json(NewKeySchema, "the key; shown this once"),
+      ...errors(
+        invalid("scopes.0", 'Invalid option: expected one of "read"|"write"|"admin"'),
+        JSON_BODY,
+        badId,
+        tenantNotFound,
+        AUTHENTICATED,
+      ),
+    },
   }),
   async (c) => {
-    const { row, key } = await addKey(c.env, c.var.caller, c.req.valid("param").id);
+    const { row, key } = await addKey(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json") ?? {});
     return c.json({ ...presentKey(row), apiKey: key.apiKey }, 201);
   },
 );
@@ -66,7 +103,7 @@ keys.openapi(
     path: "/tenants/{id}/keys/{keyId}",
     tags: ["API keys"],
     summary: "Revoke an API key: it stops working at once",
-    description: "A tenant may not revoke its own last live key (it would lock itself out); the admin may.",
+    description: "A tenant's key may not revoke the tenant's last live key (it would lock it out); the admin token may.",
     security: bearer,
     request: {
       params: tenantParam.extend({

@@ -12,9 +12,10 @@ import type { JobRuntime } from "../shard/contract";
 import { chunksOf } from "../sql";
 import { shardStub } from "../stubs";
 import { acceptSteps, acceptTarget } from "./accept-targets";
+import { audit, entryOf } from "./audit";
 import type { Caller } from "./caller";
 import { checkChains } from "./chains";
-import type { JobState } from "./jobs";
+import { checkJobName, type JobState, jobRecord } from "./jobs";
 import { acceptNotify } from "./notify";
 
 /**
@@ -30,12 +31,18 @@ export const MAX_BATCH_JOBS = 1_000;
 
 export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
   const now = Date.now();
+  checkJobName(caller, input.name);
   const job = await acceptJob(env, tenantIdOf(caller), input, now);
-  // The admin's jobs are the default tenant's, read in the same round trip as the insert.
-  const statements = [...(caller.admin ? [tenantStatement(env.DB, DEFAULT_TENANT)] : []), insertJobsStatement(env.DB, [job])];
+  // The admin's jobs are the default tenant's, read in the same round trip as the insert; the
+  // audit entry is written only if the quota let the job in.
+  const statements = [
+    ...(caller.admin ? [tenantStatement(env.DB, DEFAULT_TENANT)] : []),
+    insertJobsStatement(env.DB, [job]),
+    audit(env.DB, createdEntry(caller, job), { ifChanged: true }),
+  ];
   const results = await guard("insert", () => env.DB.batch<Record<string, unknown>>(statements));
   const tenant = caller.admin ? tenantOf(results[0]!.results[0]) : caller.tenant;
-  if (!inserted(results.at(-1)!)) throw quotaExceeded(tenant);
+  if (!inserted(results.at(-2)!)) throw quotaExceeded(tenant);
   failpoint("api.afterCatalogWrite");
   const runtimes = await handOver(env, tenant, [job], now);
   return { job, runtime: runtimes.get(job.id) };
@@ -60,7 +67,7 @@ export async function createJobs(env: Env, caller: Caller, items: readonly unkno
   const tenantId = tenantIdOf(caller);
   const outcomes: BatchOutcome[] = [];
   const accepted: Accepted[] = [];
-  const checked = await Promise.all(items.map((item, index) => acceptItem(env, tenantId, item, index, now)));
+  const checked = await Promise.all(items.map((item, index) => acceptItem(env, caller, tenantId, item, index, now)));
   for (const c of checked) {
     if ("job" in c) accepted.push(c);
     else outcomes[c.index] = c;
@@ -82,12 +89,20 @@ export async function createJobs(env: Env, caller: Caller, items: readonly unkno
   accepted.slice(room).forEach(refuse);
   const chunks = chunksOf(accepted.slice(0, room), ROWS_PER_INSERT);
   const jobsOf = (list: Accepted[]) => list.map((a) => a.job);
-  const statements = chunks.map((chunk) => insertJobsStatement(env.DB, jobsOf(chunk)));
+  // Each INSERT followed by its jobs' audit entries, written only if it inserted them.
+  const statements = chunks.flatMap((chunk) => [
+    insertJobsStatement(env.DB, jobsOf(chunk)),
+    audit(
+      env.DB,
+      chunk.map((a) => createdEntry(caller, a.job)),
+      { ifChanged: true },
+    ),
+  ]);
   const results = statements.length === 0 ? [] : await guard("insert", () => env.DB.batch(statements));
   // A statement the quota refused (creations elsewhere took the room meanwhile) inserted none of its jobs.
   const created: Accepted[] = [];
   for (const [i, chunk] of chunks.entries()) {
-    if (inserted(results[i]!)) created.push(...chunk);
+    if (inserted(results[2 * i]!)) created.push(...chunk);
     else chunk.forEach(refuse);
   }
   failpoint("api.afterCatalogWrite");
@@ -97,10 +112,18 @@ export async function createJobs(env: Env, caller: Caller, items: readonly unkno
 }
 
 /** One item of a batch, checked as POST /v1/jobs checks its body; its errors name it. */
-async function acceptItem(env: Env, tenantId: string, item: unknown, index: number, now: number): Promise<Accepted | BatchOutcome> {
+async function acceptItem(
+  env: Env,
+  caller: Caller,
+  tenantId: string,
+  item: unknown,
+  index: number,
+  now: number,
+): Promise<Accepted | BatchOutcome> {
   const parsed = CreateJobSchema.safeParse(item);
   if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
   try {
+    checkJobName(caller, parsed.data.name);
     return { index, job: await acceptJob(env, tenantId, parsed.data, now) };
   } catch (err) {
     // Anything else (D1 unreachable while checking chains) fails the whole call.
@@ -108,6 +131,9 @@ async function acceptItem(env: Env, tenantId: string, item: unknown, index: numb
     throw err;
   }
 }
+
+const createdEntry = (caller: Caller, job: CatalogJob) =>
+  entryOf(caller, { tenantId: job.tenantId, action: "job.create", subject: job.id, after: jobRecord(job) }, job.createdAt);
 
 const tenantIdOf = (caller: Caller) => (caller.admin ? DEFAULT_TENANT : caller.tenant.id);
 

@@ -1,13 +1,15 @@
 import type { z } from "@hono/zod-openapi";
 import { ApiError, invalidField, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
+import type { AuditEntry } from "../catalog/audit";
 import { type CatalogJob, getJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
 import { JOB_ID, newTriggerKey } from "../model/ids";
 import { canonicalSchedule, type JobSpec, type PatchJobSchema } from "../model/job";
 import type { BackfillResult, JobRuntime, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
 import { acceptSteps, acceptTarget } from "./accept-targets";
-import { type Caller, ownsTenant, scopeOf } from "./caller";
+import { audit, entryOf, recordAfter } from "./audit";
+import { type Caller, grantOf, mayTouchJob, scopeOf } from "./caller";
 import { checkChains } from "./chains";
 import { checkIfMatch } from "./job-etag";
 import { acceptNotify } from "./notify";
@@ -19,15 +21,35 @@ export interface JobState {
   runtime: JobRuntime | undefined;
 }
 
-/** A job the caller may see, or 404: another tenant's job is answered exactly like an unknown one. */
+/**
+ * A job the caller may see, or 404: another tenant's job, or one outside the key's job prefix,
+ * is answered exactly like an unknown one.
+ */
 export async function loadJob(env: Env, caller: Caller, id: string, opts: { includeDeleted?: boolean } = {}): Promise<CatalogJob> {
   const job = JOB_ID.test(id) ? await getJob(env.DB, id, opts) : null;
-  if (!job || !ownsTenant(caller, job.tenantId)) throw notFound("job", id);
+  if (!job || !mayTouchJob(caller, job)) throw notFound("job", id);
   return job;
 }
 
+/** A key limited to a prefix of job names names only jobs under it: 403 naming the field. */
+export function checkJobName(caller: Caller, name: string | null | undefined, field = "name"): void {
+  const { jobPrefix } = grantOf(caller);
+  if (jobPrefix !== null && !name?.startsWith(jobPrefix)) {
+    throw new ApiError(403, "insufficient_scope", `${field}: this key may only name jobs "${jobPrefix}…"`, {}, [
+      { path: field, message: `must start with "${jobPrefix}"` },
+    ]);
+  }
+}
+
+/** What the audit log keeps of a job: its name and definition (redacted by entryOf). */
+export const jobRecord = (job: { name: string | null; spec: JobSpec }) => ({ name: job.name, spec: job.spec });
+
+const jobEntry = (caller: Caller, job: CatalogJob, action: string, before: unknown, after: unknown): AuditEntry =>
+  entryOf(caller, { tenantId: job.tenantId, action, subject: job.id, before, after });
+
 export async function listJobs(env: Env, caller: Caller, query: { limit: number; cursor?: string }): Promise<Page<JobState>> {
-  const page = await paged(jobCursor, query, (limit, before) => listCatalogJobs(env.DB, scopeOf(caller), limit, before));
+  const prefix = grantOf(caller).jobPrefix;
+  const page = await paged(jobCursor, query, (limit, before) => listCatalogJobs(env.DB, scopeOf(caller), limit, before, prefix));
   const runtimes = await runtimesOf(env, page.items);
   return { items: page.items.map((job) => ({ job, runtime: runtimes.get(job.id) })), nextCursor: page.nextCursor };
 }
@@ -62,9 +84,17 @@ export async function changeJob(
   const current = await loadJob(env, caller, id, opts);
   checkIfMatch(current, ifMatch);
   const alreadyThere = change.deleted ? current.deletedAt !== null : current.paused === change.paused;
+  const action = change.deleted ? "job.delete" : change.paused ? "job.pause" : "job.resume";
+  const entry = change.deleted
+    ? jobEntry(caller, current, action, jobRecord(current), { deleted: true })
+    : jobEntry(caller, current, action, { paused: current.paused }, { paused: change.paused });
   // One column set whatever the rest is: nothing of a change made meanwhile is lost, so only
   // a condition the client gave makes it a compare-and-set.
-  const job = alreadyThere ? current : await updateJob(env.DB, id, change, Date.now(), ifMatch === undefined ? undefined : current.version);
+  const job = alreadyThere
+    ? current
+    : await updateJob(env.DB, id, change, Date.now(), ifMatch === undefined ? undefined : current.version, [
+        audit(env.DB, entry, { ifChanged: true }),
+      ]);
   if (!job) {
     if (ifMatch !== undefined) checkIfMatch(await loadJob(env, caller, id, opts), ifMatch);
     throw notFound("job", id);
@@ -102,12 +132,17 @@ export async function patchJob(
   ifMatch?: string,
 ): Promise<JobState> {
   const { name, ...fields } = patch;
+  if (name !== undefined) checkJobName(caller, name);
   for (let attempt = 1; attempt <= PATCH_ATTEMPTS; attempt++) {
     const current = await loadJob(env, caller, id);
     checkIfMatch(current, ifMatch);
     const now = Date.now();
     const spec = await patchedSpec(env, current, fields, now);
-    const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now, current.version);
+    const after = { name: name === undefined ? current.name : name, spec };
+    const entry = jobEntry(caller, current, "job.patch", jobRecord(current), after);
+    const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now, current.version, [
+      audit(env.DB, entry, { ifChanged: true }),
+    ]);
     if (job) return { job, runtime: await confirmWithShard(env, job) };
   }
   throw new ApiError(409, "conflict", `the job kept changing while this change was applied (${PATCH_ATTEMPTS} times); repeat the request`);
@@ -149,12 +184,16 @@ function definedOnly<T extends object>(o: T): Partial<T> {
 export async function backfill(env: Env, caller: Caller, id: string, range: { from: string; to: string }): Promise<BackfillResult> {
   const job = await loadJob(env, caller, id);
   const answer = await shardStub(env, job.shard).backfill(job.id, Date.parse(range.from), Date.parse(range.to));
-  return answered(answer, { call: "backfill", id: job.id });
+  const result = answered(answer, { call: "backfill", id: job.id });
+  await recordAfter(env.DB, jobEntry(caller, job, "job.backfill", null, { ...range, created: result.created.length }));
+  return result;
 }
 
 /** One run now; the same idempotency key always yields the same run. */
 export async function trigger(env: Env, caller: Caller, id: string, idempotencyKey: string | undefined): Promise<RunView> {
   const job = await loadJob(env, caller, id);
   const answer = await shardStub(env, job.shard).trigger(job.id, { triggerKey: idempotencyKey ?? newTriggerKey() });
-  return answered(answer, { call: "trigger", id: job.id });
+  const run = answered(answer, { call: "trigger", id: job.id });
+  await recordAfter(env.DB, jobEntry(caller, job, "job.trigger", null, { runId: run.id }));
+  return run;
 }

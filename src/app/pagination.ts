@@ -1,5 +1,5 @@
 import { ApiError } from "../api/errors";
-import { JOB_ID, MAX_RUN_ID_LENGTH, TENANT_ID } from "../model/ids";
+import { AUDIT_ID, JOB_ID, MAX_RUN_ID_LENGTH, TENANT_ID } from "../model/ids";
 import type { RunView } from "../shard/contract";
 
 /**
@@ -21,6 +21,12 @@ export interface Page<T> {
 export const jobCursor: CursorScheme<{ id: string }, string> = {
   encode: (job) => job.id,
   decode: (cursor) => (JOB_ID.test(cursor) ? cursor : null),
+};
+
+/** Audit entries page by id (ids sort by time). */
+export const auditCursor: CursorScheme<{ id: string }, string> = {
+  encode: (entry) => entry.id,
+  decode: (cursor) => (AUDIT_ID.test(cursor) ? cursor : null),
 };
 
 export const tenantCursor: CursorScheme<{ id: string }, string> = {

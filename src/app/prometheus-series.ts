@@ -28,6 +28,8 @@ export const FIRE_LAG_BUCKETS = FIRE_LAG_BOUNDS_MS.map((ms) => ms / 1000);
 export interface AdminFigures {
   cost: ReturnType<typeof schedulerCost>;
   sweep: SweepState;
+  /** Sign-ins refused since the deployment began (src/api/sign-in-throttle.ts). */
+  signInRefusals: Record<"invalid" | "throttled", number>;
 }
 
 export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null): Family[] {
@@ -134,6 +136,12 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       help: "Consistency passes the reconciliation sweep has completed (every job compared with its shard, every shard's alarm re-asserted).",
       type: "counter",
       samples: [{ value: admin.sweep.pass.completed }],
+    },
+    {
+      name: "edgecron_sign_in_refusals_total",
+      help: "API requests refused for their credential: invalid (no credential, or a wrong one: 401), throttled (too many failed sign-ins from the client's address or for the key's prefix: 429).",
+      type: "counter",
+      samples: byLabel("reason", ["invalid", "throttled"] as const, admin.signInRefusals),
     },
   );
   const lastSweep = admin.sweep.last;

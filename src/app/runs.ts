@@ -6,6 +6,7 @@ import { jobIdOfRun } from "../model/ids";
 import { verifyCompletionToken } from "../security/completion-tokens";
 import type { Completion, RunView } from "../shard/contract";
 import { shardStub } from "../stubs";
+import { entryOf, recordAfter } from "./audit";
 import { type Caller, scopeOf } from "./caller";
 import { loadJob } from "./jobs";
 import { deadLetterCursor, type Page, paged, runCursor } from "./pagination";
@@ -29,7 +30,9 @@ export async function getRun(env: Env, caller: Caller, id: string): Promise<RunV
 
 export async function retryRun(env: Env, caller: Caller, id: string): Promise<RunView> {
   const job = await jobOfRun(env, caller, id);
-  return answered(await shardStub(env, job.shard).retryRun(id), { call: "retry", id });
+  const run = answered(await shardStub(env, job.shard).retryRun(id), { call: "retry", id });
+  await recordAfter(env.DB, entryOf(caller, { tenantId: job.tenantId, action: "run.retry", subject: id, after: { state: run.state } }));
+  return run;
 }
 
 /** A job's runs, newest first; a deleted job's included. */

@@ -3,6 +3,7 @@ import { type Tenant, updateTenant } from "../catalog/tenants";
 import { Misconfigured } from "../config";
 import { DEFAULT_TENANT } from "../model/ids";
 import { signingSecrets } from "../security/signing";
+import { audit, entryOf } from "./audit";
 import { type Caller, scopeOf } from "./caller";
 import { loadTenant, pushSettings } from "./tenants";
 
@@ -33,7 +34,15 @@ export async function signingKeys(env: Env, caller: Caller, named: string | unde
 /** Next becomes current and a new next appears; shards sign with the new pair from now on. */
 export async function rotateSigning(env: Env, caller: Caller, named: string | undefined): Promise<SigningKeys> {
   const before = await signingTenant(env, caller, named);
-  const tenant = await updateTenant(env.DB, before.id, { rotateSigning: true });
+  // The generations only: the secrets themselves never enter the log.
+  const entry = entryOf(caller, {
+    tenantId: before.id,
+    action: "signing.rotate",
+    subject: before.id,
+    before: { signingGeneration: before.signingGeneration },
+    after: { signingGeneration: before.signingGeneration + 1 },
+  });
+  const tenant = await updateTenant(env.DB, before.id, { rotateSigning: true }, [audit(env.DB, entry, { ifChanged: true })]);
   if (!tenant) throw notFound("tenant", before.id);
   await pushSettings(env, tenant);
   return keysOf(env, tenant);

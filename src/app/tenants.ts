@@ -13,6 +13,7 @@ import {
 import { newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
 import type { Notify } from "../model/job";
 import { shardStub } from "../stubs";
+import { audit, entryOf } from "./audit";
 import { type Caller, ownsTenant } from "./caller";
 import { acceptNotify } from "./notify";
 import { type Page, paged, tenantCursor } from "./pagination";
@@ -42,6 +43,9 @@ export interface MintedKey {
   prefix: string;
 }
 
+/** What the audit log keeps of a tenant: its settings, as the API shows them. */
+const tenantRecord = (t: Tenant) => ({ name: t.name, limits: t.limits, notify: t.notify });
+
 export async function mintKey(): Promise<MintedKey> {
   const apiKey = newApiKey();
   return { id: newKeyId(), apiKey, hash: await hashKey(apiKey), prefix: apiKey.slice(0, 7) };
@@ -64,7 +68,13 @@ export async function createTenant(
     createdAt: Date.now(),
   };
   const key = await mintKey();
-  await insertTenant(env.DB, tenant, key);
+  const entry = entryOf(caller, {
+    tenantId: tenant.id,
+    action: "tenant.create",
+    subject: tenant.id,
+    after: { ...tenantRecord(tenant), keyId: key.id },
+  });
+  await insertTenant(env.DB, tenant, key, [audit(env.DB, entry)]);
   return { tenant, key };
 }
 
@@ -84,12 +94,21 @@ export async function changeTenant(
   change: { limits?: LimitsChange | undefined; notify?: Notify | null | undefined },
 ): Promise<Tenant> {
   if (change.limits !== undefined) requireAdmin(caller);
-  await loadTenant(env, caller, id);
+  const before = await loadTenant(env, caller, id);
   const notify = change.notify ? acceptNotify(env, change.notify) : change.notify;
-  const tenant = await updateTenant(env.DB, id, {
-    ...(change.limits !== undefined && { limits: change.limits }),
-    ...(notify !== undefined && { notify }),
+  const entry = entryOf(caller, {
+    tenantId: id,
+    action: "tenant.update",
+    subject: id,
+    before: tenantRecord(before),
+    after: { ...(change.limits !== undefined && { limits: change.limits }), ...(notify !== undefined && { notify }) },
   });
+  const tenant = await updateTenant(
+    env.DB,
+    id,
+    { ...(change.limits !== undefined && { limits: change.limits }), ...(notify !== undefined && { notify }) },
+    [audit(env.DB, entry, { ifChanged: true })],
+  );
   if (!tenant) throw notFound("tenant", id);
   await pushSettings(env, tenant);
   return tenant;

@@ -91,14 +91,24 @@ export async function getJob(db: D1Database, id: string, opts: { includeDeleted?
   return job.deletedAt !== null && !opts.includeDeleted ? null : job;
 }
 
-/** Newest first; the cursor is the last id of the previous page. `tenantId` null: every tenant's. */
-export async function listJobs(db: D1Database, tenantId: string | null, limit: number, before?: string): Promise<CatalogJob[]> {
+/**
+ * Newest first; the cursor is the last id of the previous page. `tenantId` null: every tenant's.
+ * `namePrefix`: only jobs whose name starts with it (a key limited to a prefix of job names).
+ */
+export async function listJobs(
+  db: D1Database,
+  tenantId: string | null,
+  limit: number,
+  before?: string,
+  namePrefix: string | null = null,
+): Promise<CatalogJob[]> {
   const stmt = db
     .prepare(
       `SELECT * FROM jobs WHERE deleted_at IS NULL AND (?1 IS NULL OR tenant_id = ?1) AND (?2 IS NULL OR id < ?2)
+         AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4)
        ORDER BY id DESC LIMIT ?3`,
     )
-    .bind(tenantId, before ?? null, limit);
+    .bind(tenantId, before ?? null, limit, namePrefix);
   const { results } = await guard("list", () => stmt.all<Row>());
   return results.map(toJob);
 }
@@ -116,29 +126,30 @@ export async function updateJob(
   change: { paused?: boolean; deleted?: boolean; name?: string | null; spec?: JobSpec },
   now: number,
   expectedVersion?: number,
+  /** Joins the update's batch: the audit entry, written only if the job changed. */
+  also: D1PreparedStatement[] = [],
 ): Promise<CatalogJob | null> {
   // A pause or resume by a person clears the reason edgecron gave for a pause of its own.
-  const row = await guard("update", () =>
-    db
-      .prepare(
-        `UPDATE jobs SET version = version + 1, updated_at = ?1,
+  const update = db
+    .prepare(
+      `UPDATE jobs SET version = version + 1, updated_at = ?1,
          paused = COALESCE(?2, paused), paused_reason = CASE WHEN ?2 IS NULL THEN paused_reason END,
          deleted_at = CASE WHEN ?3 THEN ?1 ELSE deleted_at END,
          name = CASE WHEN ?4 THEN ?5 ELSE name END, spec = COALESCE(?6, spec)
        WHERE id = ?7 AND deleted_at IS NULL AND (?8 IS NULL OR version = ?8) RETURNING *`,
-      )
-      .bind(
-        now,
-        change.paused === undefined ? null : change.paused ? 1 : 0,
-        change.deleted ? 1 : 0,
-        change.name !== undefined ? 1 : 0,
-        change.name ?? null,
-        change.spec ? JSON.stringify(change.spec) : null,
-        id,
-        expectedVersion ?? null,
-      )
-      .first<Row>(),
-  );
+    )
+    .bind(
+      now,
+      change.paused === undefined ? null : change.paused ? 1 : 0,
+      change.deleted ? 1 : 0,
+      change.name !== undefined ? 1 : 0,
+      change.name ?? null,
+      change.spec ? JSON.stringify(change.spec) : null,
+      id,
+      expectedVersion ?? null,
+    );
+  const [result] = await guard("update", () => db.batch<Row>([update, ...also]));
+  const row = result!.results[0];
   return row ? toJob(row) : null;
 }
 

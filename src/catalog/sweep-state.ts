@@ -17,6 +17,8 @@ export interface SweepState {
   pass: { shard: string; after: string; startedAt: number | null; completed: number };
   /** No target stored in clear remains: the sealing pass has nothing left to look for. */
   targetsSealed: boolean;
+  /** The audit retention: the last tenant whose expired entries are gone ("": a round begins). */
+  auditAfter: string;
   /** The last invocation that completed (null before one did): its start, its duration until this write, its repairs by kind. */
   last: SweepInvocation | null;
 }
@@ -55,6 +57,7 @@ export async function readSweepState(db: D1Database): Promise<SweepState> {
       completed: r.passes_completed as number,
     },
     targetsSealed: r.targets_sealed === 1,
+    auditAfter: (r.audit_after as string | undefined) ?? "",
     last:
       (r.last_started_at ?? null) === null
         ? null
@@ -71,7 +74,7 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
     db
       .prepare(
         `UPDATE sweep_state SET changes_at = ?, changes_id = ?, created_after = ?, pass_shard = ?, pass_after = ?, pass_started_at = ?,
-           passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ? WHERE id = 1`,
+           passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ?, audit_after = ? WHERE id = 1`,
       )
       .bind(
         s.changes.at,
@@ -85,6 +88,7 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
         s.last?.startedAt ?? null,
         s.last?.durationMs ?? null,
         s.last ? JSON.stringify(s.last.repairs) : null,
+        s.auditAfter,
       )
       .run(),
   );

@@ -1,4 +1,5 @@
 import type { Notify } from "../model/job";
+import { ALL_SCOPES, formatScopes, type Grant, parseScopes } from "../model/scopes";
 import type { TenantSettings } from "../shard/contract";
 import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
@@ -27,12 +28,19 @@ export interface Tenant {
   createdAt: number;
 }
 
-export interface ApiKeyRow {
+export interface ApiKeyRow extends Grant {
   id: string;
   tenantId: string;
   prefix: string;
   createdAt: number;
   revokedAt: number | null;
+}
+
+/** A key as it is inserted: its public id, the hash of the key, its first characters and what it may do. */
+export interface NewKey extends Grant {
+  id: string;
+  hash: string;
+  prefix: string;
 }
 
 type Row = Record<string, unknown>;
@@ -58,6 +66,8 @@ const toKey = (r: Row): ApiKeyRow => ({
   prefix: r.prefix as string,
   createdAt: r.created_at as number,
   revokedAt: (r.revoked_at as number | null) ?? null,
+  scopes: parseScopes(r.scopes as string),
+  jobPrefix: (r.job_prefix as string | null) ?? null,
 });
 
 export const settingsOf = (t: Tenant): TenantSettings => ({
@@ -75,8 +85,17 @@ export async function hashKey(key: string): Promise<string> {
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** A tenant and its first key, in one batch: a tenant never exists without a way in. */
-export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: string; hash: string; prefix: string }): Promise<void> {
+/**
+ * A tenant and its first key, in one batch: a tenant never exists without a way in. That key
+ * holds every scope (it is how the tenant makes its narrower ones); `also` joins the batch (the
+ * audit entry).
+ */
+export async function insertTenant(
+  db: D1Database,
+  tenant: Tenant,
+  key: Omit<NewKey, keyof Grant>,
+  also: D1PreparedStatement[] = [],
+): Promise<void> {
   await guard("insert tenant", () =>
     db.batch([
       db
@@ -96,24 +115,27 @@ export async function insertTenant(db: D1Database, tenant: Tenant, key: { id: st
           tenant.createdAt,
           tenant.notify ? JSON.stringify(tenant.notify) : null,
         ),
-      insertKeyStatement(db, tenant.id, key, tenant.createdAt),
+      insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null }, tenant.createdAt),
+      ...also,
     ]),
   );
 }
 
-function insertKeyStatement(db: D1Database, tenantId: string, key: { id: string; hash: string; prefix: string }, now: number) {
+function insertKeyStatement(db: D1Database, tenantId: string, key: NewKey, now: number) {
   return db
-    .prepare("INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)")
-    .bind(key.id, tenantId, key.hash, key.prefix, now);
+    .prepare("INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at, scopes, job_prefix) VALUES (?, ?, ?, ?, ?, ?, ?)")
+    .bind(key.id, tenantId, key.hash, key.prefix, now, formatScopes(key.scopes), key.jobPrefix);
 }
 
+/** A key, and `also` (the audit entry) in the same batch. */
 export async function insertKey(
   db: D1Database,
   tenantId: string,
-  key: { id: string; hash: string; prefix: string },
+  key: NewKey,
   now: number,
+  also: D1PreparedStatement[] = [],
 ): Promise<void> {
-  await guard("insert key", () => insertKeyStatement(db, tenantId, key, now).run());
+  await guard("insert key", () => db.batch([insertKeyStatement(db, tenantId, key, now), ...also]));
 }
 
 /** The statement that reads a tenant, with `extra` columns if asked: for a D1 batch. */
@@ -137,15 +159,24 @@ export async function listTenants(db: D1Database, limit: number, after?: string)
   return results.map(toTenant);
 }
 
-/** The tenant an unrevoked key belongs to, or null. */
-export async function tenantOfKey(db: D1Database, hash: string): Promise<Tenant | null> {
+/** The tenant an unrevoked key belongs to, with the key's id and grant, or null. */
+export async function tenantOfKey(db: D1Database, hash: string): Promise<{ tenant: Tenant; key: { id: string } & Grant } | null> {
   const row = await guard("read key", () =>
     db
-      .prepare("SELECT t.* FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.hash = ? AND k.revoked_at IS NULL")
+      .prepare(
+        `SELECT t.*, k.id AS key_id, k.scopes AS key_scopes, k.job_prefix AS key_job_prefix
+         FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.hash = ? AND k.revoked_at IS NULL`,
+      )
       .bind(hash)
       .first<Row>(),
   );
-  return row ? toTenant(row) : null;
+  if (!row) return null;
+  const key = {
+    id: row.key_id as string,
+    scopes: parseScopes(row.key_scopes as string),
+    jobPrefix: (row.key_job_prefix as string | null) ?? null,
+  };
+  return { tenant: toTenant(row), key };
 }
 
 export async function listKeys(db: D1Database, tenantId: string): Promise<ApiKeyRow[]> {
@@ -165,22 +196,26 @@ export async function revokeKey(
   keyId: string,
   now: number,
   keepOne: boolean,
+  /** Joins the batch of the revocation, written only if the key was revoked (the audit entry). */
+  also: (key: ApiKeyRow) => D1PreparedStatement[] = () => [],
 ): Promise<"revoked" | "already" | "last_key" | null> {
-  const key = await guard("read key", () =>
+  const row = await guard("read key", () =>
     db.prepare("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?").bind(keyId, tenantId).first<Row>(),
   );
-  if (!key) return null;
-  if (key.revoked_at !== null) return "already";
-  const result = await guard("revoke key", () =>
-    db
-      .prepare(
-        `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ? AND revoked_at IS NULL
+  if (!row) return null;
+  if (row.revoked_at !== null) return "already";
+  const [result] = await guard("revoke key", () =>
+    db.batch([
+      db
+        .prepare(
+          `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ? AND revoked_at IS NULL
            AND (? = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ? AND revoked_at IS NULL) > 1)`,
-      )
-      .bind(now, keyId, tenantId, keepOne ? 1 : 0, tenantId)
-      .run(),
+        )
+        .bind(now, keyId, tenantId, keepOne ? 1 : 0, tenantId),
+      ...also(toKey(row)),
+    ]),
   );
-  return result.meta.changes > 0 ? "revoked" : "last_key";
+  return result!.meta.changes > 0 ? "revoked" : "last_key";
 }
 
 /** Changes limits and/or bumps the signing generation, and the version with them. */
@@ -189,13 +224,14 @@ export async function updateTenant(
   id: string,
   /** `notify`: undefined keeps it, null takes it away. */
   change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean; notify?: Notify | null },
+  /** Joins the update's batch (the audit entry, written only if the tenant changed). */
+  also: D1PreparedStatement[] = [],
 ): Promise<Tenant | null> {
   const l = change.limits ?? {};
   const has = (k: keyof TenantLimits) => (k in l ? 1 : 0);
-  const row = await guard("update tenant", () =>
-    db
-      .prepare(
-        `UPDATE tenants SET version = version + 1,
+  const update = db
+    .prepare(
+      `UPDATE tenants SET version = version + 1,
            max_jobs = CASE WHEN ? THEN ? ELSE max_jobs END,
            max_runs_in_flight = CASE WHEN ? THEN ? ELSE max_runs_in_flight END,
            requests_per_second = CASE WHEN ? THEN ? ELSE requests_per_second END,
@@ -203,23 +239,23 @@ export async function updateTenant(
            notify = CASE WHEN ? THEN ? ELSE notify END,
            signing_generation = signing_generation + ?
          WHERE id = ? RETURNING *`,
-      )
-      .bind(
-        has("maxJobs"),
-        l.maxJobs ?? null,
-        has("maxRunsInFlight"),
-        l.maxRunsInFlight ?? null,
-        has("requestsPerSecond"),
-        l.requestsPerSecond ?? null,
-        has("retentionDays"),
-        l.retentionDays ?? null,
-        change.notify === undefined ? 0 : 1,
-        change.notify ? JSON.stringify(change.notify) : null,
-        change.rotateSigning ? 1 : 0,
-        id,
-      )
-      .first<Row>(),
-  );
+    )
+    .bind(
+      has("maxJobs"),
+      l.maxJobs ?? null,
+      has("maxRunsInFlight"),
+      l.maxRunsInFlight ?? null,
+      has("requestsPerSecond"),
+      l.requestsPerSecond ?? null,
+      has("retentionDays"),
+      l.retentionDays ?? null,
+      change.notify === undefined ? 0 : 1,
+      change.notify ? JSON.stringify(change.notify) : null,
+      change.rotateSigning ? 1 : 0,
+      id,
+    );
+  const [result] = await guard("update tenant", () => db.batch<Row>([update, ...also]));
+  const row = result!.results[0];
   return row ? toTenant(row) : null;
 }
 

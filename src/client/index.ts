@@ -26,6 +26,18 @@ export type Preview = Schemas["Preview"];
 export type Backfill = Schemas["Backfill"];
 export type BatchCreateResult = Schemas["BatchCreateResult"];
 export type BatchCreateItem = Schemas["BatchCreateItem"];
+export type AuditEntry = Schemas["AuditEntry"];
+export type Me = Schemas["Me"];
+
+/** GET /v1/audit's filters; instants as ISO-8601. */
+export interface AuditQuery extends PageQuery {
+  action?: string;
+  actor?: string;
+  subject?: string;
+  since?: string;
+  until?: string;
+  tenantId?: string;
+}
 
 export interface ClientOptions {
   /** Where the API is, e.g. http://127.0.0.1:8787 (a path after the host is kept). */
@@ -119,10 +131,20 @@ export function createClient(options: ClientOptions) {
     preview: (request: PreviewRequest) => body(api.POST("/v1/schedules/preview", { body: request })),
   };
 
+  const audit = {
+    /** A page of the audit log, newest first. */
+    list: (query: AuditQuery = {}) => body(api.GET("/v1/audit", { params: { query } })),
+  };
+
+  /** What this credential may do: its tenant, scopes and job prefix. */
+  const me = () => body(api.GET("/v1/me"));
+
   return {
     jobs,
     runs,
     schedules,
+    audit,
+    me,
     /** The typed openapi-fetch client itself, for any route: answers are not unwrapped, errors not thrown. */
     api,
   };

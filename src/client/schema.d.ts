@@ -17,6 +17,8 @@ export interface paths {
         /**
          * Create up to 1,000 jobs in one request, each answered on its own
          * @description Each item is checked and created as POST /v1/jobs would create it, under the same quota: its result is the job (status 201) or the error POST /v1/jobs would have answered, its fields named from the request's root (`jobs[3].schedule.cron`). An item refused writes nothing; the others are created. The answer is 200 whatever the items' fates; a request that is not a list of 1 to 1,000 items is refused whole (400 naming `jobs`).
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         post: {
             parameters: {
@@ -63,6 +65,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `payload_too_large`: the body is larger than 4194304 bytes */
                 413: {
                     headers: {
@@ -81,7 +94,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -118,7 +134,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List jobs, newest first */
+        /**
+         * List jobs, newest first
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: {
@@ -166,7 +185,21 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -191,7 +224,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Create a job */
+        /**
+         * Create a job
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -239,9 +275,14 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `quota_exceeded`: the tenant already has its `maxJobs` live jobs */
+                /**
+                 * @description - `quota_exceeded`: the tenant already has its `maxJobs` live jobs
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -266,7 +307,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -303,7 +347,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a job */
+        /**
+         * Get a job
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: never;
@@ -346,6 +393,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -355,7 +413,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -381,7 +442,10 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        /** Delete a job: no run is dispatched after the answer; its runs stay readable */
+        /**
+         * Delete a job: no run is dispatched after the answer; its runs stay readable
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         delete: {
             parameters: {
                 query?: never;
@@ -432,6 +496,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -452,7 +527,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -484,6 +562,8 @@ export interface paths {
         /**
          * Change a job's definition atomically
          * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         patch: {
             parameters: {
@@ -529,6 +609,17 @@ export interface paths {
                 };
                 /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
                 401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
                     headers: {
                         /** @description The scheme to authenticate with: Bearer. */
                         "WWW-Authenticate"?: string;
@@ -585,7 +676,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -623,7 +717,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Pause a job: no run is dispatched after the answer */
+        /**
+         * Pause a job: no run is dispatched after the answer
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -672,6 +769,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -692,7 +800,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -734,7 +845,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Resume a paused job from now on */
+        /**
+         * Resume a paused job from now on
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -783,6 +897,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -803,7 +928,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -848,6 +976,8 @@ export interface paths {
         /**
          * Create the runs of every fire in a past (or any) range
          * @description Idempotent: a fire that already has a run (scheduled or backfilled) is not run again, because run ids are derived from (job, instant). At most 1000 fires per call.
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         post: {
             parameters: {
@@ -900,6 +1030,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -936,7 +1077,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -978,6 +1122,8 @@ export interface paths {
         /**
          * Run a job once now, besides its schedule
          * @description Send an Idempotency-Key header to make retries of this call yield the same run.
+         *
+         *     Needs a key with the `write` scope (or a broader one).
          */
         post: {
             parameters: {
@@ -1021,6 +1167,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1039,7 +1196,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1076,7 +1236,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a job's runs, newest first */
+        /**
+         * List a job's runs, newest first
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: {
@@ -1127,6 +1290,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1136,7 +1310,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1178,6 +1355,8 @@ export interface paths {
         /**
          * Why a fire ran or did not: the shard's decisions for the fire at or after an instant
          * @description The schedule's match (and the DST rule that applied), bounds, pause, misfire policy, overlap, jitter, flow control, and the run the fire became, or why there is none; computed by the functions the shard fires by.
+         *
+         *     Needs a key with the `read` scope (or a broader one).
          */
         get: {
             parameters: {
@@ -1222,6 +1401,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1231,7 +1421,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1273,6 +1466,8 @@ export interface paths {
         /**
          * Stream a job's archived runs (those retention moved out of its shard), oldest first
          * @description Newline-delimited JSON, one run per line with its attempts, for runs scheduled in [from, to] (at most 31 days). Runs still in the shard are at /jobs/{id}/runs.
+         *
+         *     Needs a key with the `read` scope (or a broader one).
          */
         get: {
             parameters: {
@@ -1317,6 +1512,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /**
                  * @description - `not_found`: no job with this id, or another tenant's
                  *     - `no_archive`: this deployment has no archive bucket (R2): expired history was deleted
@@ -1329,7 +1535,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1368,7 +1577,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a run with all its attempts */
+        /**
+         * Get a run with all its attempts
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1409,6 +1621,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no run with this id, or one of another tenant's job */
                 404: {
                     headers: {
@@ -1418,7 +1641,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1459,7 +1685,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Give a dead or failed run a fresh set of attempts */
+        /**
+         * Give a dead or failed run a fresh set of attempts
+         * @description Needs a key with the `write` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1500,6 +1729,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no run with this id, or one of another tenant's job */
                 404: {
                     headers: {
@@ -1518,7 +1758,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1560,6 +1803,8 @@ export interface paths {
         /**
          * Finish a long-running attempt (a target that answered 202)
          * @description Authenticated by the attempt's completion token; no API token needed. A stale attempt's completion answers 409 and changes nothing.
+         *
+         *     Authenticated by the attempt's completion token, not an API key.
          */
         post: {
             parameters: {
@@ -1653,6 +1898,8 @@ export interface paths {
         /**
          * Extend a long-running attempt's lease
          * @description Authenticated by the attempt's completion token. Without heartbeats, an accepted attempt times out after the job's timeoutMs.
+         *
+         *     Authenticated by the attempt's completion token, not an API key.
          */
         post: {
             parameters: {
@@ -1743,7 +1990,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Runs that ended without success: dead (retries exhausted) or failed (refused, or lost by the queue) */
+        /**
+         * Runs that ended without success: dead (retries exhausted) or failed (refused, or lost by the queue)
+         * @description Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1793,6 +2043,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no job with this id, or another tenant's */
                 404: {
                     headers: {
@@ -1802,7 +2063,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1841,7 +2105,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only) */
+        /**
+         * Scheduler health: fire lag, backlog, failure rate (a tenant key sees its own runs only)
+         * @description Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1882,7 +2149,21 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -1923,7 +2204,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** The next fire instants of a schedule, exactly as a job with it would fire */
+        /**
+         * The next fire instants of a schedule, exactly as a job with it would fire
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1969,6 +2253,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `payload_too_large`: the body is larger than 262144 bytes */
                 413: {
                     headers: {
@@ -1987,7 +2282,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2024,7 +2322,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List tenants (admin only) */
+        /**
+         * List tenants (admin only)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2072,16 +2373,24 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
+                /**
+                 * @description - `forbidden`: a tenant key asked for what only the admin token may do
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2106,7 +2415,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Create a tenant and its first API key (admin only) */
+        /**
+         * Create a tenant and its first API key (admin only)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2159,9 +2471,14 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
+                /**
+                 * @description - `forbidden`: a tenant key asked for what only the admin token may do
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -2186,7 +2503,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2223,7 +2543,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a tenant (the admin, or the tenant itself) */
+        /**
+         * Get a tenant (the admin, or the tenant itself)
+         * @description Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2264,6 +2587,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2273,7 +2607,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2302,7 +2639,10 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself) */
+        /**
+         * Change a tenant's limits (admin only) or its default notifications (the admin, or the tenant itself)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         patch: {
             parameters: {
                 query?: never;
@@ -2354,9 +2694,14 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `forbidden`: a tenant key asked for what only the admin token may do */
+                /**
+                 * @description - `forbidden`: a tenant key asked for what only the admin token may do
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
                         [name: string]: unknown;
                     };
                     content: {
@@ -2390,7 +2735,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2423,7 +2771,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a tenant's API keys, revoked ones included (never the keys themselves) */
+        /**
+         * List a tenant's API keys, revoked ones included (never the keys themselves)
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2466,6 +2817,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2475,7 +2837,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2500,7 +2865,12 @@ export interface paths {
             };
         };
         put?: never;
-        /** Add an API key (the admin, or the tenant itself) */
+        /**
+         * Add an API key (the admin token, or a key of the tenant with the admin scope)
+         * @description The key may do only what `scopes` (default: read) and `jobPrefix` allow, and never more than the key that makes it.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2510,7 +2880,16 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            requestBody?: never;
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description What the key may do; default `["read"]`, the narrowest. No more than the caller's own. */
+                        scopes?: ("read" | "write" | "admin")[];
+                        /** @description Limit the key to jobs whose name starts with this (and to routes about single jobs). */
+                        jobPrefix?: string | null;
+                    };
+                };
+            };
             responses: {
                 /** @description the key; shown this once */
                 201: {
@@ -2521,7 +2900,11 @@ export interface paths {
                         "application/json": components["schemas"]["NewApiKey"];
                     };
                 };
-                /** @description `invalid_request`: a parameter or the body failed validation: `issues` names each field and why */
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -2541,6 +2924,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2550,7 +2944,28 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2592,7 +3007,9 @@ export interface paths {
         post?: never;
         /**
          * Revoke an API key: it stops working at once
-         * @description A tenant may not revoke its own last live key (it would lock itself out); the admin may.
+         * @description A tenant's key may not revoke the tenant's last live key (it would lock it out); the admin token may.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         delete: {
             parameters: {
@@ -2639,6 +3056,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /**
                  * @description - `not_found`: no tenant with this id, or (for a tenant key) another tenant
                  *     - `not_found`: the tenant has no key with this id
@@ -2660,7 +3088,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2696,7 +3127,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The secrets targets verify Edgecron-Signature with */
+        /**
+         * The secrets targets verify Edgecron-Signature with
+         * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2738,6 +3172,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2747,7 +3192,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2791,6 +3239,8 @@ export interface paths {
         /**
          * Rotate: next becomes current, a new next appears, the old current stops being used
          * @description Give targets the new `next` before the following rotation. Requests in flight keep verifying: each is signed with current and next.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         post: {
             parameters: {
@@ -2833,6 +3283,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2842,7 +3303,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2882,6 +3346,8 @@ export interface paths {
         /**
          * The tenant's circuit breakers that are open, half-open or counting failures
          * @description One per target origin: after 5 failures in a row (5xx, 429, 408, timeouts, connection errors) within 10 minutes it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes; its success closes the breaker. A job opts out with `breaker: false`.
+         *
+         *     Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         get: {
             parameters: {
@@ -2924,6 +3390,17 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
                 404: {
                     headers: {
@@ -2933,7 +3410,214 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit log: who changed what, when and from where, newest first
+         * @description Every change made through the API is recorded in the same D1 transaction as the change (a trigger, backfill or retry, which the job's shard makes, right after it). A key reads its own tenant's entries; the admin token every tenant's.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    limit?: number;
+                    cursor?: string;
+                    /** @description One action (`job.patch`) or every action of a kind (`job`). */
+                    action?: string;
+                    /** @description A key id, or `admin`. */
+                    actor?: string;
+                    /** @description A job, run, key or tenant id. */
+                    subject?: string;
+                    /** @description Entries at or after this instant. */
+                    since?: string;
+                    /** @description Entries at or before this instant. */
+                    until?: string;
+                    /** @description Admin token only: one tenant's entries (default: every tenant's). */
+                    tenantId?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of entries */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["AuditEntry"][];
+                            nextCursor: string | null;
+                        };
+                    };
+                };
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `invalid_request`: `cursor` is not one this API returned
+                 */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What this credential may do: its tenant, scopes and job prefix
+         * @description Needs a key with the `read` scope (or a broader one).
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the credential's grant */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Me"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -2975,6 +3659,8 @@ export interface paths {
         /**
          * Scheduler health in Prometheus's text format (a tenant key sees its own runs only)
          * @description The figures of GET /v1/metrics as Prometheus series named edgecron_*: gauges of the last `window`, and the tenant's breaker transitions as a counter. The admin token also gets the shards' counters and cumulative histograms since each shard was created (runs finished, attempts, fire and alarm lag, dispatches, retries, dead letters, shard starts: for rate()), the outbox, the window's calls, cost, shard starts and alarm lag, and the sweep's progress and last invocation. docs/metrics.md lists them.
+         *
+         *     Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         get: {
             parameters: {
@@ -3016,7 +3702,21 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited) */
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
                 429: {
                     headers: {
                         /** @description Seconds to wait before retrying. */
@@ -3692,6 +4392,10 @@ export interface components {
             id: string;
             /** @description The key's first characters, to recognise it. */
             prefix: string;
+            /** @description read, write, admin: each includes the ones before it (docs/security.md). */
+            scopes: ("read" | "write" | "admin")[];
+            /** @description Only jobs whose name starts with this; null: every job of the tenant. */
+            jobPrefix: string | null;
             createdAt: string;
             revokedAt: string | null;
         };
@@ -3724,6 +4428,36 @@ export interface components {
             cooldownMs: number;
             /** @description Runs held (waiting, their attempts unspent) since it last opened. */
             heldRuns: number;
+        };
+        AuditEntry: {
+            /** @example aud_0mihx2k3f8a1b2c3d4e5 */
+            id: string;
+            tenantId: string;
+            at: string;
+            /** @description The key's id (never the key), or `admin` / `admin:next` for the admin token. */
+            actor: string;
+            /** @example job.patch */
+            action: string;
+            /** @description The id of what changed: a job, a run, a key, a tenant. */
+            subject: string;
+            /** @description The client's address, when known. */
+            client: string | null;
+            /** @description What it was and became; secrets redacted. */
+            change: {
+                before?: unknown;
+                after?: unknown;
+            };
+        };
+        Me: {
+            /** @description The admin token: every tenant, every scope. */
+            admin: boolean;
+            /** @description The key's tenant (the admin token's own: `default`). */
+            tenantId: string;
+            /** @description The key's id; null for the admin token. */
+            keyId: string | null;
+            scopes: ("read" | "write" | "admin")[];
+            /** @description Only jobs whose name starts with this; null: every job of the tenant. */
+            jobPrefix: string | null;
         };
     };
     responses: never;

@@ -157,3 +157,18 @@ export const newKeyId = () => `key_${randomChars(20)}`;
 export const newApiKey = () => `ek_${randomChars(36)}`;
 /** The form of every API key issued; a token of any other form is refused without a lookup. */
 export const API_KEY = /^ek_[0-9a-z]{36}$/;
+
+/**
+ * Audit entries: aud_<instant, base 36 over 9 digits><sequence, 4><6 random chars>, so that ids
+ * sort by time. The runtime's clock stands still between I/O, so several entries of one isolate
+ * share an instant: the sequence keeps them in the order they were made.
+ */
+export const AUDIT_ID = /^aud_[0-9a-z]{19}$/;
+let lastAudit = { ms: -1, seq: 0 };
+export function newAuditId(nowMs: number): string {
+  lastAudit = nowMs === lastAudit.ms ? { ms: nowMs, seq: lastAudit.seq + 1 } : { ms: nowMs, seq: 0 };
+  const seq = Math.min(lastAudit.seq, 36 ** 4 - 1)
+    .toString(36)
+    .padStart(4, "0");
+  return `aud_${nowMs.toString(36).padStart(9, "0")}${seq}${randomChars(6)}`;
+}

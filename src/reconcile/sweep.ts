@@ -1,4 +1,5 @@
 import { readSweepState, type SweepRepairKind, writeSweepState } from "../catalog/sweep-state";
+import { retireAudit } from "./audit-retention";
 import { Meter, SWEEP_BUDGET, type SweepBudget } from "./budget";
 import { deliverChanges } from "./changes";
 import { continuePass } from "./pass";
@@ -13,6 +14,8 @@ export interface SweepReport {
   /** Tombstones of deleted jobs removed from the catalog once their shard held nothing more of them. */
   tombstonesPurged: number;
   targetsSealed: number;
+  /** Audit entries past their retention, archived and removed from D1. */
+  auditRetired: number;
   /** Rows of the change feed compared in this invocation. */
   changesCompared: number;
   changesCaughtUp: boolean;
@@ -40,7 +43,8 @@ const STATE_WRITE = 1;
  * - the consistency pass, resumed from where the last invocation stopped: every shard's
  *   tenants' settings re-applied (a rotation or limit change it missed) and its alarm
  *   re-asserted (alarms can be lost or late), then every job compared with its shard, by id;
- * - until none is left, the sealing of targets stored in clear before sealing.
+ * - until none is left, the sealing of targets stored in clear before sealing;
+ * - the audit log's retention: entries past it archived and removed (audit-retention.ts).
  * Its place is kept in D1 (sweep_state), read once and written once per invocation.
  */
 export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promise<SweepReport> {
@@ -49,6 +53,8 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
   const now = Date.now();
   const state = await readSweepState(db);
   const targetsSealed = await sealOldTargets(env, db, meter, state, STATE_WRITE);
+  // A small share: in the steady state it spends one query.
+  const auditRetired = await retireAudit(env, db, meter, state, Math.floor((meter.d1Left - STATE_WRITE) / 5), now);
   // The feed may take half of what is left, so the pass always moves on.
   const changes = await deliverChanges(
     env,
@@ -74,6 +80,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     shardsThatRanDueWork: pass.shardsThatRanDueWork,
     tombstonesPurged: pass.purged,
     targetsSealed,
+    auditRetired,
     changesCompared: changes.compared,
     changesCaughtUp: changes.caughtUp,
     passCompleted: pass.completed,

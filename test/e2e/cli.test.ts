@@ -126,6 +126,27 @@ describe("edgecron, the CLI, against a local stack", () => {
     expect((await expectExit(["jobs", "list", "--json"], 0)).json.map((j: any) => j.id)).not.toContain(job.id);
   });
 
+  it("shows the audit log: the changes above, filtered, as a table and as JSON; a read-only key is refused", async () => {
+    const created = await expectExit(
+      ["jobs", "create", "--json", "--name", "cli-audit", "--every", "1h", "--target", `${receiver!.url}/hit/audit`],
+      0,
+    );
+    const id = created.json.id as string;
+    await expectExit(["jobs", "pause", id, "--json"], 0);
+    const entries = (await expectExit(["audit", "--json", "--subject", id], 0)).json;
+    expect(entries.map((e: any) => e.action)).toEqual(["job.pause", "job.create"]);
+    expect(entries[0]).toMatchObject({ actor: "admin", subject: id, change: { before: { paused: false }, after: { paused: true } } });
+    expect((await expectExit(["audit", "--json", "--action", "job.create", "--limit", "1"], 0)).json).toHaveLength(1);
+    const table = await expectExit(["audit", "--subject", id], 0);
+    expect(table.stdout).toContain("AT (America/New_York)");
+    expect(table.stdout).toMatch(/job\.pause/);
+    await expectExit(["audit", "--since", "yesterday"], 1);
+    const tenant = await stack!.api("POST", "/v1/tenants", { name: "cli-audit" });
+    const reader = await stack!.api("POST", `/v1/tenants/${tenant.json.id}/keys`, { scopes: ["read"] });
+    const refused = await expectExit(["audit"], 1, { EDGECRON_TOKEN: reader.json.apiKey });
+    expect(refused.stderr).toMatch(/403 insufficient_scope.*"admin"/);
+  });
+
   it("exits 3 for an unknown job, 2 for a bad command line, 1 for a definition the API refuses", async () => {
     const missing = await expectExit(["jobs", "get", "job_0000000000000000000"], 3);
     expect(missing.stderr).toMatch(/404 not_found/);

@@ -241,7 +241,8 @@ describe("GET /metrics (Prometheus)", () => {
       paths: Record<string, { get?: { security?: unknown; responses: Record<string, { content?: Record<string, unknown> }> } }>;
     };
     const get = doc.paths["/metrics"]?.get;
-    expect(get?.security).toEqual([{ bearer: [] }]);
+    // Behind a key with the read scope (src/api/route-scopes.ts).
+    expect(get?.security).toEqual([{ bearer: ["read"] }]);
     expect(Object.keys(get?.responses["200"]?.content ?? {})).toEqual(["text/plain; version=0.0.4; charset=utf-8"]);
   });
 });

@@ -75,7 +75,7 @@ async function rowsPerCall(calls: Record<string, number>, run: () => Promise<voi
 const oneOff = () => ({ schedule: { at: new Date(Date.now() + 3_600_000).toISOString() }, target: { url: receiverPath("rows-d1") } });
 
 describe("D1 rows written per job created and changed (docs/cost.md)", () => {
-  it("a job created: its row and its entry in jobs_by_tenant, nothing for the sweep", async () => {
+  it("a job created: its row, its entry in jobs_by_tenant and its audit entry, nothing for the sweep", async () => {
     const rows = await rowsPerCall({ "POST /v1/jobs": 5 }, async () => {
       // As in a deployment whose default tenant has jobs on every shard: the registry of shards
       // holds its pairs (only meanwhile: the metrics would otherwise ask all 4,096 shards).
@@ -90,7 +90,7 @@ describe("D1 rows written per job created and changed (docs/cost.md)", () => {
         "DELETE FROM shard_tenants WHERE tenant_id = 'default' AND shard NOT IN (SELECT shard FROM jobs WHERE tenant_id = 'default')",
       ).run();
     });
-    expect(rows).toEqual({ "POST /v1/jobs": 2 });
+    expect(rows).toEqual({ "POST /v1/jobs": 3 });
   });
 
   it("a tenant's first job on a shard also registers the shard for the tenant: 2 rows more, once", async () => {
@@ -99,17 +99,17 @@ describe("D1 rows written per job created and changed (docs/cost.md)", () => {
     const rows = await rowsPerCall({ "POST /v1/jobs": 5 }, async () => {
       for (let i = 0; i < 5; i++) shards.add((await createJob(oneOff(), tenant.api)).shard);
     });
-    expect(rows["POST /v1/jobs"]! * 5).toBe(5 * 2 + shards.size * 2);
+    expect(rows["POST /v1/jobs"]! * 5).toBe(5 * 3 + shards.size * 2);
   });
 
-  it("a change: PATCH, pause, resume and delete each write the row and its entry in jobs_changed", async () => {
+  it("a change: PATCH, pause, resume and delete each write the row, its entry in jobs_changed and the audit entry", async () => {
     const jobs: Job[] = [];
     for (let i = 0; i < 3; i++) jobs.push(await createJob({ schedule: FAR_CRON, target: { url: receiverPath("rows-d1") } }));
     const rows = await rowsPerCall(
       { "PATCH /v1/jobs/:id": 6, "POST /v1/jobs/:id/pause": 3, "POST /v1/jobs/:id/resume": 3, "DELETE /v1/jobs/:id": 3 },
       async () => {
         const call = async (path: string, init: Parameters<typeof api>[1]) => expect((await api(path, init)).status).toBe(200);
-        // The first change puts the job in jobs_changed, the second moves it there: both 2 rows.
+        // The first change puts the job in jobs_changed, the second moves it there: both 2 rows, and the audit entry.
         for (const j of jobs) await call(`/v1/jobs/${j.id}`, { method: "PATCH", json: { name: "first" } });
         for (const j of jobs) await call(`/v1/jobs/${j.id}`, { method: "PATCH", json: { name: "second" } });
         for (const j of jobs) await call(`/v1/jobs/${j.id}/pause`, { method: "POST" });
@@ -118,10 +118,10 @@ describe("D1 rows written per job created and changed (docs/cost.md)", () => {
       },
     );
     expect(rows).toEqual({
-      "PATCH /v1/jobs/:id": 2,
-      "POST /v1/jobs/:id/pause": 2,
-      "POST /v1/jobs/:id/resume": 2,
-      "DELETE /v1/jobs/:id": 2,
+      "PATCH /v1/jobs/:id": 3,
+      "POST /v1/jobs/:id/pause": 3,
+      "POST /v1/jobs/:id/resume": 3,
+      "DELETE /v1/jobs/:id": 3,
     });
   });
 });

@@ -132,7 +132,11 @@ describe("tenants and API keys", () => {
 
   it("rotation without downtime: add a key, list keys without key material, revoke the old one", async () => {
     const t = await createTenant();
-    const added = await jsonOf<KeyView & { apiKey: string }>(await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST" }), 201);
+    // The successor does all the first key did (a new key is read-only unless asked).
+    const added = await jsonOf<KeyView & { apiKey: string }>(
+      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      201,
+    );
     expect(added).toMatchObject({
       id: expect.stringMatching(/^key_[0-9a-z]{20}$/),
       apiKey: expect.stringMatching(/^ek_/),
@@ -148,7 +152,7 @@ describe("tenants and API keys", () => {
     const keys = (await jsonOf<{ items: KeyView[] }>(listRes)).items;
     expect(keys.map((k) => k.id).sort()).toEqual([t.keyId, added.id].sort());
     for (const k of keys) {
-      expect(Object.keys(k).sort()).toEqual(["createdAt", "id", "prefix", "revokedAt"]);
+      expect(Object.keys(k).sort()).toEqual(["createdAt", "id", "jobPrefix", "prefix", "revokedAt", "scopes"]);
       expect(k.revokedAt).toBeNull();
     }
     expect(listText).not.toContain(t.apiKey);
@@ -172,7 +176,10 @@ describe("tenants and API keys", () => {
 
   it("two concurrent revokes of a tenant's last two keys: exactly one succeeds, one key stays live", async () => {
     const t = await createTenant();
-    const added = await jsonOf<{ id: string; apiKey: string }>(await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST" }), 201);
+    const added = await jsonOf<{ id: string; apiKey: string }>(
+      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      201,
+    );
     const second = asKey(added.apiKey);
     const answers = await Promise.all([
       t.api(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }),
@@ -221,7 +228,10 @@ describe("errors", () => {
 
   it("a revoked key → 401", async () => {
     const t = await createTenant();
-    const added = await jsonOf<{ id: string; apiKey: string }>(await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST" }), 201);
+    const added = await jsonOf<{ id: string; apiKey: string }>(
+      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      201,
+    );
     expect((await api(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" })).status).toBe(200);
     await expectError(await asKey(added.apiKey)("/v1/jobs"), 401, "unauthorized");
     await expectError(await asKey(added.apiKey)(`/v1/tenants/${t.id}`), 401, "unauthorized");

@@ -117,6 +117,7 @@ describe("schedulerSeries", () => {
     created: "",
     pass: { shard: "shard-1", after: "", startedAt: 1_700_000_000_000, completed: 12 },
     targetsSealed: true,
+    auditAfter: "",
     last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 } },
   };
   const cost = {
@@ -124,7 +125,8 @@ describe("schedulerSeries", () => {
     shardOperations: { alarm: { calls: 7 } },
     workerOperations: { sweep: { calls: 3 } },
   } as unknown as AdminFigures["cost"];
-  const families = (admin: boolean) => parse(renderExposition(schedulerSeries(snapshot, admin ? { cost, sweep } : null)));
+  const signInRefusals = { invalid: 12, throttled: 980 };
+  const families = (admin: boolean) => parse(renderExposition(schedulerSeries(snapshot, admin ? { cost, sweep, signInRefusals } : null)));
   const sampleOf = (fs: ReturnType<typeof families>, name: string, labels?: Record<string, string>) =>
     fs.find((f) => f.name === name)?.metrics.find((m) => JSON.stringify(m.labels ?? {}) === JSON.stringify(labels ?? {}))?.value;
 
@@ -172,6 +174,7 @@ describe("schedulerSeries", () => {
       "edgecron_sweep_last_started_timestamp_seconds",
       "edgecron_sweep_duration_seconds",
       "edgecron_sweep_repairs",
+      "edgecron_sign_in_refusals_total",
     ];
     const tenantNames = families(false).map((f) => f.name);
     for (const name of adminOnly) expect(tenantNames).not.toContain(name);
@@ -190,6 +193,8 @@ describe("schedulerSeries", () => {
     expect(alarm.metrics[0]).toMatchObject({ count: "3", sum: String((4 + 80 + 400_000) / 1000) });
     expect(alarm.metrics[0]!.buckets).toMatchObject({ "0.01": "1", "0.05": "1", "0.1": "2", "300": "2", "+Inf": "3" });
     expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
+    expect(sampleOf(fs, "edgecron_sign_in_refusals_total", { reason: "invalid" })).toBe("12");
+    expect(sampleOf(fs, "edgecron_sign_in_refusals_total", { reason: "throttled" })).toBe("980");
     expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");
     expect(sampleOf(fs, "edgecron_sweep_pass_started_timestamp_seconds")).toBe("1700000000");
     expect(sampleOf(fs, "edgecron_sweep_last_started_timestamp_seconds")).toBe("1700000060");
@@ -246,7 +251,9 @@ describe("schedulerSeries", () => {
   });
 
   it("before an invocation recorded them: no last-invocation series rather than made-up zeros", () => {
-    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: { ...sweep, last: null } }))).map((f) => f.name);
+    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: { ...sweep, last: null }, signInRefusals }))).map(
+      (f) => f.name,
+    );
     expect(names).toContain("edgecron_sweep_passes_completed_total");
     for (const name of ["edgecron_sweep_last_started_timestamp_seconds", "edgecron_sweep_duration_seconds", "edgecron_sweep_repairs"]) {
       expect(names).not.toContain(name);
@@ -255,7 +262,7 @@ describe("schedulerSeries", () => {
 
   it("no pass under way: no start time rather than a made-up one", () => {
     const idle = { ...sweep, pass: { ...sweep.pass, startedAt: null } };
-    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: idle }))).map((f) => f.name);
+    const names = parse(renderExposition(schedulerSeries(snapshot, { cost, sweep: idle, signInRefusals }))).map((f) => f.name);
     expect(names).toContain("edgecron_sweep_passes_completed_total");
     expect(names).not.toContain("edgecron_sweep_pass_started_timestamp_seconds");
   });
