@@ -2,6 +2,7 @@ import type { Command } from "commander";
 import { createClient, type EdgecronClient } from "edgecron/client";
 import { defaultConfigPath, readConfigFile, resolveConfig } from "./config.ts";
 import { consoleOutput, type Output } from "./output.ts";
+import { retryingFetch } from "./retrying-fetch.ts";
 
 /** The program-wide options every command sees. */
 export interface GlobalOptions {
@@ -22,5 +23,8 @@ export function contextOf(command: Command): Context {
   const options = command.optsWithGlobals<GlobalOptions>();
   const path = options.config ?? defaultConfigPath(process.env);
   const config = resolveConfig(options, process.env, readConfigFile(path, options.config !== undefined), path);
-  return { client: createClient({ baseUrl: config.url, token: config.token }), out: consoleOutput(options.json === true) };
+  return {
+    client: createClient({ baseUrl: config.url, token: config.token, fetch: retryingFetch() }),
+    out: consoleOutput(options.json === true),
+  };
 }
