@@ -41,6 +41,16 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
   return { job, runtime: runtimes.get(job.id) };
 }
 
+/**
+ * How the /v2 (QStash) surface creates its messages and schedules through the same path:
+ * `decorate` adds to each accepted job (its target's QStash delivery settings) before it is
+ * written; `allOrNothing` creates nothing when any item is refused by its checks.
+ */
+export interface CreateOptions {
+  decorate?: (job: CatalogJob, index: number) => void;
+  allOrNothing?: boolean;
+}
+
 /** Each item of a batch: created, or why not (a 4xx naming the item, and its field if it was one). */
 export type BatchOutcome = { index: number; state: JobState } | { index: number; error: ApiError };
 
@@ -55,7 +65,12 @@ interface Accepted {
  * first ones first. D1 unreachable fails the whole call (503) with nothing written: the inserts
  * are one batch, a transaction.
  */
-export async function createJobs(env: Env, caller: Caller, items: readonly unknown[]): Promise<BatchOutcome[]> {
+export async function createJobs(
+  env: Env,
+  caller: Caller,
+  items: readonly unknown[],
+  options: CreateOptions = {},
+): Promise<BatchOutcome[]> {
   const now = Date.now();
   const tenantId = tenantIdOf(caller);
   const outcomes: BatchOutcome[] = [];
@@ -66,6 +81,9 @@ export async function createJobs(env: Env, caller: Caller, items: readonly unkno
     else outcomes[c.index] = c;
   }
   if (accepted.length === 0) return outcomes;
+  // All or nothing: one item refused creates none of them.
+  if (options.allOrNothing && accepted.length < items.length) return outcomes;
+  for (const { index, job } of accepted) options.decorate?.(job, index);
 
   // The tenant, and its room under the quota: what finds none is refused without a write.
   let tenant = caller.admin ? null : caller.tenant;
