@@ -1,4 +1,6 @@
 import { config } from "../config";
+import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
+import { UPSTASH_SIGNATURE, upstashSignature } from "../qstash/signature";
 import { signCompletionToken } from "../security/completion-tokens";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
@@ -77,7 +79,9 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext, connect
     };
   }
 
-  return connections.hold(() => send(claim, ctx, request));
+  const outcome = await connections.hold(() => send(claim, ctx, request));
+  const meta = claim.target.qstash;
+  return meta ? qstashOutcome(outcome, meta, claim.attempt, request.nonRetryable) : outcome;
 }
 
 async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedRequest): Promise<Outcome> {
@@ -93,7 +97,7 @@ async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedReques
     for (let hop = 0; ; hop++) {
       const refusal = targetRefusal(url, ctx.policy);
       if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${url} refused: ${refusal}`);
-      await request.sign(body);
+      await request.sign(body, url);
       const response = await fetch(url, { method, headers, body, signal, redirect: "manual" });
       const location = response.headers.get("location");
       if (REDIRECTS.has(response.status) && location !== null) {
@@ -114,6 +118,7 @@ async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedReques
         url = next.href;
         continue;
       }
+      request.nonRetryable = response.headers.get("upstash-nonretryable-error")?.trim().toLowerCase() === "true";
       return await describe(base, response, claim.step !== undefined);
     }
   } catch (err) {
@@ -142,11 +147,17 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
   }
   const completionToken = await signCompletionToken(ctx.signingSecret, claim.completionToken);
   for (const [name, value] of Object.entries(edgecronHeaders(claim, completionToken, ctx.publicUrl))) headers.set(name, value);
+  const meta = claim.target.qstash;
+  if (meta) for (const [name, value] of Object.entries(upstashHeaders(meta, claim))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, claim.tenantId, claim.signingGeneration);
   /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
-  const sign = async (sent: string | undefined) =>
-    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, sent ?? "", Date.now()));
-  return { headers, body, sign };
+  const sign = async (sent: string | undefined, url: string) => {
+    const now = Date.now();
+    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], claim.runId, sent ?? "", now));
+    // QStash's JWT, signed with the current key as QStash signs; its Receiver tries the next key too.
+    if (meta) headers.set(UPSTASH_SIGNATURE, await upstashSignature(current, url, sent, now));
+  };
+  return { headers, body, sign, nonRetryable: false };
 }
 
 async function describe(base: { runId: string; fence: number }, response: Response, keepResult: boolean): Promise<Outcome> {
