@@ -1,5 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { authenticate, limitBody, requireJsonBody } from "./auth";
+import { authenticate, limitBody, limitQstashBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
 import type { AppEnv } from "./context";
 import { docs } from "./docs";
@@ -10,6 +10,7 @@ import { keys } from "./keys";
 import { metrics } from "./metrics";
 import { nameOperation } from "./operation";
 import { prometheus } from "./prometheus";
+import { qstash } from "./qstash/app";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
 import { signing } from "./signing-keys";
@@ -37,6 +38,9 @@ app.route("/v1", tenants);
 app.route("/v1", keys);
 app.route("/v1", signing);
 app.route("/v1", breakers);
+// QStash's API (docs/qstash.md): any body type, as QStash takes it.
+app.use("/v2/*", authenticate, limitQstashBody);
+app.route("/v2", qstash);
 // Outside /v1, where scrapers look for it, behind the same credentials (no body to check on a GET).
 app.use("/metrics", authenticate);
 app.route("/", prometheus);

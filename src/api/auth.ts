@@ -1,4 +1,4 @@
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
 import { API_KEY } from "../model/ids";
@@ -34,9 +34,8 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   // A long-running target completes its attempt with the completion token it was given; it
   // holds no API key. Those two routes check that token themselves.
   if (c.req.method === "POST" && TOKEN_CALLBACK.test(c.req.path)) return next();
-  const match = /^Bearer\s+(\S{1,200})\s*$/i.exec(c.req.header("Authorization") ?? "");
-  if (!match) throw unauthorized();
-  const presented = match[1]!;
+  const presented = presentedToken(c);
+  if (presented === null) throw unauthorized();
   const admin = c.env.API_TOKEN;
   if (admin && (await sameSecret(presented, admin))) {
     c.set("caller", { admin: true });
@@ -50,13 +49,31 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   if (rps !== null) {
     const { ok, retryAfterMs } = await gateStub(c.env, tenant.id).takeRequest(rps);
     if (!ok) {
+      const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
       throw new ApiError(429, "rate_limited", `this tenant may make ${rps} requests per second; retry after the Retry-After seconds`, {
-        "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+        "Retry-After": String(seconds),
+        // What the QStash SDK reads into its QstashRatelimitError (the /v2 surface, docs/qstash.md).
+        "Burst-RateLimit-Limit": String(rps),
+        "Burst-RateLimit-Remaining": "0",
+        "Burst-RateLimit-Reset": String(Math.ceil((Date.now() + retryAfterMs) / 1000)),
       });
     }
   }
   return next();
 };
+
+/**
+ * The credential presented: `Authorization: Bearer <token>`, or, on the /v2 (QStash) surface
+ * only, the `qstash_token` query parameter QStash also takes. Null when there is none of a
+ * plausible form.
+ */
+function presentedToken(c: Context<AppEnv>): string | null {
+  const match = /^Bearer\s+(\S{1,200})\s*$/i.exec(c.req.header("Authorization") ?? "");
+  if (match) return match[1]!;
+  if (!c.req.path.startsWith("/v2/")) return null;
+  const query = c.req.query("qstash_token");
+  return query !== undefined && /^\S{1,200}$/.test(query) ? query : null;
+}
 
 async function sameSecret(a: string, b: string): Promise<boolean> {
   const [da, db] = await Promise.all([a, b].map((s) => crypto.subtle.digest("SHA-256", encoder.encode(s))));
@@ -71,6 +88,11 @@ const limitTo = (maxSize: number) =>
     },
   });
 const limits = { one: limitTo(MAX_BODY_BYTES), batch: limitTo(MAX_BATCH_BODY_BYTES) };
+
+/** A QStash message's body: QStash's own limit for a message, 1 MiB. */
+export const MAX_MESSAGE_BYTES = 1024 * 1024;
+/** The /v2 surface's bodies: a message (or a batch of them) of any content type. */
+export const limitQstashBody = limitTo(MAX_MESSAGE_BYTES);
 
 /** Bodies larger than MAX_BODY_BYTES (a batch's: MAX_BATCH_BODY_BYTES) are refused before they are read whole (413). */
 export const limitBody: MiddlewareHandler<AppEnv> = (c, next) => (c.req.path === BATCH_PATH ? limits.batch : limits.one)(c, next);
