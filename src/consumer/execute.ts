@@ -1,4 +1,5 @@
 import { config } from "../config";
+import type { DeliveredAnswer } from "../qstash/callback-body";
 import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
 import { UPSTASH_SIGNATURE, upstashSignature } from "../qstash/signature";
 import { signCompletionToken } from "../security/completion-tokens";
@@ -9,6 +10,7 @@ import type { ClaimResult, Outcome } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
 import type { ConnectionSlots } from "./connections";
+import { type SentRequest, sendQstashCallback } from "./qstash-callbacks";
 
 type Claimed = Extract<ClaimResult, { result: "claimed" }>;
 
@@ -17,6 +19,8 @@ const MAX_ERROR_CHARS = 500;
 /** Redirects followed by hand, each checked by the SSRF guard (fetch would follow them unchecked). */
 const MAX_REDIRECTS = 5;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+/** Most of a QStash destination's answer its callback is sent (QStash's own callbacks carry the body whole). */
+const MAX_CALLBACK_BODY_BYTES = 256 * 1024;
 const CROSS_ORIGIN_DROPPED = ["X-Edgecron-Completion-Token", "X-Edgecron-Complete-Url"];
 
 /** What executing needs from the Worker's environment, read once per batch. */
@@ -25,6 +29,8 @@ export interface ExecuteContext {
   encryptionKeys: string;
   signingSecret: string;
   policy: TargetPolicy;
+  /** A QStash message's callbacks, published after its attempt (src/consumer/qstash-callbacks.ts). */
+  qstashCallback?: (claim: Claimed, outcome: Outcome, sent: SentRequest, answer: DeliveredAnswer) => Promise<void>;
 }
 
 export function executeContext(env: Env): ExecuteContext {
@@ -34,6 +40,7 @@ export function executeContext(env: Env): ExecuteContext {
     encryptionKeys: env.ENCRYPTION_KEYS,
     signingSecret: env.SIGNING_SECRET,
     policy: { allowPrivate: allowPrivateTargets },
+    qstashCallback: (claim, outcome, sent, answer) => sendQstashCallback(env, claim, outcome, sent, answer),
   };
 }
 
@@ -81,7 +88,14 @@ export async function executeTarget(claim: Claimed, ctx: ExecuteContext, connect
 
   const outcome = await connections.hold(() => send(claim, ctx, request));
   const meta = claim.target.qstash;
-  return meta ? qstashOutcome(outcome, meta, claim.attempt, request.nonRetryable) : outcome;
+  if (!meta) return outcome;
+  const decided = qstashOutcome(outcome, meta, claim.attempt, request.nonRetryable);
+  if ((meta.callback || meta.failureCallback) && ctx.qstashCallback) {
+    const answer = request.answer ?? { status: 0, headers: {}, body: outcome.error ?? "" };
+    const sent = { url: claim.target.url, method: claim.target.method, headers: request.targetHeaders, body: request.body ?? "" };
+    await ctx.qstashCallback(claim, decided, sent, answer);
+  }
+  return decided;
 }
 
 async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedRequest): Promise<Outcome> {
@@ -119,6 +133,14 @@ async function send(claim: Claimed, ctx: ExecuteContext, request: PreparedReques
         continue;
       }
       request.nonRetryable = response.headers.get("upstash-nonretryable-error")?.trim().toLowerCase() === "true";
+      const meta = claim.target.qstash;
+      if (meta && (meta.callback || meta.failureCallback)) {
+        // The answer, for the callback: read from a copy while the outcome is described from the original.
+        const copy = response.clone();
+        const [outcome, text] = await Promise.all([describe(base, response, false), readAtMost(copy, MAX_CALLBACK_BODY_BYTES)]);
+        request.answer = { status: response.status, headers: Object.fromEntries(response.headers), body: text ?? "" };
+        return outcome;
+      }
       return await describe(base, response, claim.step !== undefined);
     }
   } catch (err) {
@@ -157,7 +179,14 @@ async function buildRequest(claim: Claimed, ctx: ExecuteContext) {
     // QStash's JWT, signed with the current key as QStash signs; its Receiver tries the next key too.
     if (meta) headers.set(UPSTASH_SIGNATURE, await upstashSignature(current, url, sent, now));
   };
-  return { headers, body, sign, nonRetryable: false };
+  return {
+    headers,
+    body,
+    sign,
+    nonRetryable: false,
+    targetHeaders: { ...secrets.headers },
+    answer: undefined as DeliveredAnswer | undefined,
+  };
 }
 
 async function describe(base: { runId: string; fence: number }, response: Response, keepResult: boolean): Promise<Outcome> {

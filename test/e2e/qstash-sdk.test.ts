@@ -340,6 +340,40 @@ describe("the @upstash/qstash SDK against /v2", () => {
     expect((await qstashError(client.urlGroups.get("team"))).status).toBe(404);
   });
 
+  it("calls the callback with the destination's answer, and the failure callback once the message is dead: both signed messages", async () => {
+    const ok = await client.publishJSON({
+      url: `${target!.base}/ok/called`,
+      body: { cb: 1 },
+      callback: `${target!.base}/ok/callback`,
+      failureCallback: `${target!.base}/ok/never`,
+    });
+    const cb = await until("the callback", 20_000, () => deliveriesOf("callback")[0]);
+    expect(cb.verified).toBe(true);
+    const payload = JSON.parse(cb.body);
+    expect(payload).toMatchObject({
+      status: 200,
+      retried: 0,
+      sourceMessageId: ok.messageId,
+      url: `${target!.base}/ok/called`,
+      method: "POST",
+    });
+    expect(Buffer.from(payload.body, "base64").toString()).toBe("ok");
+    expect(JSON.parse(Buffer.from(payload.sourceBody, "base64").toString())).toEqual({ cb: 1 });
+    expect(cb.headers["upstash-message-id"]).not.toBe(ok.messageId);
+
+    const failed = await client.publishJSON({
+      url: `${target!.base}/stop/doomed`,
+      body: {},
+      failureCallback: `${target!.base}/ok/failure`,
+    });
+    const fcb = await until("the failure callback", 20_000, () => deliveriesOf("failure")[0]);
+    expect(fcb.verified).toBe(true);
+    const failure = JSON.parse(fcb.body);
+    expect(failure).toMatchObject({ status: 489, sourceMessageId: failed.messageId, dlqId: expect.stringMatching(/^run_/) });
+    expect(Buffer.from(failure.body, "base64").toString()).toBe("do not retry");
+    expect(deliveriesOf("never")).toHaveLength(0);
+  });
+
   it("answers bad input with a 400 naming the header, and creates nothing", async () => {
     const jobs = await jobCount();
     const cases: Array<[() => Promise<unknown>, RegExp]> = [

@@ -22,6 +22,8 @@ export interface PublishRequest {
   /** /v2/enqueue/{queue}, or a batch item's `queue`. */
   queueName?: string;
   callerIp?: string;
+  /** A callback's message: the message whose outcome it reports (it is itself not called back). */
+  callbackOf?: string;
 }
 
 export interface Published {
@@ -55,6 +57,7 @@ function metaOf(request: PublishRequest): QstashMeta {
     ...(options.label !== undefined && { label: options.label }),
     ...(options.flowControl && { flowControlKey: options.flowControl.key }),
     ...(request.callerIp !== undefined && { callerIp: request.callerIp }),
+    ...(request.callbackOf !== undefined && { callbackOf: request.callbackOf }),
   };
 }
 
