@@ -41,5 +41,5 @@ schedules.post("/schedules/*", async (c) => {
     body: await bodyText(c),
     callerIp: callerIpOf(c),
   });
-  return c.json(answer, 201);
+  return c.json(answer, 200);
 });
