@@ -374,6 +374,21 @@ describe("the @upstash/qstash SDK against /v2", () => {
     expect(deliveriesOf("never")).toHaveLength(0);
   });
 
+  it("shows a message's events: created, each attempt, its error and its delivery", async () => {
+    const url = `${target!.base}/fail-once/logged`;
+    const res = await client.publishJSON({ url, body: {}, retries: 2, retryDelay: "100" });
+    await until("2 attempts", 20_000, () => (deliveriesOf("logged").length >= 2 ? true : undefined));
+    const logs = await until("the DELIVERED event", 20_000, async () => {
+      const page = await client.logs({ messageIds: [res.messageId] });
+      return page.logs.some((l) => l.state === "DELIVERED") ? page.logs : undefined;
+    });
+    expect(logs.every((l) => l.messageId === res.messageId && l.url === url)).toBe(true);
+    expect(logs.map((l) => l.state).reverse()).toEqual(["CREATED", "ACTIVE", "ERROR", "ACTIVE", "DELIVERED"]);
+    expect(logs.find((l) => l.state === "ERROR")?.error).toMatch(/500/);
+    const filtered = await client.logs({ filter: { url, state: "DELIVERED" } });
+    expect(filtered.logs.map((l) => l.messageId)).toEqual([res.messageId]);
+  });
+
   it("answers bad input with a 400 naming the header, and creates nothing", async () => {
     const jobs = await jobCount();
     const cases: Array<[() => Promise<unknown>, RegExp]> = [

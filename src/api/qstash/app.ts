@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import type { AppEnv } from "../context";
 import { dlq } from "./dlq";
+import { events } from "./events";
 import { keys } from "./keys";
 import { messages } from "./messages";
 import { publishing } from "./publish";
@@ -22,3 +23,4 @@ qstash.route("/", dlq);
 qstash.route("/", keys);
 qstash.route("/", queues);
 qstash.route("/", topics);
+qstash.route("/", events);
