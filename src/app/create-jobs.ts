@@ -98,7 +98,14 @@ export async function createJobs(
     outcomes[index] = { index, error: itemError(index, refused) };
   };
   accepted.slice(room).forEach(refuse);
-  const chunks = chunksOf(accepted.slice(0, room), ROWS_PER_INSERT);
+  // One INSERT holds jobs that are all paused or none (a paused QStash queue's messages are created paused).
+  const admitted = accepted.slice(0, room);
+  const chunks = [false, true].flatMap((paused) =>
+    chunksOf(
+      admitted.filter((a) => a.job.paused === paused),
+      ROWS_PER_INSERT,
+    ),
+  );
   const jobsOf = (list: Accepted[]) => list.map((a) => a.job);
   const statements = chunks.map((chunk) => insertJobsStatement(env.DB, jobsOf(chunk)));
   const results = statements.length === 0 ? [] : await guard("insert", () => env.DB.batch(statements));

@@ -219,9 +219,16 @@ describe("the @upstash/qstash SDK against /v2", () => {
     expect(err.message).toMatch(/queue/);
     expect(await jobCount()).toBe(jobs);
 
+    // A paused queue holds its messages, those enqueued before the pause and after, until resumed.
+    const early = await queue.enqueueJSON({ url: `${target!.base}/ok/held`, body: { early: true }, delay: 2 });
     await queue.pause();
     expect((await queue.get()).paused).toBe(true);
+    const late = await queue.enqueueJSON({ url: `${target!.base}/ok/held`, body: { late: true } });
+    await new Promise((resolve) => setTimeout(resolve, 3_500));
+    expect(deliveriesOf("held")).toHaveLength(0);
     await queue.resume();
+    const held = await until("both held messages", 20_000, () => (deliveriesOf("held").length >= 2 ? deliveriesOf("held") : undefined));
+    expect(held.map((h) => h.headers["upstash-message-id"]).sort()).toEqual([early.messageId, late.messageId].sort());
     await queue.delete();
     expect((await qstashError(queue.get())).status).toBe(404);
   });

@@ -10,6 +10,9 @@ import { intQuery, many } from "./request";
 export const dlq = new Hono<AppEnv>();
 
 const filterOf = (c: AppContext) => ({
+  messageId: many(c, "messageId"),
+  topicName: many(c, "topicName"),
+  scheduleId: many(c, "scheduleId"),
   url: many(c, "url"),
   queueName: many(c, "queueName"),
   label: many(c, "label"),

@@ -1,5 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
+import { setQueuePaused } from "../../app/qstash/queues";
 import { tenantOf } from "../../app/qstash/tenant";
 import { deleteQueueRow, getQueueRow, listQueueRows, type QueueRow, upsertQueueRow } from "../../catalog/qstash";
 import { QstashInputError } from "../../qstash/errors";
@@ -7,9 +8,9 @@ import type { AppEnv } from "../context";
 import { bodyText } from "./request";
 
 /**
- * /v2/queues: named queues with a parallelism, paused or not. They are kept and shown as QStash
- * shows them; enqueueing needs the queue to exist. What edgecron does not do yet is hold a
- * queue's messages to its parallelism, or back while it is paused (docs/qstash.md).
+ * /v2/queues: named queues with a parallelism, paused or not, kept and shown as QStash shows
+ * them; enqueueing needs the queue to exist, and a paused queue holds its messages. What
+ * edgecron does not do yet is hold a queue's messages to its parallelism (docs/qstash.md).
  */
 export const queues = new Hono<AppEnv>();
 
@@ -48,7 +49,11 @@ queues.post("/queues", async (c) => {
     throw new QstashInputError(issue.path.join(".") || "body", issue.message);
   }
   const { queueName, parallelism, paused } = parsed.data;
-  await upsertQueueRow(c.env.DB, tenantOf(c.var.caller), queueName, { parallelism, paused }, Date.now());
+  const tenantId = tenantOf(c.var.caller);
+  const before = await getQueueRow(c.env.DB, tenantId, queueName);
+  await upsertQueueRow(c.env.DB, tenantId, queueName, { parallelism }, Date.now());
+  // Its messages are held or let go only when the flag changes (the SDK sends it on every upsert).
+  if (paused !== undefined && paused !== (before?.paused ?? false)) await setQueuePaused(c.env, c.var.caller, queueName, paused);
   return c.json({}, 200);
 });
 
@@ -67,7 +72,7 @@ for (const action of ["pause", "resume"] as const) {
     const tenantId = tenantOf(c.var.caller);
     const name = c.req.param("name");
     await loadQueue(c.env, tenantId, name);
-    await upsertQueueRow(c.env.DB, tenantId, name, { paused: action === "pause" }, Date.now());
+    await setQueuePaused(c.env, c.var.caller, name, action === "pause");
     return c.json({}, 200);
   });
 }

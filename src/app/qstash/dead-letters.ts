@@ -2,6 +2,7 @@ import { notFound } from "../../api/errors";
 import { type CatalogJob, getJobsByIds } from "../../catalog/jobs";
 import { removeDeadLetters, removedDeadLetters, restoreDeadLetters } from "../../catalog/qstash";
 import { jobIdOfRun } from "../../model/ids";
+import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { RunView } from "../../shard/contract";
 import { DEAD_LETTER_STATES } from "../../shard/run-states";
 import type { Caller } from "../caller";
@@ -18,6 +19,9 @@ export interface DeadLetter {
 }
 
 export interface DeadLetterFilter {
+  messageId?: string[];
+  topicName?: string[];
+  scheduleId?: string[];
   url?: string[];
   responseStatus?: number;
   fromDate?: number;
@@ -42,7 +46,11 @@ function matches(d: DeadLetter, f: DeadLetterFilter): boolean {
   const meta = d.job.spec.target!.qstash;
   const any = (values: string[] | undefined, value: string | undefined) =>
     values === undefined || (value !== undefined && values.includes(value));
+  const messageId = meta?.scheduleId ? messageIdOfRun(d.run.id) : messageIdOfJob(d.job.id);
   return (
+    any(f.messageId, messageId) &&
+    any(f.topicName, meta?.topicName) &&
+    any(f.scheduleId, meta?.scheduleId) &&
     any(f.url, d.job.spec.target!.url) &&
     any(f.queueName, meta?.queueName) &&
     (f.label === undefined || (meta?.label?.split(",") ?? []).some((l) => f.label!.includes(l))) &&

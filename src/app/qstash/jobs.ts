@@ -19,6 +19,8 @@ export interface JobDraft {
   schedule: { at: string } | { cron: string; timezone?: string };
   meta: QstashMeta;
   name: string | null;
+  /** Created paused: a message of a paused queue, held until the queue is resumed. */
+  paused?: boolean;
 }
 
 const QSTASH_RETRY = (retries: number) => ({
@@ -86,6 +88,7 @@ export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraf
     allOrNothing: true,
     decorate: (job, index) => {
       if (job.spec.target) job.spec.target.qstash = drafts[index]!.meta;
+      if (drafts[index]!.paused) job.paused = true;
     },
   });
   const failed = outcomes.find((o) => "error" in o);

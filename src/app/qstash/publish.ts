@@ -71,7 +71,8 @@ async function dedupIdOf(request: PublishRequest): Promise<string | undefined> {
 
 async function plan(env: Env, tenantId: string, request: PublishRequest, now: number): Promise<Planned> {
   const { destination, options } = request;
-  if (request.queueName !== undefined && !(await getQueueRow(env.DB, tenantId, request.queueName))) {
+  const queue = request.queueName === undefined ? null : await getQueueRow(env.DB, tenantId, request.queueName);
+  if (request.queueName !== undefined && !queue) {
     throw new QstashInputError("queue", `no queue named ${request.queueName}; create it with POST /v2/queues first`, 404);
   }
   const at = new Date(Math.max(options.notBeforeMs, now)).toISOString();
@@ -82,6 +83,7 @@ async function plan(env: Env, tenantId: string, request: PublishRequest, now: nu
     schedule: { at },
     meta: { ...metaOf(request), ...extra },
     name: options.label ?? null,
+    ...(queue?.paused && { paused: true }),
   });
   const dedupId = await dedupIdOf(request);
   if ("url" in destination) return { request, dedupId, drafts: [draft(destination.url, {})], topic: false };
