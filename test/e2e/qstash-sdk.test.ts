@@ -178,6 +178,20 @@ describe("the @upstash/qstash SDK against /v2", () => {
     ).rejects.toThrow(/subject/);
   });
 
+  it("repairs a destination whose // a proxy merged, and keeps its query string", async () => {
+    const merged = target!.base.replace("http://", "http:/");
+    const res = await fetch(`${stack!.base}/v2/publish/${merged}/ok/merged?q=1`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "text/plain" },
+      body: "m",
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { url: string }).url).toBe(`${target!.base}/ok/merged?q=1`);
+    const hit = await until("the message", 20_000, () => deliveriesOf("merged")[0]);
+    expect(hit.url).toBe(`${target!.base}/ok/merged?q=1`);
+    expect(hit.verified).toBe(true);
+  });
+
   it("signs an empty body too, and sends the method asked for", async () => {
     await client.publish({ url: `${target!.base}/ok/empty`, method: "PUT" });
     const [hit] = await until("the message", 20_000, () => (deliveriesOf("empty").length > 0 ? deliveriesOf("empty") : undefined));
@@ -220,11 +234,12 @@ describe("the @upstash/qstash SDK against /v2", () => {
     expect(await jobCount()).toBe(jobs);
 
     // A paused queue holds its messages, those enqueued before the pause and after, until resumed.
-    const early = await queue.enqueueJSON({ url: `${target!.base}/ok/held`, body: { early: true }, delay: 2 });
+    const early = await queue.enqueueJSON({ url: `${target!.base}/ok/held`, body: { early: true }, delay: 4 });
     await queue.pause();
     expect((await queue.get()).paused).toBe(true);
     const late = await queue.enqueueJSON({ url: `${target!.base}/ok/held`, body: { late: true } });
-    await new Promise((resolve) => setTimeout(resolve, 3_500));
+    // Past the early message's time: held, not delivered.
+    await new Promise((resolve) => setTimeout(resolve, 5_500));
     expect(deliveriesOf("held")).toHaveLength(0);
     await queue.resume();
     const held = await until("both held messages", 20_000, () => (deliveriesOf("held").length >= 2 ? deliveriesOf("held") : undefined));
