@@ -64,9 +64,3 @@ dlq.post("/dlq/retry", async (c) => {
   }));
   return c.json({ responses }, 200);
 });
-
-dlq.post("/dlq/retry/:id", async (c) => {
-  const retried = await retryDeadLetters(c.env, c.var.caller, [c.req.param("id")]);
-  if (retried.length === 0) throw new QstashInputError("dlqId", `no dead letter with id ${c.req.param("id")}`, 404);
-  return c.json({ messageId: messageIdOfJob(retried[0]!.job.id) }, 200);
-});

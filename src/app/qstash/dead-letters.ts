@@ -1,7 +1,6 @@
 import { notFound } from "../../api/errors";
 import { type CatalogJob, getJobsByIds } from "../../catalog/jobs";
 import { removeDeadLetters, removedDeadLetters, restoreDeadLetters } from "../../catalog/qstash";
-import { jobIdOfRun } from "../../model/ids";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { RunView } from "../../shard/contract";
 import { DEAD_LETTER_STATES } from "../../shard/run-states";
@@ -101,5 +100,3 @@ export async function retryDeadLetters(env: Env, caller: Caller, ids: string[]):
   );
   return retried;
 }
-
-export const isRunId = (id: string) => jobIdOfRun(id) !== null;

@@ -30,6 +30,8 @@ export interface MessageFilter {
 }
 
 const PAGE = 200;
+/** Most of a tenant's jobs one search reads (50 pages): a bulk cancel stays within a Worker's subrequests. */
+const MAX_PAGES = 50;
 
 /** Up to `count` of the caller's live messages that match `filter`, newest first. */
 export async function findMessages(env: Env, caller: Caller, filter: MessageFilter, count: number): Promise<CatalogJob[]> {
@@ -48,7 +50,7 @@ export async function findMessages(env: Env, caller: Caller, filter: MessageFilt
       (filter.toDate === undefined || job.createdAt <= filter.toDate)
     );
   };
-  for (let before: string | undefined; found.length < count; ) {
+  for (let before: string | undefined, pages = 0; found.length < count && pages < MAX_PAGES; pages++) {
     const page = await listJobs(env.DB, scopeOf(caller), PAGE, before);
     found.push(...page.filter(match));
     if (page.length < PAGE) break;

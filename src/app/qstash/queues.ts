@@ -4,8 +4,8 @@ import { changeJob } from "../jobs";
 import { findMessages } from "./messages";
 import { tenantOf } from "./tenant";
 
-/** Most messages of a queue one pause or resume changes (each is a job to pause or resume). */
-const MAX_HELD = 10_000;
+/** Most messages of a queue one pause or resume changes (each is a job to pause or resume: a D1 write and a shard call). */
+const MAX_HELD = 400;
 
 /**
  * Pauses or resumes a queue: its flag, then each of its messages' jobs, so that a paused queue's
