@@ -3,8 +3,8 @@ import { messageIdOfJob, messageIdOfRun } from "./ids";
 import type { QstashMeta } from "./meta";
 import { retryDelayMs } from "./retry-delay";
 
-/** What a delivery says it is: the user agent QStash sends, and the status that ends retries. */
-export const USER_AGENT = "Upstash-QStash";
+/** What a delivery names itself, as QStash's do, and the status that ends retries. */
+export const DELIVERED_BY = "Upstash-QStash";
 export const NON_RETRYABLE_STATUS = 489;
 
 export interface DeliveryClaim {
@@ -21,7 +21,7 @@ export function messageIdOfClaim(meta: QstashMeta, claim: DeliveryClaim): string
 /** QStash's headers on every attempt (the signature is added per hop, over the body sent). */
 export function upstashHeaders(meta: QstashMeta, claim: DeliveryClaim): Record<string, string> {
   return {
-    "User-Agent": USER_AGENT,
+    "User-Agent": DELIVERED_BY,
     "Upstash-Message-Id": messageIdOfClaim(meta, claim),
     "Upstash-Retried": String(claim.attempt - 1),
     ...(meta.scheduleId && { "Upstash-Schedule-Id": meta.scheduleId }),
