@@ -1,5 +1,6 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-plugin";
 import { defineConfig, type TestProjectInlineConfiguration } from "vitest/config";
+import { runnerQueueConsumers } from "./test/support/runner-config.ts";
 
 /** Test-only secrets; production sets its own with `wrangler secret put`. */
 const TEST_ENCRYPTION_KEYS = "t1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -17,6 +18,9 @@ function workerdProject(
       cloudflareTest(async ({ inject }) => ({
         wrangler: { configPath: "./wrangler.toml" },
         miniflare: {
+          // Deployed, the runner Worker consumes the queues (runner/wrangler.toml); here the one
+          // test Worker does, through src/index.ts's queue handler, with the runner's settings.
+          queueConsumers: runnerQueueConsumers(),
           bindings: {
             API_TOKEN: "test-token",
             ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,

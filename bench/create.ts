@@ -13,7 +13,7 @@ import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import { freePort, type Stack, startStack } from "../test/support/local-stack.ts";
 import { type CpuBreakdown, startCpuProfile } from "./cpu-profile.ts";
-import { cpuBetween, groupCpu } from "./process-cpu.ts";
+import { cpuBetween, groupCpu, workerdTotal } from "./process-cpu.ts";
 import { round, summarize } from "./stats.ts";
 
 const { values: args } = parseArgs({
@@ -57,7 +57,7 @@ interface Figures {
   jobsPerSecond: number;
   requestMs: ReturnType<typeof summarize>;
   failures: Record<string, number>;
-  /** workerd's CPU ms per job created (user + system), from /proc. */
+  /** The CPU ms per job created (user + system) of every workerd of the stack (the scheduler's and the idle runner's), from /proc. */
   workerdCpuMsPerJob: number | null;
   profile?: CpuBreakdown;
 }
@@ -92,7 +92,7 @@ async function drive(
   );
   const seconds = (performance.now() - started) / 1000;
   const cpuAfter = groupCpu(stack.pgid);
-  const workerd = cpuBefore && cpuAfter ? cpuBetween(cpuBefore, cpuAfter).workerd : undefined;
+  const workerd = cpuBefore && cpuAfter ? workerdTotal(cpuBetween(cpuBefore, cpuAfter)) : null;
   return {
     mode,
     created,

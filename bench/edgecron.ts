@@ -24,7 +24,7 @@ import {
   waitForRuns,
   windowOf,
 } from "./harness.ts";
-import { cpuBetween, groupCpu } from "./process-cpu.ts";
+import { type CpuMs, cpuBetween, groupCpu, workerdTotal } from "./process-cpu.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import type { Result } from "./result.ts";
 import { type StackLog, stackLog } from "./stack-log.ts";
@@ -66,11 +66,13 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     receiver = await startReceiver(HOST);
     result.code!.ranFrom = opts["in-place"] ? "working tree" : "snapshot of the working tree";
     result.code!.devRegistry = "private (WRANGLER_REGISTRY_PATH in the temporary dir)";
-    say(`edgecron: starting the stack (log: ${relative(ROOT, logPath)}); receiver on ${receiver.url}`);
+    result.code!.topology = opts.topology;
+    say(`edgecron: starting the stack, topology ${opts.topology} (log: ${relative(ROOT, logPath)}); receiver on ${receiver.url}`);
     const startupStarted = Date.now();
     // --profile: wrangler's inspector on a port of our own (scripts/start.mjs reads INSPECTOR_PORT).
     const inspectorPort = opts.profile ? await freePort() : null;
     stack = await startStack({
+      topology: opts.topology,
       ...(inspectorPort !== null && { env: { INSPECTOR_PORT: String(inspectorPort) } }),
       token: randomBytes(16).toString("hex"),
       // A reload in the middle of a run restarts the shards and loses the local queue's messages:
@@ -135,10 +137,12 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     if (cpuBefore && cpuAfter) {
       const msByProcess = cpuBetween(cpuBefore, cpuAfter);
       const runs = receiver.receipts.length;
-      const workerd = msByProcess.workerd;
+      const workerd = workerdTotal(msByProcess);
+      const ofRun = (ms: CpuMs): CpuMs => ({ user: perRun(ms.user, runs), system: perRun(ms.system, runs) });
       result.cpu = {
         msByProcess,
-        workerdMsPerRun: runs === 0 || !workerd ? null : { user: perRun(workerd.user, runs), system: perRun(workerd.system, runs) },
+        msPerRunByProcess: runs === 0 ? null : Object.fromEntries(Object.entries(msByProcess).map(([name, ms]) => [name, ofRun(ms)])),
+        workerdMsPerRun: runs === 0 || !workerd ? null : ofRun(workerd),
       };
     }
     if (profiler) {

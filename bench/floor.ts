@@ -19,7 +19,7 @@ import { parseArgs } from "node:util";
 import { MAX_OPEN_CONNECTIONS } from "../src/consumer/connections.ts";
 import { freePort } from "../test/support/local-stack.ts";
 import { ROOT } from "./harness.ts";
-import { cpuBetween, groupCpu } from "./process-cpu.ts";
+import { cpuBetween, groupCpu, workerdTotal } from "./process-cpu.ts";
 import { startReceiver } from "./receiver.ts";
 import { summarize } from "./stats.ts";
 import { analyseSteady, pairCounter } from "./steady.ts";
@@ -121,7 +121,7 @@ const received = steady ? pairCounter(all, window) : () => receiver.firstReceipt
 const deadline = at + seconds * 1000 + 120_000;
 while (received(receiver.receipts) < n * seconds && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
 const cpuAfter = groupCpu(pgid);
-const workerd = cpuBefore && cpuAfter ? cpuBetween(cpuBefore, cpuAfter).workerd : undefined;
+const workerd = cpuBefore && cpuAfter ? workerdTotal(cpuBetween(cpuBefore, cpuAfter)) : null;
 const calls = received(receiver.receipts);
 const s = (ms: number | null) => (ms === null ? "—" : `${(ms / 1000).toFixed(2)} s`);
 const lagLine = (lag: ReturnType<typeof summarize>) =>

@@ -6,10 +6,14 @@ export type Workload = (typeof WORKLOADS)[number];
 export const PEERS = ["none", "bullmq", "both"] as const;
 export type Peer = (typeof PEERS)[number];
 export type System = "edgecron" | "bullmq";
+/** How edgecron's two Workers run locally (scripts/dev-topology.ts): two `wrangler dev` processes, or one. */
+export const TOPOLOGIES = ["two", "one"] as const;
+export type Topology = (typeof TOPOLOGIES)[number];
 
 export interface Options {
   workload: Workload;
   peer: Peer;
+  topology: Topology;
   jobs: number;
   schedules: number;
   "duration-s": number;
@@ -48,6 +52,12 @@ const OPTIONS: Record<keyof Options, Spec> = {
     default: "none",
     help: "none: edgecron; bullmq: BullMQ + Redis instead; both: edgecron, then BullMQ",
     choices: PEERS,
+  },
+  topology: {
+    env: "BENCH_TOPOLOGY",
+    default: "two",
+    help: "edgecron: two (the runner Worker as a second wrangler dev, as npm start runs it) or one (both Workers in one)",
+    choices: TOPOLOGIES,
   },
   jobs: { env: "BENCH_JOBS", default: 10_000, help: "burst: N, the number of jobs" },
   schedules: { env: "BENCH_SCHEDULES", default: 1_000, help: "steady: S, the number of every-second schedules" },

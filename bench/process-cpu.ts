@@ -1,7 +1,9 @@
 // CPU time the stack's processes used, read from /proc (Linux only): what a run costs the machine,
-// without a profiler's overhead. workerd is the process that runs edgecron's code (the API, every
-// shard and the queue consumer, on one thread); wrangler's node process only proxies requests
-// to it and prints its log.
+// without a profiler's overhead. workerd is the process that runs edgecron's code: with
+// --topology two, one workerd runs the scheduler (the API and every shard) and another the runner
+// (the queue consumer), each on one thread; with one, one workerd runs both. wrangler's node
+// process only proxies requests to it and prints its log. Each process is named by its command
+// and by the Worker configs of the `wrangler dev` it belongs to, e.g. "workerd (runner)".
 import { readdirSync, readFileSync } from "node:fs";
 
 /** Clock ticks per second of /proc's utime and stime: USER_HZ, 100 on every Linux build in use. */
@@ -14,8 +16,42 @@ export interface CpuMs {
 }
 
 export interface CpuSnapshot {
-  /** CPU ms by command name, summed over the group's live processes. */
+  /** CPU ms by command name and Worker (see processName), summed over the group's live processes. */
   msByCommand: Record<string, CpuMs>;
+}
+
+/** The Workers of the configs a `wrangler dev` was started with (scripts/dev-topology.ts). */
+const WORKER_OF_CONFIG: Record<string, string> = { "wrangler.toml": "scheduler", "runner/wrangler.toml": "runner" };
+
+interface ProcessInfo {
+  comm: string;
+  ppid: number;
+  pgrp: number;
+  utime: number;
+  stime: number;
+}
+
+/** The Workers a process serves: those of the nearest `wrangler dev` at or above it, by its -c arguments; null outside any. */
+function workersOf(pid: number, processes: Map<number, ProcessInfo>): string | null {
+  for (let at: number | undefined = pid, hops = 0; at !== undefined && at > 1 && hops < 10; at = processes.get(at)?.ppid, hops++) {
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${at}/cmdline`, "utf8").split("\0");
+    } catch {
+      return null;
+    }
+    if (!argv.includes("dev")) continue;
+    const configs = argv.flatMap((a, i) => (argv[i - 1] === "-c" ? [WORKER_OF_CONFIG[a] ?? a] : []));
+    if (configs.length > 0) return configs.join("+");
+  }
+  return null;
+}
+
+/** "workerd (runner)", "workerd (scheduler+runner)"; a process outside any `wrangler dev` (start.mjs) by its command alone. */
+function processName(pid: number, processes: Map<number, ProcessInfo>): string {
+  const comm = processes.get(pid)!.comm;
+  const workers = workersOf(pid, processes);
+  return workers === null ? comm : `${comm} (${workers})`;
 }
 
 /** The CPU ms of every process in group `pgid` so far; null where /proc is not there. */
@@ -26,7 +62,7 @@ export function groupCpu(pgid: number): CpuSnapshot | null {
   } catch {
     return null;
   }
-  const msByCommand: Record<string, CpuMs> = {};
+  const processes = new Map<number, ProcessInfo>();
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
     let stat: string;
@@ -36,13 +72,24 @@ export function groupCpu(pgid: number): CpuSnapshot | null {
       continue; // gone meanwhile
     }
     const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-    // After "pid (comm) ": state is field 3, pgrp field 5, utime 14, stime 15 (proc(5)).
+    // After "pid (comm) ": state is field 3, ppid 4, pgrp 5, utime 14, stime 15 (proc(5)).
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(fields[2]) !== pgid) continue;
-    const sum = msByCommand[comm] ?? { user: 0, system: 0 };
-    msByCommand[comm] = sum;
-    sum.user += (Number(fields[11]) * 1000) / TICKS_PER_SECOND;
-    sum.system += (Number(fields[12]) * 1000) / TICKS_PER_SECOND;
+    processes.set(Number(entry), {
+      comm,
+      ppid: Number(fields[1]),
+      pgrp: Number(fields[2]),
+      utime: Number(fields[11]),
+      stime: Number(fields[12]),
+    });
+  }
+  const msByCommand: Record<string, CpuMs> = {};
+  for (const [pid, p] of processes) {
+    if (p.pgrp !== pgid) continue;
+    const name = processName(pid, processes);
+    const sum = msByCommand[name] ?? { user: 0, system: 0 };
+    msByCommand[name] = sum;
+    sum.user += (p.utime * 1000) / TICKS_PER_SECOND;
+    sum.system += (p.stime * 1000) / TICKS_PER_SECOND;
   }
   return { msByCommand };
 }
@@ -55,4 +102,11 @@ export function cpuBetween(before: CpuSnapshot, after: CpuSnapshot): Record<stri
     used[comm] = { user: Math.max(0, ms.user - was.user), system: Math.max(0, ms.system - was.system) };
   }
   return used;
+}
+
+/** The CPU of every workerd process together: all of edgecron's code, whatever the topology. */
+export function workerdTotal(used: Record<string, CpuMs>): CpuMs | null {
+  const workerd = Object.entries(used).filter(([name]) => name === "workerd" || name.startsWith("workerd "));
+  if (workerd.length === 0) return null;
+  return workerd.reduce((sum, [, ms]) => ({ user: sum.user + ms.user, system: sum.system + ms.system }), { user: 0, system: 0 });
 }

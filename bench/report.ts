@@ -113,6 +113,13 @@ function edgecronLines(r: Result): string[] {
     const w = r.cpu.workerdMsPerRun;
     const perRun = w === null ? "-" : `${Math.round((w.user + w.system) * 100) / 100} ms (user ${w.user}, system ${w.system})`;
     out.push(`  CPU             workerd ${perRun} per call received; T − 0.5 s → end of wait: ${byProcess}`);
+    const each = r.cpu.msPerRunByProcess;
+    if (each) {
+      const list = Object.entries(each)
+        .map(([name, used]) => `${name} ${Math.round((used.user + used.system) * 1000) / 1000}`)
+        .join(", ");
+      out.push(`                  per call received, ms: ${list}`);
+    }
     const p = r.cpu.profile;
     if (p) {
       const parts = Object.entries(p.msByPart)
@@ -186,11 +193,11 @@ function bullmqLines(r: Result): string[] {
 /** The summary printed at the end of one system's run: every figure of bench/README.md that the run got to. */
 export function summaryLines(r: Result): string[] {
   const out: string[] = [""];
-  if (r.workload === "burst")
-    out.push(`burst on ${r.system}: ${r.options.jobs} one-off jobs due at one instant T = ${r.schedule?.T ?? "-"}`);
+  const system = r.system === "edgecron" && r.code?.topology ? `${r.system} (topology ${r.code.topology})` : r.system;
+  if (r.workload === "burst") out.push(`burst on ${system}: ${r.options.jobs} one-off jobs due at one instant T = ${r.schedule?.T ?? "-"}`);
   else
     out.push(
-      `steady on ${r.system}: ${r.options.schedules} schedules, each due every second from T = ${r.schedule?.T ?? "-"} for ${r.options["duration-s"]} s`,
+      `steady on ${system}: ${r.options.schedules} schedules, each due every second from T = ${r.schedule?.T ?? "-"} for ${r.options["duration-s"]} s`,
     );
   out.push(...creationLines(r));
   out.push(...(r.workload === "burst" ? burstLines(r) : steadyLines(r)));

@@ -24,7 +24,7 @@ export interface Result {
   };
   logPath: string;
   harness: { ok: boolean; error: string | null };
-  code?: { commit: string | null; uncommittedChanges: string[] | null; ranFrom?: string; devRegistry?: string };
+  code?: { commit: string | null; uncommittedChanges: string[] | null; ranFrom?: string; devRegistry?: string; topology?: string };
   startup?: { readyAfterMs: number; port: number; workDir: string };
   tenant?: { maxRunsInFlight: number };
   calibration?: { jobs: number; created?: number; seconds?: number | null; jobsPerSecond?: number | null; assumedJobsPerSecond?: number };
@@ -129,10 +129,12 @@ export interface Result {
   cpu?: {
     msByProcess: Record<string, import("./process-cpu.ts").CpuMs>;
     /**
-     * workerd's CPU ms per target call received, user and system: edgecron's code (the API, the
-     * shards, the consumer) and the local emulation of D1, Queues and Durable Object storage.
+     * workerd's CPU ms per target call received, user and system, every workerd process together
+     * (both Workers' with --topology two): edgecron's code (the API, the shards, the consumer) and the local emulation of D1, Queues and Durable Object storage.
      */
     workerdMsPerRun: import("./process-cpu.ts").CpuMs | null;
+    /** Each process's CPU ms per target call received (msByProcess's names), every process counted. */
+    msPerRunByProcess?: Record<string, import("./process-cpu.ts").CpuMs> | null;
     /** With --profile: where workerd's time went, by part of edgecron (bench/cpu-profile.ts). */
     profile?: import("./cpu-profile.ts").CpuBreakdown;
   };

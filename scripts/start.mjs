@@ -1,7 +1,9 @@
 #!/usr/bin/env node
-// `npm start`: applies the local D1 migrations, runs `wrangler dev`, prints the URL and the
-// API token, and fires the cron trigger on its schedule, which `wrangler dev` does not do by
-// itself: without it the reconciliation sweep would never run locally.
+// `npm start`: applies the local D1 migrations, runs the runner Worker's `wrangler dev` and,
+// once the dev registry lists it, the scheduler's (EDGECRON_TOPOLOGY=one: both in one; see
+// scripts/dev-topology.ts), prints the URL and the API token, and fires the cron trigger on its
+// schedule, which `wrangler dev` does not do by itself: without it the reconciliation sweep
+// would never run locally.
 //
 // wrangler's own output goes to a log file; the console gets a summary once the API answers,
 // one line per sweep and the errors (scripts/dev-output.ts). `npm start -- --verbose` or
@@ -13,15 +15,25 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync, writeSync } from "n
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, relative } from "node:path";
 import { clock, eachLine, lastLines, openLog, quietConsole, sweepLine } from "./dev-output.ts";
+import { processConfigs, runnerRegistered, topologyOf } from "./dev-topology.ts";
 
 const port = Number(process.env.PORT ?? 8787);
 const token = process.env.API_TOKEN ?? "dev-token";
 const persistTo = process.env.PERSIST_DIR; // default: wrangler's own .wrangler/state
 const sweepEveryMs = Number(process.env.SWEEP_INTERVAL_MS ?? 60_000); // the cron trigger is "* * * * *"
+// EDGECRON_TOPOLOGY: "two" (the default) runs the runner Worker as a second `wrangler dev`,
+// "one" runs both Workers in one (scripts/dev-topology.ts).
+let topology;
+try {
+  topology = topologyOf(process.env.EDGECRON_TOPOLOGY);
+} catch (err) {
+  console.error(`[edgecron] ${err.message}`);
+  process.exit(2);
+}
 const verbose = process.argv.includes("--verbose") || process.env.EDGECRON_VERBOSE === "1";
 const base = `http://127.0.0.1:${port}`;
 const wrangler = new URL("../node_modules/wrangler/bin/wrangler.js", import.meta.url).pathname;
-const persist = persistTo ? ["--persist-to", persistTo] : [];
+const root = new URL("..", import.meta.url).pathname;
 const statePath = persistTo ?? new URL("../.wrangler/state", import.meta.url).pathname;
 // Beside the state it tells about, like the local secrets.
 const logPath = persistTo
@@ -53,7 +65,9 @@ const section = (title) => log !== null && writeSync(log, `\n── ${title} (${
 
 if (!verbose) console.log(`[edgecron] starting; wrangler's output goes to ${shown(logPath)} (npm start -- --verbose shows it here)`);
 section("wrangler d1 migrations apply");
-const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "apply", "edgecron", "--local", ...persist], {
+// Into the state both Workers' `wrangler dev` open: the runner reads the same catalog.
+const migrate = spawnSync(process.execPath, [wrangler, "d1", "migrations", "apply", "edgecron", "--local", "--persist-to", statePath], {
+  cwd: root,
   stdio: ["ignore", log ?? "inherit", log ?? "inherit"],
   env: { ...process.env, CI: "true" }, // never prompt
 });
@@ -86,84 +100,116 @@ const vars = {
 };
 for (const name of ["ENCRYPTION_KEYS", "SIGNING_SECRET"]) if (process.env[name]) vars[name] = process.env[name];
 for (const name of ["CLAIM_TIMEOUT_MS", "SHARD_COUNT"]) if (process.env[name]) vars[name] = process.env[name];
-// wrangler's devtools port defaults to 9229 for every `wrangler dev`; two stacks started at
-// once would fight over it, so each takes a free one.
-const inspectorPort =
-  process.env.INSPECTOR_PORT ??
-  (await new Promise((resolve) => {
+/** A TCP port of 127.0.0.1 that was free a moment ago. */
+const freePort = () =>
+  new Promise((resolve) => {
     const probe = createServer().listen(0, "127.0.0.1", () => {
       const { port: free } = probe.address();
       probe.close(() => resolve(String(free)));
     });
-  }));
-section("wrangler dev");
-const dev = spawn(
-  process.execPath,
-  [
-    wrangler,
-    "dev",
-    "--ip",
-    "127.0.0.1",
-    "--port",
-    String(port),
-    "--inspector-port",
-    inspectorPort,
-    "--show-interactive-dev-session=false",
-    ...persist,
-    ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
-  ],
-  {
-    stdio: ["ignore", verbose ? "inherit" : "pipe", verbose ? "inherit" : "pipe"],
-    // wrangler.toml lists the required secrets; wrangler looks for them in its environment and
-    // warns when they are missing there, even when --var supplies them.
-    env: {
-      ...process.env,
-      WRANGLER_REGISTRY_PATH: registry,
-      API_TOKEN: vars.API_TOKEN,
-      ENCRYPTION_KEYS: vars.ENCRYPTION_KEYS,
-      SIGNING_SECRET: vars.SIGNING_SECRET,
+  });
+
+/**
+ * One `wrangler dev` of the topology (scripts/dev-topology.ts), with the stack's state and dev
+ * registry. The one serving the API gets PORT; a runner alone gets a free port, which nobody
+ * calls. wrangler's devtools port defaults to 9229 for every `wrangler dev`; two started at
+ * once would fight over it, so each takes a free one (INSPECTOR_PORT: the API's).
+ */
+async function wranglerDev(configs, servesApi) {
+  // The runner has no API: it neither checks the admin token nor is sent it.
+  const own = servesApi ? vars : Object.fromEntries(Object.entries(vars).filter(([k]) => k !== "API_TOKEN"));
+  const inspectorPort = (servesApi && process.env.INSPECTOR_PORT) || (await freePort());
+  section(`wrangler dev ${configs.map((c) => `-c ${c}`).join(" ")}`);
+  const child = spawn(
+    process.execPath,
+    [
+      wrangler,
+      "dev",
+      ...configs.flatMap((c) => ["-c", c]),
+      "--ip",
+      "127.0.0.1",
+      "--port",
+      servesApi ? String(port) : await freePort(),
+      "--inspector-port",
+      inspectorPort,
+      "--show-interactive-dev-session=false",
+      // Every process on the same state: the runner's D1 binding is the scheduler's catalog.
+      "--persist-to",
+      statePath,
+      ...Object.entries(own).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
+    ],
+    {
+      cwd: root,
+      stdio: ["ignore", verbose ? "inherit" : "pipe", verbose ? "inherit" : "pipe"],
+      // The vars in the environment too: --var reaches only the first config of a `wrangler dev`,
+      // while a config that lists [secrets] takes its vars' and secrets' values from wrangler's
+      // environment (and warns about a required secret missing there, even when --var has it).
+      env: { ...process.env, WRANGLER_REGISTRY_PATH: registry, ...own },
     },
-  },
-);
-if (log !== null) {
-  // One sorter per stream: an error's stack follows it on its own stream.
-  for (const stream of [dev.stdout, dev.stderr]) {
-    stream.on("data", (chunk) => writeSync(log, chunk));
-    eachLine(
-      stream,
-      quietConsole({
-        error: (line) => console.error(line),
-        sweep: (figures) => console.log(sweepLine(figures, new Date())),
-      }),
-    );
+  );
+  if (log !== null) {
+    // One sorter per stream: an error's stack follows it on its own stream.
+    for (const stream of [child.stdout, child.stderr]) {
+      stream.on("data", (chunk) => writeSync(log, chunk));
+      eachLine(
+        stream,
+        quietConsole({
+          error: (line) => console.error(line),
+          sweep: (figures) => console.log(sweepLine(figures, new Date())),
+        }),
+      );
+    }
   }
+  child.on("exit", async (code, signal) => {
+    if (stopping) return;
+    stopping = true;
+    clearInterval(sweeper);
+    // The others go first, so that the log's end, shown below, is its end. Its last lines may
+    // still be in the pipe.
+    const others = devs.filter((other) => other !== child && other.exitCode === null && other.signalCode === null);
+    for (const other of others) other.kill("SIGTERM");
+    await Promise.race([
+      Promise.all([once(child, "close"), ...others.map((other) => once(other, "close"))]),
+      new Promise((r) => setTimeout(r, 5_000)),
+    ]);
+    report(`${servesApi ? "wrangler dev" : "the runner's wrangler dev"} exited (${signal ?? `exit code ${code}`})`);
+    process.exit(code || 1);
+  });
+  devs.push(child);
+  return child;
 }
 
 let sweeper;
 let stopping = false;
-/** Stops wrangler dev, waiting a little for it, so that its last words still reach the log. */
+/** The `wrangler dev` processes, in the order they started. */
+const devs = [];
+/** Stops every wrangler dev, waiting a little for them, so that their last words still reach the log. */
 async function stop(code, failure) {
   if (stopping) return;
   stopping = true;
   clearInterval(sweeper);
   if (failure) report(failure);
-  if (dev.exitCode === null && dev.signalCode === null) {
-    dev.kill("SIGTERM");
-    await Promise.race([once(dev, "exit"), new Promise((r) => setTimeout(r, 5_000))]);
-  }
+  const live = devs.filter((dev) => dev.exitCode === null && dev.signalCode === null);
+  for (const dev of live) dev.kill("SIGTERM");
+  await Promise.race([Promise.all(live.map((dev) => once(dev, "exit"))), new Promise((r) => setTimeout(r, 5_000))]);
   process.exit(code);
 }
 process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
-dev.on("exit", async (code, signal) => {
-  if (stopping) return;
-  stopping = true;
-  clearInterval(sweeper);
-  // Its last lines may still be in the pipe.
-  await Promise.race([once(dev, "close"), new Promise((r) => setTimeout(r, 1_000))]);
-  report(`wrangler dev exited (${signal ?? `exit code ${code}`})`);
-  process.exit(code || 1);
-});
+
+const configs = processConfigs(topology);
+for (const [i, configsOfOne] of configs.entries()) {
+  const servesApi = i === configs.length - 1;
+  await wranglerDev(configsOfOne, servesApi);
+  if (servesApi) break;
+  // The runner first, and the scheduler only once the registry lists the runner's consumers:
+  // the scheduler's queue sends a message to whoever is registered then, and drops it when
+  // nobody is (docs/runner.md).
+  for (let waited = 0; !runnerRegistered(registry); waited += 100) {
+    if (waited > 120_000) await stop(1, `the runner did not register in the dev registry (${shown(registry)}) within 2 minutes`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
 
 async function sweep() {
   try {

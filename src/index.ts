@@ -1,32 +1,14 @@
 import { app } from "./api/app";
 import { operationOf } from "./api/operation";
-import { recordWorkerCost } from "./catalog/cost";
-import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
-import { D1Meter } from "./cost/d1-meter";
-import { isDeadLetterQueue } from "./queues";
+import { metered } from "./metered";
+import { handleQueue } from "./queue-handler";
 import { sweep } from "./reconcile/sweep";
 import type { QueueMessage } from "./shard/contract";
 
 export { TenantGate } from "./gate/tenant-gate";
 export { Shard } from "./shard/shard";
 
-/**
- * Runs one invocation with its D1 rows and gate calls counted, and adds them to the isolate's
- * tally, written now and then off the response's path. A lost record only undercounts: the meter never fails a request.
- * An invocation whose operation is null (an API request refused for its path or credential) is not recorded.
- */
-async function metered<T>(env: Env, ctx: ExecutionContext, operation: () => string | null, work: (env: Env) => Promise<T>): Promise<T> {
-  const meter = new D1Meter();
-  try {
-    return await work(meter.wrap(env));
-  } finally {
-    const name = meter.touched ? operation() : null;
-    const write = name === null ? null : recordWorkerCost(env.DB, name, meter.counts, Date.now());
-    if (write) ctx.waitUntil(write.catch((err) => console.error("cost meter:", err)));
-  }
-}
-
-/** The Worker's three entry points: the API, the Queue consumer and the reconciliation sweep. */
+/** The scheduler's entry points: the API and the reconciliation sweep, and the queue consumer for the tests' one Worker. */
 export default {
   fetch(request: Request, env: Env, ctx: ExecutionContext) {
     return metered(
@@ -37,16 +19,11 @@ export default {
     );
   },
 
-  /** A batch from any dispatch queue or any of their dead-letter queues: all carry any shard's dispatches. */
-  async queue(batch, env, ctx) {
-    const dead = isDeadLetterQueue(batch.queue);
-    await metered(
-      env,
-      ctx,
-      () => (dead ? "queue dead letters" : "queue"),
-      (counted) => (dead ? consumeDeadLetters(batch, counted) : consumeDispatches(batch, counted)),
-    );
-  },
+  /**
+   * Deployed, the runner Worker consumes the queues (runner/wrangler.toml) and this is never
+   * called; the workerd tests' one Worker consumes through it (vitest.config.ts).
+   */
+  queue: handleQueue,
 
   async scheduled(_controller, env, ctx) {
     const report = await metered(

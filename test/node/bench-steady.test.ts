@@ -114,6 +114,13 @@ describe("bench options", () => {
     expect(parseOptions(["--peer", "none"], { BENCH_PEER: "bullmq" })!.peer).toBe("none");
   });
 
+  it("runs edgecron as two processes unless told one", () => {
+    expect(parseOptions([], {})!.topology).toBe("two");
+    expect(parseOptions(["--topology", "one"], {})!.topology).toBe("one");
+    expect(parseOptions([], { BENCH_TOPOLOGY: "one" })!.topology).toBe("one");
+    expect(() => parseOptions(["--topology", "three"], {})).toThrow(UsageError);
+  });
+
   it("refuses what it cannot run", () => {
     expect(() => parseOptions(["--peer", "sidekiq"], {})).toThrow(UsageError);
     expect(() => parseOptions(["--workload"], {})).toThrow(UsageError);

@@ -6,13 +6,16 @@ import { type AddressInfo, createConnection, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { Topology } from "../../scripts/dev-topology.ts";
 import { eachLine } from "./lines.ts";
 
 /**
  * The real local stack for Node end-to-end tests, started exactly as `npm start` runs it
- * (scripts/start.mjs: local D1 migrations, `wrangler dev`, the periodic sweep), in its own
- * process group, on a free port, with its state, its dev registry (and, if asked, a snapshot of
- * the sources) in a temporary directory of its own; and stopped with every process it started.
+ * (scripts/start.mjs: local D1 migrations, the runner's `wrangler dev` and, once it is in the
+ * dev registry, the scheduler's, the periodic sweep), in its own process group, on a free port,
+ * with its state, its dev registry (shared by both processes: WRANGLER_REGISTRY_PATH), and, if
+ * asked, a snapshot of the sources, in a temporary directory of its own; and stopped with every
+ * process it started.
  *
  *   const stack = await startStack({ env: { SWEEP_INTERVAL_MS: "5000" } });
  *   const { status, json } = await stack.api("GET", "/v1/jobs");
@@ -30,12 +33,17 @@ import { eachLine } from "./lines.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 /** What `npm start` needs from the working tree, for a snapshot. */
-const TREE = ["package.json", "wrangler.toml", "tsconfig.json", "src", "scripts", "migrations", "dashboard"];
+const TREE = ["package.json", "wrangler.toml", "runner", "tsconfig.json", "src", "scripts", "migrations", "dashboard"];
 const OUTPUT_LINES_KEPT = 2_000;
 
 export interface StackOptions {
   /** More environment for start.mjs, e.g. SWEEP_INTERVAL_MS, CLAIM_TIMEOUT_MS. */
   env?: Record<string, string>;
+  /**
+   * "two": the runner Worker as a second `wrangler dev`, started and registered before the
+   * scheduler's; "one": both Workers in one. start.mjs's default when unset (scripts/dev-topology.ts).
+   */
+  topology?: Topology;
   /** The API token; by default a random one, so that an answer with it proves the port is this stack's. */
   token?: string;
   /**
@@ -182,7 +190,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     cwd,
     port: await freePort(),
     token: options.token ?? `e2e-${randomBytes(8).toString("hex")}`,
-    env: options.env ?? {},
+    env: { ...options.env, ...(options.topology && { EDGECRON_TOPOLOGY: options.topology }) },
     quiet: options.quiet ?? false,
     readyTimeoutMs: options.readyTimeoutMs ?? 90_000,
     signal: options.signal,
