@@ -21,6 +21,8 @@ export interface JobDraft {
   name: string | null;
   /** Created paused: a message of a paused queue, held until the queue is resumed. */
   paused?: boolean;
+  /** The shard to keep it in, rather than the one its id gives (a callback: its source's, see publish.ts). */
+  shard?: string;
 }
 
 const QSTASH_RETRY = (retries: number) => ({
@@ -89,6 +91,7 @@ export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraf
     decorate: (job, index) => {
       if (job.spec.target) job.spec.target.qstash = drafts[index]!.meta;
       if (drafts[index]!.paused) job.paused = true;
+      if (drafts[index]!.shard !== undefined) job.shard = drafts[index]!.shard!;
     },
   });
   const failed = outcomes.find((o) => "error" in o);

@@ -24,6 +24,12 @@ export interface PublishRequest {
   callerIp?: string;
   /** A callback's message: the message whose outcome it reports (it is itself not called back). */
   callbackOf?: string;
+  /**
+   * A callback's message is kept in its source message's shard: it is published by the consumer,
+   * which may be the runner Worker, and the runner should only reach shards that already run
+   * (a shard first reached from another Worker's process locally would not know its own name).
+   */
+  shard?: string;
 }
 
 export interface Published {
@@ -84,6 +90,7 @@ async function plan(env: Env, tenantId: string, request: PublishRequest, now: nu
     meta: { ...metaOf(request), ...extra },
     name: options.label ?? null,
     ...(queue?.paused && { paused: true }),
+    ...(request.shard !== undefined && { shard: request.shard }),
   });
   const dedupId = await dedupIdOf(request);
   if ("url" in destination) return { request, dedupId, drafts: [draft(destination.url, {})], topic: false };
