@@ -1,6 +1,6 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import { audit } from "./audit";
-import { authenticate, authorize, limitBody, requireJsonBody } from "./auth";
+import { authenticate, authorize, authorizeQstash, limitBody, limitQstashBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
 import { docsHeaders } from "./browser-headers";
 import type { AppEnv } from "./context";
@@ -13,6 +13,7 @@ import { me } from "./me";
 import { metrics } from "./metrics";
 import { nameOperation } from "./operation";
 import { prometheus } from "./prometheus";
+import { qstash } from "./qstash/app";
 import { runs } from "./runs";
 import { schedules } from "./schedules";
 import { documentScopes } from "./scope-docs";
@@ -44,6 +45,9 @@ app.route("/v1", signing);
 app.route("/v1", breakers);
 app.route("/v1", audit);
 app.route("/v1", me);
+// QStash's API (docs/qstash.md): any body type, as QStash takes it.
+app.use("/v2/*", authenticate, authorizeQstash, limitQstashBody);
+app.route("/v2", qstash);
 // Outside /v1, where scrapers look for it, behind the same credentials (no body to check on a GET).
 app.use("/metrics", authenticate, authorize);
 app.route("/", prometheus);

@@ -40,8 +40,7 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   // holds no API key. Those two routes check that token themselves.
   if (accessOf(endpoint) === "completion-token") return next();
   const from = c.req.header("CF-Connecting-IP") ?? null;
-  const match = /^Bearer\s+(\S{1,200})\s*$/i.exec(c.req.header("Authorization") ?? "");
-  const presented = match?.[1];
+  const presented = presentedToken(c) ?? undefined;
   const isKey = presented !== undefined && API_KEY.test(presented);
   const names = throttleNames(c, isKey ? presented.slice(0, KEY_PREFIX_LENGTH) : null);
   refuseIfThrottled(c, names);
@@ -61,8 +60,40 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
     if (!ok) {
       throw new ApiError(429, "rate_limited", `this tenant may make ${rps} requests per second; retry after the Retry-After seconds`, {
         "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+        // What the QStash SDK reads into its QstashRatelimitError (the /v2 surface, docs/qstash.md).
+        "Burst-RateLimit-Limit": String(rps),
+        "Burst-RateLimit-Remaining": "0",
+        "Burst-RateLimit-Reset": String(Math.ceil((Date.now() + retryAfterMs) / 1000)),
       });
     }
+  }
+  return next();
+};
+
+/**
+ * The credential presented: `Authorization: Bearer <token>`, or, on the /v2 (QStash) surface
+ * only, the `qstash_token` query parameter QStash also takes. Null when there is none of a
+ * plausible form.
+ */
+function presentedToken(c: AppContext): string | null {
+  const match = /^Bearer\s+(\S{1,200})\s*$/i.exec(c.req.header("Authorization") ?? "");
+  if (match) return match[1]!;
+  if (!c.req.path.startsWith("/v2/")) return null;
+  const query = c.req.query("qstash_token");
+  return query !== undefined && /^\S{1,200}$/.test(query) ? query : null;
+}
+
+/**
+ * The /v2 (QStash) surface as a whole: it publishes, schedules and cancels, so it needs the
+ * `write` scope, and a key limited to a prefix of job names may not use it (its messages are
+ * not named jobs).
+ */
+export const authorizeQstash: MiddlewareHandler<AppEnv> = async (c, next) => {
+  const grant = grantOf(c.var.caller);
+  if (!grants(grant.scopes, "write") || grant.jobPrefix !== null) {
+    throw new ApiError(403, "insufficient_scope", 'the QStash API needs the "write" scope, for the whole tenant', {
+      "WWW-Authenticate": 'Bearer realm="edgecron", error="insufficient_scope", scope="write"',
+    });
   }
   return next();
 };
@@ -122,6 +153,11 @@ const limitTo = (maxSize: number) =>
     },
   });
 const limits = { one: limitTo(MAX_BODY_BYTES), batch: limitTo(MAX_BATCH_BODY_BYTES) };
+
+/** A QStash message's body: QStash's own limit for a message, 1 MiB. */
+export const MAX_MESSAGE_BYTES = 1024 * 1024;
+/** The /v2 surface's bodies: a message (or a batch of them) of any content type. */
+export const limitQstashBody = limitTo(MAX_MESSAGE_BYTES);
 
 /** Bodies larger than MAX_BODY_BYTES (a batch's: MAX_BATCH_BODY_BYTES) are refused before they are read whole (413). */
 export const limitBody: MiddlewareHandler<AppEnv> = (c, next) => (c.req.path === BATCH_PATH ? limits.batch : limits.one)(c, next);

@@ -4,6 +4,7 @@ import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
 import { CatalogUnavailable } from "../catalog/d1";
 import { Misconfigured } from "../config";
+import { QstashInputError } from "../qstash/errors";
 
 /** The one error type handlers throw; `onError` turns it (and anything else) into the JSON body. */
 export class ApiError extends Error {
@@ -54,28 +55,47 @@ const CODES: Partial<Record<number, string>> = {
   415: "unsupported_media_type",
 };
 
-export function errorResponse(err: Error, c: Context): Response {
-  if (err instanceof ApiError) {
-    for (const [name, value] of Object.entries(err.headers)) c.header(name, value);
-    return c.json({ error: { code: err.code, message: err.message, ...(err.issues && { issues: err.issues }) } }, err.status);
-  }
+interface Described {
+  status: ContentfulStatusCode;
+  code: string;
+  message: string;
+  headers?: Record<string, string>;
+  issues?: Issue[];
+}
+
+function describe(err: Error): Described {
+  if (err instanceof ApiError)
+    return { status: err.status, code: err.code, message: err.message, headers: err.headers, issues: err.issues };
+  if (err instanceof QstashInputError)
+    return { status: err.status, code: err.status === 404 ? "not_found" : "invalid_request", message: err.message };
   if (err instanceof CatalogUnavailable) {
     console.error(err.message);
-    c.header("Retry-After", "5");
-    return c.json(
-      { error: { code: "catalog_unavailable", message: "the job catalog (D1) is unavailable; scheduled runs go on; retry this request" } },
-      503,
-    );
+    return {
+      status: 503,
+      code: "catalog_unavailable",
+      message: "the job catalog (D1) is unavailable; scheduled runs go on; retry this request",
+      headers: { "Retry-After": "5" },
+    };
   }
   if (err instanceof Misconfigured) {
     console.error(`misconfigured: ${err.message}`);
-    return c.json({ error: { code: "misconfigured", message: `the server is misconfigured: ${err.message}` } }, 500);
+    return { status: 500, code: "misconfigured", message: `the server is misconfigured: ${err.message}` };
   }
   if (err instanceof HTTPException) {
     // Hono's own rejections (malformed JSON, …) get the same JSON shape as ours.
     const status = err.status as ContentfulStatusCode;
-    return c.json({ error: { code: CODES[status] ?? "error", message: err.message || "request rejected" } }, status);
+    return { status, code: CODES[status] ?? "error", message: err.message || "request rejected" };
   }
   console.error("unhandled error", err);
-  return c.json({ error: { code: "internal", message: "internal error" } }, 500);
+  return { status: 500, code: "internal", message: "internal error" };
+}
+
+/** The /v2 (QStash) surface answers errors as QStash does, `{ "error": "…" }`, which its SDK shows as the message. */
+const isQstashPath = (path: string) => path === "/v2" || path.startsWith("/v2/");
+
+export function errorResponse(err: Error, c: Context): Response {
+  const { status, code, message, headers = {}, issues } = describe(err);
+  for (const [name, value] of Object.entries(headers)) c.header(name, value);
+  if (isQstashPath(c.req.path)) return c.json({ error: message }, status);
+  return c.json({ error: { code, message, ...(issues && { issues }) } }, status);
 }

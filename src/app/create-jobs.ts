@@ -48,6 +48,16 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
   return { job, runtime: runtimes.get(job.id) };
 }
 
+/**
+ * How the /v2 (QStash) surface creates its messages and schedules through the same path:
+ * `decorate` adds to each accepted job (its target's QStash delivery settings) before it is
+ * written; `allOrNothing` creates nothing when any item is refused by its checks.
+ */
+export interface CreateOptions {
+  decorate?: (job: CatalogJob, index: number) => void;
+  allOrNothing?: boolean;
+}
+
 /** Each item of a batch: created, or why not (a 4xx naming the item, and its field if it was one). */
 export type BatchOutcome = { index: number; state: JobState } | { index: number; error: ApiError };
 
@@ -62,7 +72,12 @@ interface Accepted {
  * first ones first. D1 unreachable fails the whole call (503) with nothing written: the inserts
  * are one batch, a transaction.
  */
-export async function createJobs(env: Env, caller: Caller, items: readonly unknown[]): Promise<BatchOutcome[]> {
+export async function createJobs(
+  env: Env,
+  caller: Caller,
+  items: readonly unknown[],
+  options: CreateOptions = {},
+): Promise<BatchOutcome[]> {
   const now = Date.now();
   const tenantId = tenantIdOf(caller);
   const outcomes: BatchOutcome[] = [];
@@ -73,6 +88,9 @@ export async function createJobs(env: Env, caller: Caller, items: readonly unkno
     else outcomes[c.index] = c;
   }
   if (accepted.length === 0) return outcomes;
+  // All or nothing: one item refused creates none of them.
+  if (options.allOrNothing && accepted.length < items.length) return outcomes;
+  for (const { index, job } of accepted) options.decorate?.(job, index);
 
   // The tenant, and its room under the quota: what finds none is refused without a write.
   let tenant = caller.admin ? null : caller.tenant;
@@ -87,7 +105,14 @@ export async function createJobs(env: Env, caller: Caller, items: readonly unkno
     outcomes[index] = { index, error: itemError(index, refused) };
   };
   accepted.slice(room).forEach(refuse);
-  const chunks = chunksOf(accepted.slice(0, room), ROWS_PER_INSERT);
+  // One INSERT holds jobs that are all paused or none (a paused QStash queue's messages are created paused).
+  const admitted = accepted.slice(0, room);
+  const chunks = [false, true].flatMap((paused) =>
+    chunksOf(
+      admitted.filter((a) => a.job.paused === paused),
+      ROWS_PER_INSERT,
+    ),
+  );
   const jobsOf = (list: Accepted[]) => list.map((a) => a.job);
   // Each INSERT followed by its jobs' audit entries, written only if it inserted them.
   const statements = chunks.flatMap((chunk) => [

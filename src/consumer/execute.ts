@@ -1,4 +1,7 @@
 import { config } from "../config";
+import type { DeliveredAnswer } from "../qstash/callback-body";
+import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
+import { UPSTASH_SIGNATURE, upstashSignature } from "../qstash/signature";
 import { signCompletionToken } from "../security/completion-tokens";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
@@ -7,14 +10,15 @@ import type { Outcome, RunOrder } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
 import type { ConnectionSlots } from "./connections";
-
-/** The attempt to make, as its dispatch's order says. */
+import { type SentRequest, sendQstashCallback } from "./qstash-callbacks";
 
 /** Longest error text kept on a run; a target's error page can be megabytes. */
 const MAX_ERROR_CHARS = 500;
 /** Redirects followed by hand, each checked by the SSRF guard (fetch would follow them unchecked). */
 const MAX_REDIRECTS = 5;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+/** Most of a QStash destination's answer its callback is sent (QStash's own callbacks carry the body whole). */
+const MAX_CALLBACK_BODY_BYTES = 256 * 1024;
 const CROSS_ORIGIN_DROPPED = ["X-Edgecron-Completion-Token", "X-Edgecron-Complete-Url"];
 
 /** What executing needs from the Worker's environment, read once per batch. */
@@ -23,6 +27,8 @@ export interface ExecuteContext {
   encryptionKeys: string;
   signingSecret: string;
   policy: TargetPolicy;
+  /** A QStash message's callbacks, published after its attempt (src/consumer/qstash-callbacks.ts). */
+  qstashCallback?: (order: RunOrder, outcome: Outcome, sent: SentRequest, answer: DeliveredAnswer) => Promise<void>;
 }
 
 export function executeContext(env: Env): ExecuteContext {
@@ -32,6 +38,7 @@ export function executeContext(env: Env): ExecuteContext {
     encryptionKeys: env.ENCRYPTION_KEYS,
     signingSecret: env.SIGNING_SECRET,
     policy: { allowPrivate: allowPrivateTargets },
+    qstashCallback: (order, outcome, sent, answer) => sendQstashCallback(env, order, outcome, sent, answer),
   };
 }
 
@@ -77,7 +84,16 @@ export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connec
     };
   }
 
-  return connections.hold(() => send(order, ctx, request));
+  const outcome = await connections.hold(() => send(order, ctx, request));
+  const meta = order.target.qstash;
+  if (!meta) return outcome;
+  const decided = qstashOutcome(outcome, meta, order.attempt, request.nonRetryable);
+  if ((meta.callback || meta.failureCallback) && ctx.qstashCallback) {
+    const answer = request.answer ?? { status: 0, headers: {}, body: outcome.error ?? "" };
+    const sent = { url: order.target.url, method: order.target.method, headers: request.targetHeaders, body: request.body ?? "" };
+    await ctx.qstashCallback(order, decided, sent, answer);
+  }
+  return decided;
 }
 
 async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedRequest): Promise<Outcome> {
@@ -94,7 +110,7 @@ async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedReque
     for (let hop = 0; ; hop++) {
       const refusal = targetRefusal(url, ctx.policy);
       if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${url} refused: ${refusal}`);
-      await request.sign(body);
+      await request.sign(body, url);
       const response = await fetch(url, { method, headers, body, signal, redirect: "manual" });
       const location = response.headers.get("location");
       if (REDIRECTS.has(response.status) && location !== null) {
@@ -114,6 +130,15 @@ async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedReque
         }
         url = next.href;
         continue;
+      }
+      request.nonRetryable = response.headers.get("upstash-nonretryable-error")?.trim().toLowerCase() === "true";
+      const meta = order.target.qstash;
+      if (meta && (meta.callback || meta.failureCallback)) {
+        // The answer, for the callback: read from a copy while the outcome is described from the original.
+        const copy = response.clone();
+        const [outcome, text] = await Promise.all([describe(base, response, false), readAtMost(copy, MAX_CALLBACK_BODY_BYTES)]);
+        request.answer = { status: response.status, headers: Object.fromEntries(response.headers), body: text ?? "" };
+        return outcome;
       }
       return await describe(base, response, order.step !== undefined);
     }
@@ -143,11 +168,24 @@ async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
   }
   const completionToken = await signCompletionToken(ctx.signingSecret, order.completionToken);
   for (const [name, value] of Object.entries(edgecronHeaders(order, completionToken, ctx.publicUrl))) headers.set(name, value);
+  const meta = order.target.qstash;
+  if (meta) for (const [name, value] of Object.entries(upstashHeaders(meta, order))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, order.tenantId, order.signingGeneration);
   /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
-  const sign = async (sent: string | undefined) =>
-    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], order.runId, sent ?? "", Date.now()));
-  return { headers, body, sign };
+  const sign = async (sent: string | undefined, url: string) => {
+    const now = Date.now();
+    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], order.runId, sent ?? "", now));
+    // QStash's JWT, signed with the current key as QStash signs; its Receiver tries the next key too.
+    if (meta) headers.set(UPSTASH_SIGNATURE, await upstashSignature(current, url, sent, now));
+  };
+  return {
+    headers,
+    body,
+    sign,
+    nonRetryable: false,
+    targetHeaders: { ...secrets.headers },
+    answer: undefined as DeliveredAnswer | undefined,
+  };
 }
 
 async function describe(base: { runId: string; fence: number }, response: Response, keepResult: boolean): Promise<Outcome> {

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import type { QstashMeta } from "../qstash/meta";
 import type { Sealed } from "../security/sealing";
 import { Text } from "./common";
 
@@ -109,6 +110,8 @@ export interface StoredTarget {
   method: Target["method"];
   headerNames: string[];
   secrets: Sealed | null;
+  /** A message or schedule of the /v2 (QStash) surface: delivered as QStash does (src/qstash/delivery.ts). */
+  qstash?: QstashMeta;
 }
 
 /** A target as responses show it: header names, never their values. */

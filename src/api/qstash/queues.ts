@@ -1,0 +1,78 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { setQueuePaused } from "../../app/qstash/queues";
+import { tenantOf } from "../../app/qstash/tenant";
+import { deleteQueueRow, getQueueRow, listQueueRows, type QueueRow, upsertQueueRow } from "../../catalog/qstash";
+import { QstashInputError } from "../../qstash/errors";
+import type { AppEnv } from "../context";
+import { bodyText } from "./request";
+
+/**
+ * /v2/queues: named queues with a parallelism, paused or not, kept and shown as QStash shows
+ * them; enqueueing needs the queue to exist, and a paused queue holds its messages. What
+ * edgecron does not do yet is hold a queue's messages to its parallelism (docs/qstash.md).
+ */
+export const queues = new Hono<AppEnv>();
+
+const QUEUE_NAME = /^[A-Za-z0-9_.-]{1,100}$/;
+const Upsert = z.object({
+  queueName: z.string().regex(QUEUE_NAME, "1 to 100 letters, digits, _ . or -"),
+  parallelism: z.int().min(1).max(1_000).optional(),
+  paused: z.boolean().optional(),
+});
+
+const present = (q: QueueRow) => ({
+  name: q.name,
+  parallelism: q.parallelism,
+  paused: q.paused,
+  lag: 0,
+  createdAt: q.createdAt,
+  updatedAt: q.updatedAt,
+});
+
+async function loadQueue(env: Env, tenantId: string, name: string): Promise<QueueRow> {
+  const q = await getQueueRow(env.DB, tenantId, name);
+  if (!q) throw new QstashInputError("queue", `no queue named ${name}`, 404);
+  return q;
+}
+
+queues.post("/queues", async (c) => {
+  let json: unknown;
+  try {
+    json = JSON.parse(await bodyText(c));
+  } catch {
+    throw new QstashInputError("body", "not JSON: send { queueName, parallelism?, paused? }");
+  }
+  const parsed = Upsert.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new QstashInputError(issue.path.join(".") || "body", issue.message);
+  }
+  const { queueName, parallelism, paused } = parsed.data;
+  const tenantId = tenantOf(c.var.caller);
+  const before = await getQueueRow(c.env.DB, tenantId, queueName);
+  await upsertQueueRow(c.env.DB, tenantId, queueName, { parallelism }, Date.now());
+  // Its messages are held or let go only when the flag changes (the SDK sends it on every upsert).
+  if (paused !== undefined && paused !== (before?.paused ?? false)) await setQueuePaused(c.env, c.var.caller, queueName, paused);
+  return c.json({}, 200);
+});
+
+queues.get("/queues", async (c) => c.json((await listQueueRows(c.env.DB, tenantOf(c.var.caller))).map(present), 200));
+
+queues.get("/queues/:name", async (c) => c.json(present(await loadQueue(c.env, tenantOf(c.var.caller), c.req.param("name"))), 200));
+
+queues.delete("/queues/:name", async (c) => {
+  const name = c.req.param("name");
+  if (!(await deleteQueueRow(c.env.DB, tenantOf(c.var.caller), name))) throw new QstashInputError("queue", `no queue named ${name}`, 404);
+  return c.json({}, 200);
+});
+
+for (const action of ["pause", "resume"] as const) {
+  queues.post(`/queues/:name/${action}`, async (c) => {
+    const tenantId = tenantOf(c.var.caller);
+    const name = c.req.param("name");
+    await loadQueue(c.env, tenantId, name);
+    await setQueuePaused(c.env, c.var.caller, name, action === "pause");
+    return c.json({}, 200);
+  });
+}

@@ -1,0 +1,45 @@
+import type { Context } from "hono";
+import { QstashInputError } from "../../qstash/errors";
+
+/** What a /v2 route reads off its request besides headers. */
+
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** The body as text: a message is delivered as the text it was published with. */
+export async function bodyText(c: Context): Promise<string> {
+  const bytes = await c.req.arrayBuffer();
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new QstashInputError("body", "not valid UTF-8: binary bodies are not supported (docs/qstash.md); send them base64-encoded");
+  }
+}
+
+/**
+ * The path after `prefix` exactly as sent, and the query string that belongs to the
+ * destination (the request's, without the `qstash_token` credential).
+ */
+export function restOfPath(c: Context, prefix: string): { rest: string; search: string } {
+  const url = new URL(c.req.url);
+  const rest = url.pathname.slice(prefix.length);
+  url.searchParams.delete("qstash_token");
+  const search = url.searchParams.size > 0 ? `?${url.searchParams}` : "";
+  return { rest, search };
+}
+
+export const callerIpOf = (c: Context) => c.req.header("CF-Connecting-IP") ?? undefined;
+
+/** A query parameter given once or more (`?messageIds=a&messageIds=b`), or undefined. */
+export function many(c: Context, name: string): string[] | undefined {
+  const values = c.req.queries(name);
+  return values && values.length > 0 ? values : undefined;
+}
+
+export function intQuery(c: Context, name: string, min: number, max: number): number | undefined {
+  const text = c.req.query(name);
+  if (text === undefined || text === "") return undefined;
+  if (!/^\d{1,16}$/.test(text) || Number(text) < min || Number(text) > max) {
+    throw new QstashInputError(name, `must be a whole number between ${min} and ${max}`);
+  }
+  return Number(text);
+}

@@ -1,0 +1,85 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { tenantOf } from "../../app/qstash/tenant";
+import { deleteTopicRow, type Endpoint, getTopicRow, listTopicRows, putTopicRow, type TopicRow } from "../../catalog/qstash";
+import { QstashInputError } from "../../qstash/errors";
+import type { AppContext, AppEnv } from "../context";
+import { bodyText } from "./request";
+
+/** /v2/topics: URL groups. A publish to a group's name fans out: one message per endpoint. */
+export const topics = new Hono<AppEnv>();
+
+const MAX_ENDPOINTS = 100;
+const EndpointSchema = z.object({
+  name: z.string().min(1).max(100).optional(),
+  url: z
+    .url({ protocol: /^https?$/, error: "must be an absolute http or https URL" })
+    .max(2_048)
+    .optional(),
+});
+const Body = z.object({ endpoints: z.array(EndpointSchema).min(1).max(MAX_ENDPOINTS) });
+
+async function endpointsOf(c: AppContext): Promise<Array<z.infer<typeof EndpointSchema>>> {
+  let json: unknown;
+  try {
+    json = JSON.parse(await bodyText(c));
+  } catch {
+    throw new QstashInputError("body", "not JSON: send { endpoints: [{ name?, url }] }");
+  }
+  const parsed = Body.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new QstashInputError(issue.path.join(".") || "body", issue.message);
+  }
+  return parsed.data.endpoints;
+}
+
+const present = (t: TopicRow) => ({ name: t.name, endpoints: t.endpoints, createdAt: t.createdAt, updatedAt: t.updatedAt });
+const TOPIC_NAME = /^[A-Za-z0-9_.-]{1,100}$/;
+
+topics.post("/topics/:name/endpoints", async (c) => {
+  const name = c.req.param("name");
+  if (!TOPIC_NAME.test(name)) throw new QstashInputError("name", "1 to 100 letters, digits, _ . or -");
+  const added = await endpointsOf(c);
+  const missing = added.findIndex((e) => e.url === undefined);
+  if (missing >= 0) throw new QstashInputError(`endpoints.${missing}.url`, "required");
+  const tenantId = tenantOf(c.var.caller);
+  const current = (await getTopicRow(c.env.DB, tenantId, name))?.endpoints ?? [];
+  const merged: Endpoint[] = [...current];
+  for (const e of added as Endpoint[]) {
+    const at = merged.findIndex((m) => m.url === e.url || (e.name !== undefined && m.name === e.name));
+    if (at >= 0) merged[at] = e;
+    else merged.push(e);
+  }
+  if (merged.length > MAX_ENDPOINTS) throw new QstashInputError("endpoints", `a URL group has at most ${MAX_ENDPOINTS} endpoints`);
+  await putTopicRow(c.env.DB, tenantId, name, merged, Date.now());
+  return c.json({}, 200);
+});
+
+topics.delete("/topics/:name/endpoints", async (c) => {
+  const name = c.req.param("name");
+  const removed = await endpointsOf(c);
+  const tenantId = tenantOf(c.var.caller);
+  const topic = await getTopicRow(c.env.DB, tenantId, name);
+  if (!topic) throw new QstashInputError("name", `no URL group named ${name}`, 404);
+  const kept = topic.endpoints.filter(
+    (e) => !removed.some((r) => (r.url !== undefined && r.url === e.url) || (r.name !== undefined && r.name === e.name)),
+  );
+  await putTopicRow(c.env.DB, tenantId, name, kept, Date.now());
+  return c.json({}, 200);
+});
+
+topics.get("/topics", async (c) => c.json((await listTopicRows(c.env.DB, tenantOf(c.var.caller))).map(present), 200));
+
+topics.get("/topics/:name", async (c) => {
+  const topic = await getTopicRow(c.env.DB, tenantOf(c.var.caller), c.req.param("name"));
+  if (!topic) throw new QstashInputError("name", `no URL group named ${c.req.param("name")}`, 404);
+  return c.json(present(topic), 200);
+});
+
+topics.delete("/topics/:name", async (c) => {
+  if (!(await deleteTopicRow(c.env.DB, tenantOf(c.var.caller), c.req.param("name")))) {
+    throw new QstashInputError("name", `no URL group named ${c.req.param("name")}`, 404);
+  }
+  return c.json({}, 200);
+});

@@ -1,0 +1,102 @@
+import { notFound } from "../../api/errors";
+import { type CatalogJob, getJobsByIds } from "../../catalog/jobs";
+import { removeDeadLetters, removedDeadLetters, restoreDeadLetters } from "../../catalog/qstash";
+import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
+import type { RunView } from "../../shard/contract";
+import { DEAD_LETTER_STATES } from "../../shard/run-states";
+import type { Caller } from "../caller";
+import { deadLetters, getRun, retryRun } from "../runs";
+
+/**
+ * /v2/dlq over edgecron's dead letters (runs that ended dead or failed): a dead letter's id is
+ * its run's. Deleting one hides it from /v2/dlq (qstash_dlq_removed); the run stays in its
+ * shard's history, as /v1 shows it. Retrying one is edgecron's retry of the run.
+ */
+export interface DeadLetter {
+  run: RunView;
+  job: CatalogJob;
+}
+
+export interface DeadLetterFilter {
+  messageId?: string[];
+  topicName?: string[];
+  scheduleId?: string[];
+  url?: string[];
+  responseStatus?: number;
+  fromDate?: number;
+  toDate?: number;
+  queueName?: string[];
+  label?: string[];
+}
+
+async function visible(env: Env, runs: RunView[]): Promise<DeadLetter[]> {
+  const removed = await removedDeadLetters(
+    env.DB,
+    runs.map((r) => r.id),
+  );
+  const jobs = new Map((await getJobsByIds(env.DB, [...new Set(runs.map((r) => r.jobId))])).map((j) => [j.id, j]));
+  return runs.flatMap((run) => {
+    const job = jobs.get(run.jobId);
+    return job?.spec.target && !removed.has(run.id) && DEAD_LETTER_STATES.includes(run.state) ? [{ run, job }] : [];
+  });
+}
+
+function matches(d: DeadLetter, f: DeadLetterFilter): boolean {
+  const meta = d.job.spec.target!.qstash;
+  const any = (values: string[] | undefined, value: string | undefined) =>
+    values === undefined || (value !== undefined && values.includes(value));
+  const messageId = meta?.scheduleId ? messageIdOfRun(d.run.id) : messageIdOfJob(d.job.id);
+  return (
+    any(f.messageId, messageId) &&
+    any(f.topicName, meta?.topicName) &&
+    any(f.scheduleId, meta?.scheduleId) &&
+    any(f.url, d.job.spec.target!.url) &&
+    any(f.queueName, meta?.queueName) &&
+    (f.label === undefined || (meta?.label?.split(",") ?? []).some((l) => f.label!.includes(l))) &&
+    (f.responseStatus === undefined || d.run.status === f.responseStatus) &&
+    (f.fromDate === undefined || (d.run.finishedAt ?? 0) >= f.fromDate) &&
+    (f.toDate === undefined || (d.run.finishedAt ?? 0) <= f.toDate)
+  );
+}
+
+/** A page of dead letters, newest first, and the cursor of the next (absent at the end). */
+export async function listDeadLetters(
+  env: Env,
+  caller: Caller,
+  query: { count: number; cursor?: string; filter: DeadLetterFilter },
+): Promise<{ items: DeadLetter[]; cursor?: string }> {
+  const page = await deadLetters(env, caller, { limit: query.count, ...(query.cursor !== undefined && { cursor: query.cursor }) });
+  const items = (await visible(env, page.items)).filter((d) => matches(d, query.filter));
+  return { items, ...(page.nextCursor !== null && { cursor: page.nextCursor }) };
+}
+
+export async function getDeadLetter(env: Env, caller: Caller, dlqId: string): Promise<DeadLetter> {
+  const run = await getRun(env, caller, dlqId).catch(() => null);
+  const [found] = run ? await visible(env, [run]) : [];
+  if (!found) throw notFound("dead letter", dlqId);
+  return found;
+}
+
+/** Deletes dead letters; how many there were to delete (an id already gone counts none). */
+export async function deleteDeadLetters(env: Env, caller: Caller, ids: string[]): Promise<number> {
+  const found = (await Promise.all(ids.map((id) => getDeadLetter(env, caller, id).catch(() => null)))).filter((d) => d !== null);
+  return removeDeadLetters(
+    env.DB,
+    found.map((d) => ({ tenantId: d.job.tenantId, runId: d.run.id })),
+    Date.now(),
+  );
+}
+
+/** Retries dead letters: each run gets another attempt now; the message ids delivered again. */
+export async function retryDeadLetters(env: Env, caller: Caller, ids: string[]): Promise<DeadLetter[]> {
+  const found = (await Promise.all(ids.map((id) => getDeadLetter(env, caller, id).catch(() => null)))).filter((d) => d !== null);
+  const retried: DeadLetter[] = [];
+  for (const d of found) {
+    retried.push({ run: await retryRun(env, caller, d.run.id), job: d.job });
+  }
+  await restoreDeadLetters(
+    env.DB,
+    retried.map((d) => d.run.id),
+  );
+  return retried;
+}

@@ -1,0 +1,100 @@
+import { ApiError } from "../../api/errors";
+import type { CatalogJob } from "../../catalog/jobs";
+import { QstashInputError } from "../../qstash/errors";
+import type { MessageOptions } from "../../qstash/headers";
+import type { QstashMeta } from "../../qstash/meta";
+import type { Caller } from "../caller";
+import { type BatchOutcome, createJobs } from "../create-jobs";
+
+/**
+ * A message or a schedule as the edgecron job that runs it: its target (forwarded headers,
+ * Content-Type and body), its attempts (Upstash-Retries + 1) and timeout. The backoff between
+ * attempts is the shortest edgecron has: the consumer asks for QStash's delay with each failure
+ * (src/qstash/delivery.ts), and the shard waits the longer of the two.
+ */
+export interface JobDraft {
+  url: string;
+  options: MessageOptions;
+  body: string;
+  schedule: { at: string } | { cron: string; timezone?: string };
+  meta: QstashMeta;
+  name: string | null;
+  /** Created paused: a message of a paused queue, held until the queue is resumed. */
+  paused?: boolean;
+  /** The shard to keep it in, rather than the one its id gives (a callback: its source's, see publish.ts). */
+  shard?: string;
+}
+
+const QSTASH_RETRY = (retries: number) => ({
+  maxAttempts: retries + 1,
+  backoff: { initialMs: 100, maxMs: 100, factor: 1 },
+  jitter: "none" as const,
+});
+
+export function jobInput(draft: JobDraft) {
+  const { options, body } = draft;
+  if (options.method === "GET" && body !== "")
+    throw new QstashInputError("Upstash-Method", "a GET request has no body; send none, or another method");
+  return {
+    ...(draft.name !== null && { name: draft.name }),
+    schedule: draft.schedule,
+    target: {
+      url: draft.url,
+      method: options.method,
+      ...(Object.keys(options.headers).length > 0 && { headers: options.headers }),
+      ...(body !== "" && { body }),
+    },
+    retry: QSTASH_RETRY(options.retries),
+    // QStash retries each message on its own schedule: no circuit breaker holds a message
+    // because others to the same origin failed (docs/qstash.md).
+    breaker: false,
+    ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
+  };
+}
+
+/** Where a job's field came from on the /v2 surface: what an error about it names. */
+function qstashField(path: string): string {
+  const field = path.replace(/^jobs\[\d+\]\.?/, "");
+  if (field.startsWith("target.headers.")) {
+    const name = field.slice("target.headers.".length);
+    return name.toLowerCase() === "content-type" ? "Content-Type" : `Upstash-Forward-${name}`;
+  }
+  if (field.startsWith("target.headers")) return "Upstash-Forward-*";
+  if (field.startsWith("target.url")) return "destination";
+  if (field.startsWith("target.body")) return "body";
+  if (field.startsWith("target.method")) return "Upstash-Method";
+  if (field.startsWith("retry")) return "Upstash-Retries";
+  if (field.startsWith("timeoutMs")) return "Upstash-Timeout";
+  if (field.startsWith("schedule.cron") || field.startsWith("schedule.timezone")) return "Upstash-Cron";
+  if (field.startsWith("schedule")) return "Upstash-Delay";
+  return field || "request";
+}
+
+/** An edgecron refusal of a job, said in the /v2 surface's terms. */
+function qstashError(err: ApiError): Error {
+  if (err.issues?.length) {
+    const [issue] = err.issues;
+    return new QstashInputError(qstashField(issue!.path), issue!.message);
+  }
+  if (err.status === 400) {
+    const m = /^(jobs\[\d+\][^:]*): (.*)$/s.exec(err.message);
+    if (m) return new QstashInputError(qstashField(m[1]!), m[2]!);
+  }
+  return new ApiError(err.status, err.code, err.message.replace(/^jobs\[\d+\]: /, ""), err.headers);
+}
+
+/** Creates the jobs of `drafts`, all or none: the first refusal is thrown, in QStash's terms. */
+export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraft[]): Promise<CatalogJob[]> {
+  const inputs = drafts.map(jobInput);
+  const outcomes: BatchOutcome[] = await createJobs(env, caller, inputs, {
+    allOrNothing: true,
+    decorate: (job, index) => {
+      if (job.spec.target) job.spec.target.qstash = drafts[index]!.meta;
+      if (drafts[index]!.paused) job.paused = true;
+      if (drafts[index]!.shard !== undefined) job.shard = drafts[index]!.shard!;
+    },
+  });
+  const failed = outcomes.find((o) => "error" in o);
+  if (failed && "error" in failed) throw qstashError(failed.error);
+  return outcomes.map((o) => ("state" in o ? o.state.job : null)).filter((j): j is CatalogJob => j !== null);
+}

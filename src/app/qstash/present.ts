@@ -1,0 +1,82 @@
+import type { CatalogJob } from "../../catalog/jobs";
+import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
+import type { QstashMeta } from "../../qstash/meta";
+import { openTarget } from "../../security/targets";
+import type { RunView } from "../../shard/contract";
+import { cronText } from "./cron";
+
+/** Edgecron jobs and runs in the shapes of QStash's API (the SDK's Message, Schedule, DlqMessage). */
+
+const NO_META: QstashMeta = { retries: 2 };
+
+/** The target's headers as QStash lists them (each name to its values) and its body. */
+async function opened(env: Env, job: CatalogJob) {
+  const target = job.spec.target!;
+  const secrets = await openTarget(env.ENCRYPTION_KEYS, target, job.id);
+  const header = Object.fromEntries(Object.entries(secrets.headers ?? {}).map(([k, v]) => [k, [v]]));
+  const body = secrets.body === undefined ? undefined : typeof secrets.body === "string" ? secrets.body : JSON.stringify(secrets.body);
+  return { header, body };
+}
+
+function common(job: CatalogJob) {
+  const target = job.spec.target!;
+  const meta = target.qstash ?? { ...NO_META, retries: job.spec.retry.maxAttempts - 1 };
+  return {
+    url: target.url,
+    method: target.method,
+    maxRetries: meta.retries,
+    ...(meta.retryDelay !== undefined && { retryDelayExpression: meta.retryDelay }),
+    ...(meta.callback && { callback: meta.callback.url }),
+    ...(meta.failureCallback && { failureCallback: meta.failureCallback.url }),
+    ...(meta.queueName !== undefined && { queueName: meta.queueName }),
+    ...(meta.scheduleId !== undefined && { scheduleId: meta.scheduleId }),
+    ...(meta.topicName !== undefined && { topicName: meta.topicName }),
+    ...(meta.endpointName !== undefined && { endpointName: meta.endpointName }),
+    ...(meta.callerIp !== undefined && { callerIp: meta.callerIp }),
+    ...(meta.flowControlKey !== undefined && { flowControlKey: meta.flowControlKey }),
+    ...(meta.label !== undefined && { label: meta.label, labels: meta.label.split(",") }),
+  };
+}
+
+export async function presentMessage(env: Env, job: CatalogJob) {
+  const at = job.spec.schedule.at;
+  return {
+    messageId: messageIdOfJob(job.id),
+    ...common(job),
+    ...(await opened(env, job)),
+    ...(at !== undefined && { notBefore: Date.parse(at) }),
+    createdAt: job.createdAt,
+  };
+}
+
+export async function presentSchedule(env: Env, scheduleId: string, job: CatalogJob, createdAt: number, nextRunAt: number | null) {
+  const { url, ...rest } = common(job);
+  return {
+    scheduleId,
+    cron: cronText(job.spec.schedule),
+    createdAt,
+    destination: url,
+    ...rest,
+    retries: rest.maxRetries,
+    ...(await opened(env, job)),
+    isPaused: job.paused,
+    ...(nextRunAt !== null && { nextScheduleTime: nextRunAt }),
+  };
+}
+
+/** A dead letter: the run that ended without success, with what its last attempt answered. */
+export async function presentDeadLetter(env: Env, run: RunView, job: CatalogJob) {
+  const meta = job.spec.target?.qstash;
+  const messageId = meta?.scheduleId ? messageIdOfRun(run.id) : messageIdOfJob(job.id);
+  const response = run.error?.match(/^HTTP \d+: ([\s\S]*)$/)?.[1];
+  return {
+    dlqId: run.id,
+    messageId,
+    ...common(job),
+    ...(await opened(env, job)),
+    createdAt: run.createdAt,
+    ...(run.status !== null && { responseStatus: run.status }),
+    ...(response !== undefined && { responseBody: response }),
+    ...(run.error !== null && { error: run.error }),
+  };
+}

@@ -1,0 +1,110 @@
+import { notFound } from "../../api/errors";
+import { type CatalogJob, getJob, getJobsByIds } from "../../catalog/jobs";
+import { deleteScheduleRow, getScheduleRow, listScheduleRows, putScheduleRow, type ScheduleRow } from "../../catalog/qstash";
+import type { Destination } from "../../qstash/destination";
+import { QstashInputError } from "../../qstash/errors";
+import type { MessageOptions } from "../../qstash/headers";
+import { newScheduleId } from "../../qstash/ids";
+import type { Caller } from "../caller";
+import { changeJob, readJob } from "../jobs";
+import { parseCron } from "./cron";
+import { createQstashJobs } from "./jobs";
+import { tenantOf } from "./tenant";
+
+/**
+ * Schedules: each is an edgecron cron job, so that it shows in /v1, the dashboard and the CLI;
+ * its QStash id maps to the job (qstash_schedules). Upserting an existing id creates the new
+ * version's job and deletes the old one, so a fire never runs with half of each.
+ */
+export interface ScheduleRequest {
+  destination: Destination;
+  options: MessageOptions;
+  body: string;
+  callerIp?: string;
+}
+
+export async function upsertSchedule(env: Env, caller: Caller, request: ScheduleRequest): Promise<{ scheduleId: string }> {
+  const { destination, options } = request;
+  if (options.cron === undefined) throw new QstashInputError("Upstash-Cron", "required: the schedule's cron expression");
+  const schedule = parseCron(options.cron);
+  if (!("url" in destination))
+    throw new QstashInputError("destination", "a schedule's destination must be a URL (URL groups are not supported for schedules)");
+  if (options.delayMs > 0)
+    throw new QstashInputError("Upstash-Delay", "not supported on schedules: each fire is delivered at its cron time");
+  if (options.queueName !== undefined) throw new QstashInputError("Upstash-Queue-Name", "not supported on schedules");
+  const tenantId = tenantOf(caller);
+  const scheduleId = options.scheduleId ?? newScheduleId();
+  const previous = await getScheduleRow(env.DB, tenantId, scheduleId);
+  const [job] = await createQstashJobs(env, caller, [
+    {
+      url: destination.url,
+      options,
+      body: request.body,
+      schedule,
+      name: `qstash schedule ${scheduleId}`,
+      meta: {
+        retries: options.retries,
+        scheduleId,
+        ...(options.retryDelay !== undefined && { retryDelay: options.retryDelay }),
+        ...(options.callback && { callback: options.callback }),
+        ...(options.failureCallback && { failureCallback: options.failureCallback }),
+        ...(options.label !== undefined && { label: options.label }),
+        ...(request.callerIp !== undefined && { callerIp: request.callerIp }),
+      },
+    },
+  ]);
+  await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, Date.now());
+  if (previous && previous.jobId !== job!.id) await changeJob(env, caller, previous.jobId, { deleted: true }).catch(ignoreGone);
+  return { scheduleId };
+}
+
+const ignoreGone = (err: unknown) => {
+  if (!(err instanceof Error && "status" in err && err.status === 404)) throw err;
+};
+
+export interface ScheduleState {
+  row: ScheduleRow;
+  job: CatalogJob;
+  nextRunAt: number | null;
+}
+
+async function rowOf(env: Env, caller: Caller, scheduleId: string): Promise<ScheduleRow> {
+  const row = await getScheduleRow(env.DB, tenantOf(caller), scheduleId);
+  if (!row) throw notFound("schedule", scheduleId);
+  return row;
+}
+
+export async function getSchedule(env: Env, caller: Caller, scheduleId: string): Promise<ScheduleState> {
+  const row = await rowOf(env, caller, scheduleId);
+  const { job, runtime } = await readJob(env, caller, row.jobId).catch((err: unknown) => {
+    throw err instanceof Error && "status" in err && err.status === 404 ? notFound("schedule", scheduleId) : err;
+  });
+  return { row, job, nextRunAt: runtime?.nextRunAt ?? null };
+}
+
+export async function listSchedules(env: Env, caller: Caller): Promise<ScheduleState[]> {
+  const rows = await listScheduleRows(env.DB, tenantOf(caller));
+  const jobs = new Map(
+    (
+      await getJobsByIds(
+        env.DB,
+        rows.map((r) => r.jobId),
+      )
+    ).map((j) => [j.id, j]),
+  );
+  return rows.flatMap((row) => {
+    const job = jobs.get(row.jobId);
+    return job && job.deletedAt === null ? [{ row, job, nextRunAt: null }] : [];
+  });
+}
+
+export async function deleteSchedule(env: Env, caller: Caller, scheduleId: string): Promise<void> {
+  const row = await rowOf(env, caller, scheduleId);
+  if (await getJob(env.DB, row.jobId)) await changeJob(env, caller, row.jobId, { deleted: true }).catch(ignoreGone);
+  await deleteScheduleRow(env.DB, tenantOf(caller), scheduleId);
+}
+
+export async function pauseSchedule(env: Env, caller: Caller, scheduleId: string, paused: boolean): Promise<void> {
+  const row = await rowOf(env, caller, scheduleId);
+  await changeJob(env, caller, row.jobId, { paused });
+}

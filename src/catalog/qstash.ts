@@ -1,0 +1,225 @@
+import { guard } from "./d1";
+
+/** The /v2 (QStash) surface's tables (migrations/0014_qstash.sql); every call is scoped to one tenant. */
+
+export interface ScheduleRow {
+  scheduleId: string;
+  jobId: string;
+  createdAt: number;
+}
+
+export interface QueueRow {
+  name: string;
+  parallelism: number;
+  paused: boolean;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface Endpoint {
+  name?: string;
+  url: string;
+}
+
+export interface TopicRow {
+  name: string;
+  endpoints: Endpoint[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+type Row = Record<string, unknown>;
+
+const all = async (what: string, stmt: D1PreparedStatement) => (await guard(what, () => stmt.all<Row>())).results;
+const run = (what: string, stmt: D1PreparedStatement) => guard(what, () => stmt.run());
+
+// ---- schedules ----
+
+const toSchedule = (r: Row): ScheduleRow => ({
+  scheduleId: r.schedule_id as string,
+  jobId: r.job_id as string,
+  createdAt: r.created_at as number,
+});
+
+export async function getScheduleRow(db: D1Database, tenantId: string, scheduleId: string): Promise<ScheduleRow | null> {
+  const rows = await all(
+    "read schedule",
+    db.prepare("SELECT * FROM qstash_schedules WHERE tenant_id = ? AND schedule_id = ?").bind(tenantId, scheduleId),
+  );
+  return rows[0] ? toSchedule(rows[0]) : null;
+}
+
+export async function listScheduleRows(db: D1Database, tenantId: string): Promise<ScheduleRow[]> {
+  const rows = await all(
+    "list schedules",
+    db.prepare("SELECT * FROM qstash_schedules WHERE tenant_id = ? ORDER BY created_at DESC").bind(tenantId),
+  );
+  return rows.map(toSchedule);
+}
+
+/** The schedule now runs as `jobId`; its creation time stays that of its first version. */
+export async function putScheduleRow(db: D1Database, tenantId: string, scheduleId: string, jobId: string, now: number): Promise<void> {
+  await run(
+    "write schedule",
+    db
+      .prepare(
+        `INSERT INTO qstash_schedules (tenant_id, schedule_id, job_id, created_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (tenant_id, schedule_id) DO UPDATE SET job_id = excluded.job_id`,
+      )
+      .bind(tenantId, scheduleId, jobId, now),
+  );
+}
+
+export async function deleteScheduleRow(db: D1Database, tenantId: string, scheduleId: string): Promise<void> {
+  await run(
+    "delete schedule",
+    db.prepare("DELETE FROM qstash_schedules WHERE tenant_id = ? AND schedule_id = ?").bind(tenantId, scheduleId),
+  );
+}
+
+// ---- deduplication ----
+
+export async function dedupHits(
+  db: D1Database,
+  tenantId: string,
+  ids: string[],
+  now: number,
+): Promise<Map<string, { messageId: string; url: string }>> {
+  if (ids.length === 0) return new Map();
+  const rows = await all(
+    "read dedup",
+    db
+      .prepare(
+        `SELECT dedup_id, message_id, url FROM qstash_dedup WHERE tenant_id = ?1 AND expires_at > ?2
+         AND dedup_id IN (SELECT value FROM json_each(?3))`,
+      )
+      .bind(tenantId, now, JSON.stringify(ids)),
+  );
+  return new Map(rows.map((r) => [r.dedup_id as string, { messageId: r.message_id as string, url: r.url as string }]));
+}
+
+export async function recordDedup(
+  db: D1Database,
+  tenantId: string,
+  entries: Array<{ dedupId: string; messageId: string; url: string }>,
+  expiresAt: number,
+): Promise<void> {
+  if (entries.length === 0) return;
+  const stmt = db.prepare(
+    `INSERT INTO qstash_dedup (tenant_id, dedup_id, message_id, url, expires_at) VALUES (?, ?, ?, ?, ?)
+     ON CONFLICT (tenant_id, dedup_id) DO UPDATE SET message_id = excluded.message_id, url = excluded.url, expires_at = excluded.expires_at`,
+  );
+  await guard("write dedup", () => db.batch(entries.map((e) => stmt.bind(tenantId, e.dedupId, e.messageId, e.url, expiresAt))));
+}
+
+// ---- queues ----
+
+const toQueue = (r: Row): QueueRow => ({
+  name: r.name as string,
+  parallelism: r.parallelism as number,
+  paused: r.paused === 1,
+  createdAt: r.created_at as number,
+  updatedAt: r.updated_at as number,
+});
+
+export async function getQueueRow(db: D1Database, tenantId: string, name: string): Promise<QueueRow | null> {
+  const rows = await all("read queue", db.prepare("SELECT * FROM qstash_queues WHERE tenant_id = ? AND name = ?").bind(tenantId, name));
+  return rows[0] ? toQueue(rows[0]) : null;
+}
+
+export async function listQueueRows(db: D1Database, tenantId: string): Promise<QueueRow[]> {
+  return (await all("list queues", db.prepare("SELECT * FROM qstash_queues WHERE tenant_id = ? ORDER BY name").bind(tenantId))).map(
+    toQueue,
+  );
+}
+
+export async function upsertQueueRow(
+  db: D1Database,
+  tenantId: string,
+  name: string,
+  set: { parallelism?: number; paused?: boolean },
+  now: number,
+) {
+  await run(
+    "write queue",
+    db
+      .prepare(
+        `INSERT INTO qstash_queues (tenant_id, name, parallelism, paused, created_at, updated_at) VALUES (?1, ?2, COALESCE(?3, 1), COALESCE(?4, 0), ?5, ?5)
+         ON CONFLICT (tenant_id, name) DO UPDATE SET parallelism = COALESCE(?3, parallelism), paused = COALESCE(?4, paused), updated_at = ?5`,
+      )
+      .bind(tenantId, name, set.parallelism ?? null, set.paused === undefined ? null : set.paused ? 1 : 0, now),
+  );
+}
+
+export async function deleteQueueRow(db: D1Database, tenantId: string, name: string): Promise<boolean> {
+  const result = await run("delete queue", db.prepare("DELETE FROM qstash_queues WHERE tenant_id = ? AND name = ?").bind(tenantId, name));
+  return result.meta.changes > 0;
+}
+
+// ---- URL groups ----
+
+const toTopic = (r: Row): TopicRow => ({
+  name: r.name as string,
+  endpoints: JSON.parse(r.endpoints as string) as Endpoint[],
+  createdAt: r.created_at as number,
+  updatedAt: r.updated_at as number,
+});
+
+export async function getTopicRow(db: D1Database, tenantId: string, name: string): Promise<TopicRow | null> {
+  const rows = await all("read url group", db.prepare("SELECT * FROM qstash_topics WHERE tenant_id = ? AND name = ?").bind(tenantId, name));
+  return rows[0] ? toTopic(rows[0]) : null;
+}
+
+export async function listTopicRows(db: D1Database, tenantId: string): Promise<TopicRow[]> {
+  return (await all("list url groups", db.prepare("SELECT * FROM qstash_topics WHERE tenant_id = ? ORDER BY name").bind(tenantId))).map(
+    toTopic,
+  );
+}
+
+export async function putTopicRow(db: D1Database, tenantId: string, name: string, endpoints: Endpoint[], now: number): Promise<void> {
+  await run(
+    "write url group",
+    db
+      .prepare(
+        `INSERT INTO qstash_topics (tenant_id, name, endpoints, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4)
+         ON CONFLICT (tenant_id, name) DO UPDATE SET endpoints = excluded.endpoints, updated_at = ?4`,
+      )
+      .bind(tenantId, name, JSON.stringify(endpoints), now),
+  );
+}
+
+export async function deleteTopicRow(db: D1Database, tenantId: string, name: string): Promise<boolean> {
+  const result = await run(
+    "delete url group",
+    db.prepare("DELETE FROM qstash_topics WHERE tenant_id = ? AND name = ?").bind(tenantId, name),
+  );
+  return result.meta.changes > 0;
+}
+
+// ---- dead letters deleted through /v2 ----
+
+export async function removedDeadLetters(db: D1Database, runIds: string[]): Promise<Set<string>> {
+  if (runIds.length === 0) return new Set();
+  const rows = await all(
+    "read removed dead letters",
+    db.prepare("SELECT run_id FROM qstash_dlq_removed WHERE run_id IN (SELECT value FROM json_each(?1))").bind(JSON.stringify(runIds)),
+  );
+  return new Set(rows.map((r) => r.run_id as string));
+}
+
+/** Marks dead letters deleted; answers how many were not already. */
+export async function removeDeadLetters(db: D1Database, entries: Array<{ tenantId: string; runId: string }>, now: number): Promise<number> {
+  if (entries.length === 0) return 0;
+  const stmt = db.prepare("INSERT INTO qstash_dlq_removed (tenant_id, run_id, removed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
+  const results = await guard("remove dead letters", () => db.batch(entries.map((e) => stmt.bind(e.tenantId, e.runId, now))));
+  return results.reduce((n, r) => n + r.meta.changes, 0);
+}
+
+/** A retried dead letter that fails again is a dead letter again. */
+export async function restoreDeadLetters(db: D1Database, runIds: string[]): Promise<void> {
+  if (runIds.length === 0) return;
+  await run(
+    "restore dead letters",
+    db.prepare("DELETE FROM qstash_dlq_removed WHERE run_id IN (SELECT value FROM json_each(?1))").bind(JSON.stringify(runIds)),
+  );
+}
