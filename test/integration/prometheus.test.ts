@@ -139,7 +139,11 @@ describe("GET /metrics (Prometheus)", () => {
   });
 
   it("alarm lag: an alarm that came late is counted late, by the shard that set it", async () => {
-    const job = await createJob({ schedule: { at: new Date(Date.now() + 300).toISOString() }, target: { url: receiverPath("prom-late") } });
+    // Due 2 s after creation, so that the shard's alarm for it is still set when the test moves it (on a loaded machine a creation can take a second).
+    const job = await createJob({
+      schedule: { at: new Date(Date.now() + 2_000).toISOString() },
+      target: { url: receiverPath("prom-late") },
+    });
     const stub = shardOf(job);
     // The runtime's alarms come on time here, so this one is made late: the alarm the shard set
     // for the fire is moved an hour away, and 1.2 s after its time the harness runs the handler
