@@ -19,7 +19,6 @@ import { sealTarget } from "../../src/security/targets";
 import type { JobDefinition } from "../../src/shard/contract";
 import { MAX_REDISPATCHES } from "../../src/shard/leases";
 import type { Shard } from "../../src/shard/shard";
-import type { ShardStore } from "../../src/shard/store";
 import type { Hit } from "../support/hit";
 
 export const TOKEN = "test-token";
@@ -282,15 +281,6 @@ export async function specLike(schedule: JobSpec["schedule"], url = receiverPath
 /** A new job's definition, as the API hands it to its shard. */
 export function definition(spec: JobSpec, now: number): JobDefinition {
   return { id: newJobId(now), tenantId: "default", version: 1, spec, paused: false, deleted: false, createdAt: now };
-}
-
-/**
- * A test wrote a frequent job's row straight into storage: the shard, which keeps its frequent
- * jobs in memory (src/shard/frequent-jobs.ts), reads them again, as it would after a restart.
- * (Through the instance rather than an eviction, which would also drop a spy on its SQL handle.)
- */
-export async function rereadFrequentJobs(stub: DurableObjectStub<Shard>): Promise<void> {
-  await runInDurableObject(stub, (shard: Shard) => (shard as unknown as { store: ShardStore }).store.frequent.forget());
 }
 
 /**
