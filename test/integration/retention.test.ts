@@ -211,8 +211,12 @@ describe("retention", () => {
       ARCHIVE_RETRY_MAX_MS,
     ]);
     expect(waits.every((w) => w.bracketed && w.alarmAhead)).toBe(true);
-    // One alarm per pass driven (the trigger's run needed none): nothing started it again by itself.
-    expect((await alarmsSoFar()) - alarmsBefore).toBe(passes);
+    // One alarm per pass driven, and at most one more for the triggered run (its dispatch and
+    // lease can arm one of their own on a loaded machine): a failing archive never re-arms the
+    // alarm by itself, which would show here as an alarm per settle.
+    const alarms = (await alarmsSoFar()) - alarmsBefore;
+    expect(alarms).toBeGreaterThanOrEqual(passes);
+    expect(alarms).toBeLessThanOrEqual(passes + 1);
     // Nothing removed while the archive refused it.
     expect(await runIdsInShard(job)).toEqual(expect.arrayContaining(["run_expired_0", "run_expired_1"]));
     const failing = (await stub.metrics(60_000)).archive;
