@@ -4,10 +4,16 @@
  * Standalone on purpose: it imports nothing and uses only WebCrypto, so it runs unchanged in
  * Node ≥ 20, Workers, Deno and Bun.
  *
- * Each request carries `Edgecron-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>...]` and
- * `X-Edgecron-Run-Id`. Every v1 is HMAC-SHA256, keyed by the UTF-8 bytes of a signing secret
- * (the `whsec_...` string), over `${t}.${runId}.${body}`. Edgecron signs with both the
- * tenant's current and next secret, so a target holding either verifies across a rotation.
+ * Two schemes (docs/security.md#verify-signatures):
+ * - `Edgecron-Signature-V2` (verifyRequest): one or two JWTs (HS256), separated by ", ", one per
+ *   signing secret the tenant has (current and next). The claims cover the method, the exact URL
+ *   delivered to, a SHA-256 of the body, the run id, the attempt, the Idempotency-Key, issued-at
+ *   and expiry, and a unique `jti` a target may remember to refuse a replay.
+ * - `Edgecron-Signature` (verifySignature), the first scheme, kept for a deprecation period per
+ *   tenant: `t=<unix seconds>,v1=<hex>[,v1=<hex>...]`, each v1 HMAC-SHA256 over
+ *   `${t}.${runId}.${body}`. It covers neither the method, the URL nor the Idempotency-Key, so a
+ *   receiver could replay it to the tenant's other endpoints within its window.
+ * Both are keyed by the UTF-8 bytes of a signing secret (the `whsec_...` string).
  */
 
 export const SIGNATURE_HEADER = "Edgecron-Signature";
@@ -103,4 +109,201 @@ function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
   let diff = 0;
   for (let i = 0; i < a.length; i++) diff |= a[i]! ^ b[i]!;
   return diff === 0;
+}
+
+// ---- Edgecron-Signature-V2 ----------------------------------------------------------------
+
+export const REQUEST_SIGNATURE_HEADER = "Edgecron-Signature-V2";
+
+/** What a V2 token says about the request it signs. */
+export interface RequestClaims {
+  iss: "edgecron";
+  /** The exact URL the request was sent to, query included. */
+  sub: string;
+  method: string;
+  /** base64url(SHA-256(body)), of the empty string when there is none. */
+  body: string;
+  run_id: string;
+  /** The attempt's number; absent on a notification, which has none. */
+  attempt?: number;
+  idempotency_key: string;
+  iat: number;
+  nbf: number;
+  exp: number;
+  /** Unique per request sent: remember it until `exp` to refuse a replay. */
+  jti: string;
+}
+
+/** Node's `req.headers` (lower-cased names) or a fetch `Headers`. */
+export type HeaderSource = { get(name: string): string | null } | Record<string, string | string[] | undefined>;
+
+export interface VerifyRequestInput {
+  method: string;
+  /** The full URL the request arrived at, query included (behind a proxy: the public one). */
+  url: string;
+  headers: HeaderSource;
+  /** The exact request body as received ("" when none). */
+  body: string;
+  /** The secrets to accept, e.g. [current] or, mid-rotation, [current, next]. */
+  secrets: string[];
+  /** Clock skew allowed on issued-at and expiry, in seconds: default 30. */
+  leewaySeconds?: number;
+  /**
+   * Called with a verified token's `jti` and `exp` (unix seconds); answer true if that jti was
+   * seen before (a replay), and remember it until exp. Without it, replays inside the token's
+   * five minutes are not detected here (Idempotency-Key still deduplicates them).
+   */
+  seen?: (jti: string, exp: number) => boolean | Promise<boolean>;
+  /** Accept the first scheme when the request has no V2 header (a tenant with `legacySignature` on). */
+  acceptLegacy?: boolean;
+  nowMs?: number;
+}
+
+export type VerifyRequestResult =
+  | { ok: true; scheme: "v2"; claims: RequestClaims }
+  | { ok: true; scheme: "v1"; timestamp: number }
+  | {
+      ok: false;
+      reason:
+        | "missing_header"
+        | "malformed_header"
+        | "no_matching_signature"
+        | "not_yet_valid"
+        | "expired"
+        | "url_mismatch"
+        | "method_mismatch"
+        | "body_mismatch"
+        | "header_mismatch"
+        | "replayed"
+        | "timestamp_outside_window";
+    };
+
+/**
+ * Checks an Edgecron-Signature-V2 request: a token signed by one of `secrets`, valid now, whose
+ * claims match the method, URL, body and edgecron headers the request arrived with, and (with
+ * `seen`) not seen before. Throws only for a caller's mistake (no secrets, a relative URL).
+ */
+export async function verifyRequest(input: VerifyRequestInput): Promise<VerifyRequestResult> {
+  const { method, url, headers, body, secrets, leewaySeconds = 30, seen, acceptLegacy = false, nowMs = Date.now() } = input;
+  if (!Array.isArray(secrets) || secrets.length === 0 || secrets.some((s) => typeof s !== "string" || s === "")) {
+    throw new TypeError("verifyRequest: secrets must be a non-empty array of non-empty strings");
+  }
+  if (typeof body !== "string") throw new TypeError("verifyRequest: body must be the raw body string");
+  let sentTo: URL;
+  try {
+    sentTo = new URL(url);
+  } catch {
+    throw new TypeError("verifyRequest: url must be the absolute URL the request arrived at");
+  }
+  const header = headerOf(headers, REQUEST_SIGNATURE_HEADER);
+  if (!header) {
+    if (!acceptLegacy) return { ok: false, reason: "missing_header" };
+    const legacy = await verifySignature({
+      header: headerOf(headers, SIGNATURE_HEADER),
+      runId: headerOf(headers, "X-Edgecron-Run-Id"),
+      body,
+      secrets,
+      nowMs,
+    });
+    return legacy.ok ? { ok: true, scheme: "v1", timestamp: legacy.timestamp } : legacy;
+  }
+
+  const tokens = header.split(",").map((t) => t.trim());
+  const parsed = tokens.map(parseToken);
+  if (parsed.some((t) => t === null)) return { ok: false, reason: "malformed_header" };
+  let verified: RequestClaims | null = null;
+  for (const secret of secrets) {
+    for (const token of parsed as ParsedToken[]) {
+      const expected = await hmac(secret, encoder.encode(token.signed));
+      if (equalBytes(expected, token.signature) && verified === null) verified = token.claims;
+    }
+  }
+  if (verified === null) return { ok: false, reason: "no_matching_signature" };
+
+  const claims = verified;
+  const now = Math.floor(nowMs / 1000);
+  if (claims.nbf - leewaySeconds > now || claims.iat - leewaySeconds > now) return { ok: false, reason: "not_yet_valid" };
+  if (claims.exp + leewaySeconds < now) return { ok: false, reason: "expired" };
+  if (!sameUrl(claims.sub, sentTo)) return { ok: false, reason: "url_mismatch" };
+  if (claims.method !== method.toUpperCase()) return { ok: false, reason: "method_mismatch" };
+  if (claims.body !== (await sha256(body))) return { ok: false, reason: "body_mismatch" };
+  // The headers a target acts on must be the ones signed: a changed Idempotency-Key would let a
+  // replay through a target's deduplication.
+  if (
+    headerOf(headers, "X-Edgecron-Run-Id") !== claims.run_id ||
+    headerOf(headers, "Idempotency-Key") !== claims.idempotency_key ||
+    (claims.attempt !== undefined && headerOf(headers, "X-Edgecron-Attempt") !== String(claims.attempt))
+  ) {
+    return { ok: false, reason: "header_mismatch" };
+  }
+  if (seen && (await seen(claims.jti, claims.exp))) return { ok: false, reason: "replayed" };
+  return { ok: true, scheme: "v2", claims };
+}
+
+interface ParsedToken {
+  signed: string;
+  signature: Uint8Array;
+  claims: RequestClaims;
+}
+
+/** A compact JWT with an HS256 header and the claims of a request; null for anything else (`alg: none` included). */
+function parseToken(token: string): ParsedToken | null {
+  const parts = token.split(".");
+  if (parts.length !== 3) return null;
+  const [head, payload, signature] = parts as [string, string, string];
+  const header = decodeJson(head);
+  const claims = decodeJson(payload);
+  const bytes = fromBase64url(signature);
+  if (header?.alg !== "HS256" || !claims || bytes?.length !== 32) return null;
+  const c = claims as Partial<RequestClaims>;
+  const strings = [c.sub, c.method, c.body, c.run_id, c.idempotency_key, c.jti];
+  const numbers = [c.iat, c.nbf, c.exp];
+  if (c.iss !== "edgecron" || strings.some((v) => typeof v !== "string") || numbers.some((v) => !Number.isSafeInteger(v))) return null;
+  if (c.attempt !== undefined && !Number.isSafeInteger(c.attempt)) return null;
+  return { signed: `${head}.${payload}`, signature: bytes, claims: c as RequestClaims };
+}
+
+function decodeJson(part: string): Record<string, unknown> | null {
+  const bytes = fromBase64url(part);
+  if (!bytes) return null;
+  try {
+    const value: unknown = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes));
+    return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
+  } catch {
+    return null;
+  }
+}
+
+function fromBase64url(text: string): Uint8Array | null {
+  if (!/^[A-Za-z0-9_-]*$/.test(text)) return null;
+  try {
+    return Uint8Array.from(atob(text.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+  } catch {
+    return null;
+  }
+}
+
+function toBase64url(bytes: Uint8Array): string {
+  let binary = "";
+  for (const b of bytes) binary += String.fromCharCode(b);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+async function sha256(body: string): Promise<string> {
+  return toBase64url(new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(body))));
+}
+
+/** The same URL once parsed: `http://h/p?q` and `HTTP://H:80/p?q` are one; a changed path or query is not. */
+function sameUrl(claimed: string, sentTo: URL): boolean {
+  try {
+    return new URL(claimed).href === sentTo.href;
+  } catch {
+    return false;
+  }
+}
+
+function headerOf(headers: HeaderSource, name: string): string | null {
+  if (typeof headers.get === "function") return (headers as { get(name: string): string | null }).get(name);
+  const value = (headers as Record<string, string | string[] | undefined>)[name.toLowerCase()];
+  return Array.isArray(value) ? (value[0] ?? null) : (value ?? null);
 }

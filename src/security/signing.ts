@@ -26,7 +26,7 @@ export async function signingSecret(master: string, tenantId: string, generation
   if (!Number.isSafeInteger(generation) || generation < 0) {
     throw new RangeError("signing generation must be a non-negative integer");
   }
-  return `whsec_${base64url(await hmac(master, `${tenantId}:${generation}`))}`;
+  return `whsec_${base64url(await hmacSha256(master, `${tenantId}:${generation}`))}`;
 }
 
 // Derivation is two HMACs per request for the same few tenants; bounded so that an isolate
@@ -53,7 +53,7 @@ export async function signatureHeader(secrets: string[], runId: string, body: st
   if (secrets.length === 0) throw new Error("signatureHeader: no secrets to sign with");
   const t = Math.floor(nowMs / 1000);
   const message = `${t}.${runId}.${body}`;
-  const signatures = await Promise.all(secrets.map(async (secret) => `v1=${hex(await hmac(secret, message))}`));
+  const signatures = await Promise.all(secrets.map(async (secret) => `v1=${hex(await hmacSha256(secret, message))}`));
   return [`t=${t}`, ...signatures].join(",");
 }
 
@@ -61,7 +61,7 @@ export async function signatureHeader(secrets: string[], runId: string, body: st
 // measurable share of a consumer batch. Bounded like secretCache, resolved keys only.
 const keyCache = new Map<string, CryptoKey>();
 
-async function hmac(key: string, message: string): Promise<Uint8Array> {
+export async function hmacSha256(key: string, message: string): Promise<Uint8Array> {
   let cryptoKey = keyCache.get(key);
   if (!cryptoKey) {
     cryptoKey = await crypto.subtle.importKey("raw", encoder.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
@@ -80,7 +80,7 @@ function hex(bytes: Uint8Array): string {
   return out;
 }
 
-function base64url(bytes: Uint8Array): string {
+export function base64url(bytes: Uint8Array): string {
   return btoa(String.fromCharCode(...bytes))
     .replace(/\+/g, "-")
     .replace(/\//g, "_")

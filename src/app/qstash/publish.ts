@@ -4,7 +4,7 @@ import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
 import { messageIdOfJob } from "../../qstash/ids";
 import type { QstashMeta } from "../../qstash/meta";
-import { bodyHash } from "../../qstash/signature";
+import { bodyDigest } from "../../security/request-signature";
 import type { Caller } from "../caller";
 import { createQstashJobs, type JobDraft } from "./jobs";
 import { tenantOf } from "./tenant";
@@ -72,7 +72,7 @@ async function dedupIdOf(request: PublishRequest): Promise<string | undefined> {
   if (options.deduplicationId !== undefined) return `id:${options.deduplicationId}`;
   if (!options.contentBasedDeduplication) return undefined;
   const dest = "url" in request.destination ? request.destination.url : `topic:${request.destination.topic}`;
-  return `content:${await bodyHash(JSON.stringify([dest, request.options.headers, request.body]))}`;
+  return `content:${await bodyDigest(JSON.stringify([dest, request.options.headers, request.body]))}`;
 }
 
 async function plan(env: Env, tenantId: string, request: PublishRequest, now: number): Promise<Planned> {
