@@ -68,7 +68,7 @@ export const OPENAPI_HEAD = {
     { name: "Schedules", description: "What a schedule would fire, before a job has it." },
     { name: "Tenants", description: "Tenants and their limits (admin), and their default notifications." },
     { name: "API keys", description: "A tenant's keys: add one, move clients over, revoke the old one." },
-    { name: "Signing keys", description: "The secrets targets verify the Edgecron-Signature of each request with." },
+    { name: "Signing keys", description: "The secrets targets verify the Edgecron-Signature-V2 of each request with." },
     { name: "Breakers", description: "The circuit breakers of a tenant's target origins." },
     { name: "Metrics", description: "Scheduler health, as JSON and for Prometheus." },
     { name: "Audit", description: "Every change made through the API: who, when, what, from where." },

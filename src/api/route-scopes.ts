@@ -52,6 +52,7 @@ export const ROUTE_SCOPES: Readonly<Record<string, RouteAccess>> = {
   "GET /v1/tenants/:id/keys": admin,
   "DELETE /v1/tenants/:id/keys/:keyId": admin,
   "GET /v1/signing-keys": admin,
+  "PATCH /v1/signing-keys": admin,
   "POST /v1/signing-keys/rotate": admin,
   "GET /v1/audit": admin,
 };

@@ -11,6 +11,8 @@ export interface SigningKeys {
   tenantId: string;
   current: string;
   next: string;
+  /** Requests also carry the first scheme, Edgecron-Signature, beside Edgecron-Signature-V2. */
+  legacySignature: boolean;
 }
 
 /** The tenant a signing-keys call is about: the caller's own, or for the admin the one named. */
@@ -24,12 +26,35 @@ async function keysOf(env: Env, tenant: Tenant): Promise<SigningKeys> {
   const { current, next } = await signingSecrets(env.SIGNING_SECRET, tenant.id, tenant.signingGeneration).catch((err: Error) => {
     throw new Misconfigured(err.message);
   });
-  return { tenantId: tenant.id, current, next };
+  return { tenantId: tenant.id, current, next, legacySignature: tenant.legacySignature };
 }
 
 export async function signingKeys(env: Env, caller: Caller, named: string | undefined): Promise<SigningKeys> {
   return keysOf(env, await signingTenant(env, caller, named));
 }
+
+/**
+ * Turns the first scheme on or off for the tenant's requests (V2 is always sent). Off is the end
+ * of its deprecation for that tenant: targets must verify Edgecron-Signature-V2 by then.
+ */
+export async function setLegacySignature(env: Env, caller: Caller, named: string | undefined, on: boolean): Promise<SigningKeys> {
+  const before = await signingTenant(env, caller, named);
+  if (before.legacySignature === on) return keysOf(env, before);
+  const entry = entryOf(caller, {
+    tenantId: before.id,
+    action: "signing.schemes",
+    subject: before.id,
+    // As the schemes sent ("signature" in a field's name would be redacted as a secret).
+    before: { schemes: schemesOf(before.legacySignature) },
+    after: { schemes: schemesOf(on) },
+  });
+  const tenant = await updateTenant(env.DB, before.id, { legacySignature: on }, [audit(env.DB, entry, { ifChanged: true })]);
+  if (!tenant) throw notFound("tenant", before.id);
+  await pushSettings(env, tenant);
+  return keysOf(env, tenant);
+}
+
+const schemesOf = (legacy: boolean) => (legacy ? ["v2", "v1"] : ["v2"]);
 
 /** Next becomes current and a new next appears; shards sign with the new pair from now on. */
 export async function rotateSigning(env: Env, caller: Caller, named: string | undefined): Promise<SigningKeys> {

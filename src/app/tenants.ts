@@ -64,6 +64,8 @@ export async function createTenant(
     limits: { ...DEFAULT_LIMITS, ...input.limits },
     notify: input.notify ? acceptNotify(env, input.notify) : null,
     signingGeneration: 1,
+    // A new tenant's targets are written against V2: the first scheme is for those from before it.
+    legacySignature: false,
     version: 1,
     createdAt: Date.now(),
   };

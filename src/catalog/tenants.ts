@@ -24,6 +24,8 @@ export interface Tenant {
   /** Notifications for its jobs that name none of their own; null: none. */
   notify: Notify | null;
   signingGeneration: number;
+  /** Its requests also carry the first signature scheme, Edgecron-Signature (src/verify.ts). */
+  legacySignature: boolean;
   version: number;
   createdAt: number;
 }
@@ -56,6 +58,7 @@ export const toTenant = (r: Row): Tenant => ({
   },
   notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as Notify) : null,
   signingGeneration: r.signing_generation as number,
+  legacySignature: r.legacy_signature !== 0,
   version: r.version as number,
   createdAt: r.created_at as number,
 });
@@ -74,6 +77,7 @@ export const settingsOf = (t: Tenant): TenantSettings => ({
   id: t.id,
   version: t.version,
   signingGeneration: t.signingGeneration,
+  legacySignature: t.legacySignature,
   maxRunsInFlight: t.limits.maxRunsInFlight,
   retentionDays: t.limits.retentionDays,
   notify: t.notify,
@@ -100,8 +104,8 @@ export async function insertTenant(
     db.batch([
       db
         .prepare(
-          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at, notify)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at, notify, legacy_signature)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
         .bind(
           tenant.id,
@@ -114,6 +118,7 @@ export async function insertTenant(
           tenant.version,
           tenant.createdAt,
           tenant.notify ? JSON.stringify(tenant.notify) : null,
+          tenant.legacySignature ? 1 : 0,
         ),
       insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null }, tenant.createdAt),
       ...also,
@@ -218,12 +223,12 @@ export async function revokeKey(
   return result!.meta.changes > 0 ? "revoked" : "last_key";
 }
 
-/** Changes limits and/or bumps the signing generation, and the version with them. */
+/** Changes limits, notifications or signing (its generation, its schemes), and the version with them. */
 export async function updateTenant(
   db: D1Database,
   id: string,
   /** `notify`: undefined keeps it, null takes it away. */
-  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean; notify?: Notify | null },
+  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean; notify?: Notify | null; legacySignature?: boolean },
   /** Joins the update's batch (the audit entry, written only if the tenant changed). */
   also: D1PreparedStatement[] = [],
 ): Promise<Tenant | null> {
@@ -237,7 +242,8 @@ export async function updateTenant(
            requests_per_second = CASE WHEN ? THEN ? ELSE requests_per_second END,
            retention_days = CASE WHEN ? THEN ? ELSE retention_days END,
            notify = CASE WHEN ? THEN ? ELSE notify END,
-           signing_generation = signing_generation + ?
+           signing_generation = signing_generation + ?,
+           legacy_signature = COALESCE(?, legacy_signature)
          WHERE id = ? RETURNING *`,
     )
     .bind(
@@ -252,6 +258,7 @@ export async function updateTenant(
       change.notify === undefined ? 0 : 1,
       change.notify ? JSON.stringify(change.notify) : null,
       change.rotateSigning ? 1 : 0,
+      change.legacySignature === undefined ? null : change.legacySignature ? 1 : 0,
       id,
     );
   const [result] = await guard("update tenant", () => db.batch<Row>([update, ...also]));

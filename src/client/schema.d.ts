@@ -3128,7 +3128,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The secrets targets verify Edgecron-Signature with
+         * The secrets targets verify Edgecron-Signature-V2 with, and which schemes are sent
          * @description Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
         get: {
@@ -3224,7 +3224,128 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Keep or stop the first signature scheme (Edgecron-Signature) beside V2
+         * @description Edgecron-Signature-V2 is always sent. Turn `legacySignature` off once every target verifies V2: from then on requests carry V2 only.
+         *
+         *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
+         */
+        patch: {
+            parameters: {
+                query?: {
+                    /** @description Admin only: whose keys (default: the admin's own tenant, `default`). */
+                    tenantId?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        legacySignature: boolean;
+                    };
+                };
+            };
+            responses: {
+                /** @description the secrets and the schemes now sent */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SigningKeys"];
+                    };
+                };
+                /**
+                 * @description - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 *     - `bad_request`: the body is not JSON
+                 *     - `invalid_request`: a parameter or the body failed validation: `issues` names each field and why
+                 */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unauthorized`: no `Authorization: Bearer` header, or neither a live API key nor the admin token in it */
+                401: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                403: {
+                    headers: {
+                        /** @description The scheme to authenticate with: Bearer. */
+                        "WWW-Authenticate"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `not_found`: no tenant with this id, or (for a tenant key) another tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `payload_too_large`: the body is larger than 262144 bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `unsupported_media_type`: the body was sent with another Content-Type than application/json */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /**
+                 * @description - `rate_limited`: a tenant key over its tenant's `requestsPerSecond`; retry after `Retry-After` seconds (the admin token is never limited)
+                 *     - `sign_in_throttled`: too many failed sign-ins from this client address or for this key prefix; retry after `Retry-After` seconds
+                 */
+                429: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `catalog_unavailable`: the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait before retrying. */
+                        "Retry-After"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
         trace?: never;
     };
     "/v1/signing-keys/rotate": {
@@ -4038,7 +4159,7 @@ export interface components {
             /** @description This step's timeout; default: the job's timeoutMs. */
             timeoutMs?: number;
         };
-        /** @description A signed JSON POST (the Edgecron-Signature scheme of job requests, with the tenant's secret) to `url` on each event in `on`, delivered at least once with its own retries; it never holds up the job's runs. */
+        /** @description A signed JSON POST (signed as job requests are, Edgecron-Signature-V2 with the tenant's secrets) to `url` on each event in `on`, delivered at least once with its own retries; it never holds up the job's runs. */
         Notify: {
             /**
              * Format: uri
@@ -4401,8 +4522,18 @@ export interface components {
         };
         SigningKeys: {
             tenantId: string;
-            /** @example Edgecron-Signature */
+            /**
+             * @description The header to verify (src/verify.ts's verifyRequest).
+             * @example Edgecron-Signature-V2
+             */
             header: string;
+            /**
+             * @description The first scheme's header, sent beside it while `legacySignature` is on; null once off.
+             * @example Edgecron-Signature
+             */
+            legacyHeader: string | null;
+            /** @description Requests also carry the first scheme (Edgecron-Signature), which covers neither method, URL nor Idempotency-Key. On for tenants from before V2, off for new ones. */
+            legacySignature: boolean;
             /** @description Requests are signed with this secret… */
             current: string;
             /** @description …and with this one, which becomes current at the next rotation. */

@@ -3,6 +3,8 @@ import type { DeliveredAnswer } from "../qstash/callback-body";
 import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
 import { UPSTASH_SIGNATURE, upstashSignature } from "../qstash/signature";
 import { signCompletionToken } from "../security/completion-tokens";
+import { redactUrl } from "../security/redact";
+import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
@@ -19,7 +21,14 @@ const MAX_REDIRECTS = 5;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 /** Most of a QStash destination's answer its callback is sent (QStash's own callbacks carry the body whole). */
 const MAX_CALLBACK_BODY_BYTES = 256 * 1024;
-const CROSS_ORIGIN_DROPPED = ["X-Edgecron-Completion-Token", "X-Edgecron-Complete-Url"];
+/** Credentials and signatures: they stay with the origin the user named (see `send`). */
+const CROSS_ORIGIN_DROPPED = [
+  "X-Edgecron-Completion-Token",
+  "X-Edgecron-Complete-Url",
+  SIGNATURE_HEADER,
+  REQUEST_SIGNATURE_HEADER,
+  UPSTASH_SIGNATURE,
+];
 
 /** What executing needs from the Worker's environment, read once per batch. */
 export interface ExecuteContext {
@@ -106,27 +115,35 @@ async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedReque
   let method: string = target.method;
   const { headers } = request;
   let body = request.body;
+  /** A hop has left the origin the user named: from then on nothing is signed, even back at that origin. */
+  let crossed = false;
   try {
     for (let hop = 0; ; hop++) {
       const refusal = targetRefusal(url, ctx.policy);
-      if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${url} refused: ${refusal}`);
-      await request.sign(body, url);
+      // A redirect's Location is the target's: its query or user info may hold a token, kept out of the run's error.
+      if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${redactUrl(url)} refused: ${refusal}`);
+      if (!crossed) await request.sign(method, body, url);
       const response = await fetch(url, { method, headers, body, signal, redirect: "manual" });
       const location = response.headers.get("location");
       if (REDIRECTS.has(response.status) && location !== null) {
         await response.body?.cancel();
         if (hop >= MAX_REDIRECTS) return refused(`more than ${MAX_REDIRECTS} redirects`);
         const next = new URL(location, url);
-        // Credentials go to the origin the user named, no further: the job's own headers, and
-        // the completion token (it could finish the run). The signature stays, so the final
-        // target can verify; replaying it elsewhere only repeats an Idempotency-Key.
-        if (next.origin !== new URL(url).origin) {
+        // Credentials go to the origin the user named, no further: the job's own headers, the
+        // completion token (it could finish the run), and the signatures (whoever holds one
+        // could send it back to the tenant's own endpoints). The body, sealed at rest, does not
+        // leave that origin either: a redirect that would carry it elsewhere is not followed.
+        if (!crossed && !sameOrigin(new URL(url), next)) {
+          crossed = true;
           for (const name of [...headerNamesOf(target), ...CROSS_ORIGIN_DROPPED]) headers.delete(name);
         }
         if (response.status === 303 || ((response.status === 301 || response.status === 302) && method === "POST")) {
           method = "GET";
           body = undefined;
           headers.delete("content-type");
+        }
+        if (crossed && body !== undefined) {
+          return refused(`redirect to ${redactUrl(next.href)} not followed: the request's body is not sent on to another origin`);
         }
         url = next.href;
         continue;
@@ -171,10 +188,15 @@ async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
   const meta = order.target.qstash;
   if (meta) for (const [name, value] of Object.entries(upstashHeaders(meta, order))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, order.tenantId, order.signingGeneration);
-  /** Signed per hop: a redirect that drops the body must not carry the first body's signature. */
-  const sign = async (sent: string | undefined, url: string) => {
+  const idempotencyKey = headers.get("Idempotency-Key") ?? order.runId;
+  /** Signed per hop: each hop's URL, method and body (a redirect may change all three). */
+  const sign = async (method: string, sent: string | undefined, url: string) => {
     const now = Date.now();
-    headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], order.runId, sent ?? "", now));
+    const signed = { method, url, body: sent, runId: order.runId, attempt: order.attempt, idempotencyKey };
+    headers.set(REQUEST_SIGNATURE_HEADER, await requestSignature([current, next], signed, now));
+    // The first scheme, while the tenant keeps it (docs/security.md#verify-signatures).
+    if (order.legacySignature !== false)
+      headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], order.runId, sent ?? "", now));
     // QStash's JWT, signed with the current key as QStash signs; its Receiver tries the next key too.
     if (meta) headers.set(UPSTASH_SIGNATURE, await upstashSignature(current, url, sent, now));
   };
@@ -210,6 +232,15 @@ async function describe(base: { runId: string; fence: number }, response: Respon
     error: ok ? null : `HTTP ${response.status}${text ? `: ${text.slice(0, MAX_ERROR_CHARS)}` : ""}`,
     retryAfterMs: parseRetryAfter(response.headers.get("retry-after"), Date.now()),
   };
+}
+
+/**
+ * Whether a redirect stays with the origin the user named. An upgrade from http to https on the
+ * same host and default ports counts as staying: it is the same server, reached more safely.
+ */
+export function sameOrigin(from: URL, to: URL): boolean {
+  if (from.origin === to.origin) return true;
+  return from.protocol === "http:" && to.protocol === "https:" && from.hostname === to.hostname && from.port === "" && to.port === "";
 }
 
 /** Retry-After as seconds or an HTTP date, in ms from now; undefined when absent or unreadable. */

@@ -1,4 +1,5 @@
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
+import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { targetRefusal } from "../security/target-guard";
 import type { ChainMessage, NotifyMessage, OutboxMessage } from "../shard/contract";
@@ -90,13 +91,18 @@ async function deliver(n: NotifyMessage, context: ExecuteContext): Promise<strin
   if (refusal) return `refused: ${refusal}`;
   try {
     const { current, next } = await signingSecrets(context.signingSecret, n.tenantId, n.signingGeneration);
+    const now = Date.now();
+    // Signed as a job's requests are; the notification's id stands for the run id and the key.
+    const signed = { method: "POST", url: n.url, body: n.body, runId: n.id, idempotencyKey: n.id };
     const response = await fetch(n.url, {
       method: "POST",
       headers: {
         "Content-Type": "application/json",
         "Idempotency-Key": n.id,
+        "X-Edgecron-Run-Id": n.id,
         "X-Edgecron-Event": n.event,
-        [SIGNATURE_HEADER]: await signatureHeader([current, next], n.id, n.body, Date.now()),
+        [REQUEST_SIGNATURE_HEADER]: await requestSignature([current, next], signed, now),
+        ...(n.legacySignature !== false && { [SIGNATURE_HEADER]: await signatureHeader([current, next], n.id, n.body, now) }),
       },
       body: n.body,
       // A redirect is not followed: the receiver named is the one that must answer.

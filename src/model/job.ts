@@ -132,7 +132,7 @@ export const NotifySchema = z
   })
   .openapi("Notify", {
     description:
-      "A signed JSON POST (the Edgecron-Signature scheme of job requests, with the tenant's secret) to `url` on each event in `on`, delivered at least once with its own retries; it never holds up the job's runs.",
+      "A signed JSON POST (signed as job requests are, Edgecron-Signature-V2 with the tenant's secrets) to `url` on each event in `on`, delivered at least once with its own retries; it never holds up the job's runs.",
   });
 
 export type Notify = z.infer<typeof NotifySchema>;

@@ -14,7 +14,7 @@ import {
   type TokenRefusal,
 } from "./contract";
 import type { RunLedger } from "./ledger";
-import { runOrder } from "./orders";
+import { runOrder, signingOf } from "./orders";
 import type { ShardStore } from "./store";
 import type { Workflows } from "./workflows";
 
@@ -43,9 +43,9 @@ export class Completions {
       const target = job && targetOfRun(job.spec, d.runId);
       const attempt = run && this.store.attempts.runAndAttempt(run.id, run.fence).attempt;
       if (!run || !job || !target || !attempt) return { result: "stale", runId: d.runId, fence: d.fence };
-      const signingGeneration = this.store.getTenant(job.tenantId)?.signingGeneration ?? 1;
+      const signing = signingOf(this.store.getTenant(job.tenantId));
       const input = run.parentRunId === null ? null : this.workflows.inputOf(run, job);
-      return { result: "open", ...runOrder(run, job, target, signingGeneration, attempt.completionToken, input) };
+      return { result: "open", ...runOrder(run, job, target, signing, attempt.completionToken, input) };
     });
   }
 

@@ -66,6 +66,8 @@ export interface TenantSettings {
   id: string;
   version: number;
   signingGeneration: number;
+  /** Its requests also carry Edgecron-Signature beside -V2; absent (a Worker of an earlier release): on. */
+  legacySignature?: boolean;
   maxRunsInFlight: number | null;
   /** Days its finished runs stay before the archive; null or absent (a Worker of an earlier release): the default. */
   retentionDays?: number | null;
@@ -235,6 +237,8 @@ export interface RunOrder extends Dispatch {
   tenantId: string;
   /** The tenant's signing generation as this shard last heard it: the consumer signs with it and the next. */
   signingGeneration: number;
+  /** false: sign with Edgecron-Signature-V2 only; absent: with the first scheme too (TenantSettings). */
+  legacySignature?: false;
   attempt: number;
   scheduledAt: number;
   target: StoredTarget;
@@ -281,6 +285,8 @@ export interface NotifyMessage {
   url: string;
   tenantId: string;
   signingGeneration: number;
+  /** As a RunOrder's. */
+  legacySignature?: false;
   body: string;
 }
 

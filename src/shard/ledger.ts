@@ -6,7 +6,7 @@ import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import { type Answer, type AttemptRow, type Dispatch, done, type KeyedDispatch, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
 import { deliveryAllowance, MAX_REDISPATCHES } from "./leases";
-import { runOrder } from "./orders";
+import { runOrder, signingOf } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "./run-states";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
@@ -106,8 +106,8 @@ export class RunLedger {
 
   /** A leased attempt's dispatch, with its order, goes out after commit; its lease is listed for the alarm (leases.ts). */
   private sendLeased(run: LeasedRun, job: ShardJob, target: StoredTarget, token: string, until: number): void {
-    const signingGeneration = this.store.getTenant(job.tenantId)?.signingGeneration ?? 1;
-    const order = runOrder(run, job, target, signingGeneration, token, run.parentRunId === null ? null : this.inputOf(run, job));
+    const signing = signingOf(this.store.getTenant(job.tenantId));
+    const order = runOrder(run, job, target, signing, token, run.parentRunId === null ? null : this.inputOf(run, job));
     this.store.leases.lease(run.id, run.fence, until);
     this.outbox.send({ runId: run.id, fence: run.fence, ...breakerKey(job, target), order });
   }

@@ -19,6 +19,7 @@ import { step as step17 } from "./schema-steps/step-17";
 import { step as step18 } from "./schema-steps/step-18";
 import { step as step19 } from "./schema-steps/step-19";
 import { step as step20 } from "./schema-steps/step-20";
+import { step as step21 } from "./schema-steps/step-21";
 
 /**
  * The shard's schema as numbered, forward-only steps, the way `migrations/` is for D1 and
@@ -51,6 +52,7 @@ export const SHARD_MIGRATIONS: readonly ShardMigration[] = [
   step18,
   step19,
   step20,
+  step21,
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

@@ -3,6 +3,7 @@ import { chainDepthOf } from "../model/ids";
 import { MAX_CHAIN_DEPTH, type NotifyEvent } from "../model/job";
 import type { OutboxMessage, RunRow } from "./contract";
 import type { NotificationStore } from "./notification-store";
+import { signingOf } from "./orders";
 import type { NotificationRow, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
 
@@ -146,7 +147,7 @@ export class Notifier {
       event: n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent,
       url: n.url,
       tenantId: n.tenantId,
-      signingGeneration: this.store.getTenant(n.tenantId)?.signingGeneration ?? 1,
+      ...signingOf(this.store.getTenant(n.tenantId)),
       body: n.body,
     };
   }

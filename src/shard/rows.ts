@@ -90,6 +90,7 @@ export const toTenant = (r: Row): TenantSettings => ({
   id: r.id as string,
   version: r.version as number,
   signingGeneration: r.signing_generation as number,
+  legacySignature: r.legacy_signature !== 0,
   maxRunsInFlight: r.max_in_flight as number | null,
   retentionDays: (r.retention_days as number | null) ?? null,
   notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as Notify) : null,

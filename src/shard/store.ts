@@ -441,9 +441,11 @@ export class ShardStore {
     const before = this.getTenant(t.id);
     this.tenants.delete(t.id); // read again after the write (or after its rollback)
     const written = this.sql.exec(
-      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days, notify) VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days, notify, legacy_signature)
+         VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (id) DO UPDATE SET version = excluded.version, signing_generation = excluded.signing_generation,
-           max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days, notify = excluded.notify
+           max_in_flight = excluded.max_in_flight, retention_days = excluded.retention_days, notify = excluded.notify,
+           legacy_signature = excluded.legacy_signature
          WHERE excluded.version > tenants.version`,
       t.id,
       t.version,
@@ -451,6 +453,7 @@ export class ShardStore {
       t.maxRunsInFlight,
       t.retentionDays ?? null,
       t.notify ? JSON.stringify(t.notify) : null,
+      t.legacySignature === false ? 0 : 1,
     ).rowsWritten;
     // A default notification set or taken away changes which of the tenant's jobs watch their
     // outcomes: they are marked again (a rare change; it reads the tenant's jobs in this shard).

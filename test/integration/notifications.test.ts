@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { armFault, disarmFault, disarmFaults } from "../../src/faults";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { verifySignature } from "../../src/verify";
+import { verifyRequest } from "../../src/verify";
 import type { Hit } from "../support/hit";
 import { api, createJob, createTenant, FAR_CRON, fireNow, hitsOf, listRuns, receiverPath, shardOf } from "./helpers";
 
@@ -74,9 +74,12 @@ describe("notify", () => {
     });
 
     const keys = (await (await tenant.api("/v1/signing-keys")).json()) as { current: string; next: string };
+    // A new tenant's: Edgecron-Signature-V2 only, over the receiver's URL and the body.
+    expect(hits[1]!.headers["edgecron-signature"]).toBeUndefined();
+    const hit = hits[1]!;
     const verify = (secrets: string[]) =>
-      verifySignature({ header: hits[1]!.headers["edgecron-signature"], runId: `${run.id}:dead`, body: hits[1]!.body, secrets });
-    expect(await verify([keys.current])).toMatchObject({ ok: true });
+      verifyRequest({ method: hit.method, url: hit.url, headers: hit.headers, body: hit.body, secrets });
+    expect(await verify([keys.current])).toMatchObject({ ok: true, claims: { run_id: `${run.id}:dead`, sub: url } });
     expect(await verify(["whsec_someone_else"])).toMatchObject({ ok: false });
 
     await vi.waitFor(async () => expect(await outbox(job)).toEqual([]), { timeout: 5_000, interval: 100 });

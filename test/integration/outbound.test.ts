@@ -1,6 +1,7 @@
 /**
  * What leaves edgecron toward a target, end to end in workerd against the loopback receiver:
- * - every request is signed for its tenant (current and next secret), and rotation moves on;
+ * - every request is signed for its tenant (current and next secret) with Edgecron-Signature-V2,
+ *   and the first scheme beside it while the tenant keeps it; rotation moves on;
  * - a target's headers and body are sealed at rest, in D1 and in the shard, and never shown;
  * - redirects are followed by hand, each hop through the SSRF guard, the job's own headers
  *   kept to the origin the user named;
@@ -16,7 +17,7 @@ import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { openTarget, sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
-import { verifySignature } from "../../src/verify";
+import { REQUEST_SIGNATURE_HEADER, type VerifyRequestInput, verifyRequest, verifySignature } from "../../src/verify";
 import type { Hit } from "../support/hit";
 import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 
@@ -24,6 +25,8 @@ type Caller = typeof api;
 interface SigningKeys {
   tenantId: string;
   header: string;
+  legacyHeader: string | null;
+  legacySignature: boolean;
   current: string;
   next: string;
 }
@@ -62,6 +65,18 @@ function verifyHit(hit: Hit, secrets: string[], extra: { body?: string; nowMs?: 
   });
 }
 
+/** A hit's Edgecron-Signature-V2, checked as a target would: against the request it received. */
+function verifyHitV2(hit: Hit, secrets: string[], extra: Partial<VerifyRequestInput> = {}) {
+  return verifyRequest({ method: hit.method, url: hit.url, headers: hit.headers, body: hit.body, secrets, ...extra });
+}
+
+/** Turns the first scheme on or off for a tenant; answers its signing keys. */
+async function setLegacy(as: Caller, legacySignature: boolean): Promise<SigningKeys> {
+  const res = await as("/v1/signing-keys", { method: "PATCH", json: { legacySignature } });
+  expect(res.status, await res.clone().text()).toBe(200);
+  return res.json();
+}
+
 /** The same receiver path on another origin of the same server: localhost instead of 127.0.0.1. */
 function onLocalhost(url: string): string {
   const u = new URL(url);
@@ -74,12 +89,80 @@ const redirectTo = (status: number, location: string) => `status=${status}&locat
 // ---------------------------------------------------------------------------------------------
 
 describe("signatures", () => {
-  it("signs JSON and string bodies with the tenant's current and next secret, and nothing else verifies", async () => {
+  it("a new tenant's requests carry V2 only, over the method, the URL, the body and the headers, with each secret", async () => {
     const tenant = await createTenant();
     const other = await createTenant();
     const keys = await signingKeys(tenant.api);
     const otherKeys = await signingKeys(other.api);
-    expect(keys).toMatchObject({ tenantId: tenant.id, header: "Edgecron-Signature" });
+    expect(keys).toMatchObject({ tenantId: tenant.id, header: REQUEST_SIGNATURE_HEADER, legacyHeader: null, legacySignature: false });
+    const url = receiverPath("sig-v2", "x=1&y=%C3%BC");
+    const job = await createJob({ schedule: FAR_CRON, target: { url, method: "PUT", body: { v: 2 } } }, tenant.api);
+    const runId = await trigger(job, tenant.api);
+    await waitForRun(runId, ["succeeded"]);
+    const hit = await hitOfRun(url, runId);
+    expect(hit.headers["edgecron-signature"]).toBeUndefined();
+    expect(hit.headers["edgecron-signature-v2"]!.split(", ")).toHaveLength(2);
+
+    for (const secrets of [[keys.current], [keys.next], [keys.current, keys.next]]) {
+      expect(await verifyHitV2(hit, secrets), `secrets ${secrets.length}`).toMatchObject({
+        ok: true,
+        scheme: "v2",
+        claims: { method: "PUT", sub: url, run_id: runId, attempt: 1, idempotency_key: runId },
+      });
+    }
+    expect(await verifyHitV2(hit, [otherKeys.current, otherKeys.next])).toEqual({ ok: false, reason: "no_matching_signature" });
+    // Sent on to another of the tenant's endpoints, or as another method, it does not verify.
+    expect(await verifyHitV2(hit, [keys.current], { url: receiverPath("sig-v2-other", "x=1&y=%C3%BC") })).toEqual({
+      ok: false,
+      reason: "url_mismatch",
+    });
+    expect(await verifyHitV2(hit, [keys.current], { method: "DELETE" })).toEqual({ ok: false, reason: "method_mismatch" });
+    expect(await verifyHitV2(hit, [keys.current], { body: "{}" })).toEqual({ ok: false, reason: "body_mismatch" });
+    // A target that remembers jti refuses the same request twice.
+    const seenIds = new Set<string>();
+    const seen = (jti: string) => {
+      const before = seenIds.has(jti);
+      seenIds.add(jti);
+      return before;
+    };
+    expect(await verifyHitV2(hit, [keys.current], { seen })).toMatchObject({ ok: true });
+    expect(await verifyHitV2(hit, [keys.current], { seen })).toEqual({ ok: false, reason: "replayed" });
+  });
+
+  it("a tenant from before V2 keeps the first scheme beside it until it turns it off (audited)", async () => {
+    const tenant = await createTenant();
+    expect(await setLegacy(tenant.api, true)).toMatchObject({ legacySignature: true, legacyHeader: "Edgecron-Signature" });
+    const url = receiverPath("sig-legacy");
+    const job = await createJob({ schedule: FAR_CRON, target: { url, body: { legacy: true } } }, tenant.api);
+    const keys = await signingKeys(tenant.api);
+    const withLegacy = await hitOfRun(url, await trigger(job, tenant.api).then(async (id) => (await waitForRun(id, ["succeeded"])).id));
+    expect(await verifyHit(withLegacy, [keys.current])).toMatchObject({ ok: true });
+    expect(await verifyHitV2(withLegacy, [keys.current])).toMatchObject({ ok: true, scheme: "v2" });
+
+    expect(await setLegacy(tenant.api, false)).toMatchObject({ legacySignature: false, legacyHeader: null });
+    const withoutLegacy = await hitOfRun(url, await trigger(job, tenant.api).then(async (id) => (await waitForRun(id, ["succeeded"])).id));
+    expect(withoutLegacy.headers["edgecron-signature"]).toBeUndefined();
+    expect(await verifyHitV2(withoutLegacy, [keys.current], { acceptLegacy: true })).toMatchObject({ ok: true, scheme: "v2" });
+
+    const audit = await api(`/v1/audit?tenantId=${tenant.id}&action=signing.schemes`);
+    const entries = ((await audit.json()) as { items: Array<{ change: { before: unknown; after: unknown } }> }).items;
+    expect(entries.map((e) => e.change.after)).toEqual([{ schemes: ["v2"] }, { schemes: ["v2", "v1"] }]);
+  });
+
+  it("refuses a setting that is not a boolean, and changes nothing", async () => {
+    const tenant = await createTenant();
+    const res = await tenant.api("/v1/signing-keys", { method: "PATCH", json: { legacySignature: "no" } });
+    expect(res.status).toBe(400);
+    expect(JSON.stringify(await res.json())).toContain("legacySignature");
+    expect(await signingKeys(tenant.api)).toMatchObject({ legacySignature: false });
+  });
+
+  it("the first scheme signs JSON and string bodies with the tenant's current and next secret, and nothing else verifies", async () => {
+    const tenant = await createTenant();
+    const other = await createTenant();
+    await setLegacy(tenant.api, true);
+    const keys = await signingKeys(tenant.api);
+    const otherKeys = await signingKeys(other.api);
     expect(keys.current).toMatch(/^whsec_/);
     expect(keys.next).toMatch(/^whsec_/);
     expect(keys.next).not.toBe(keys.current);
@@ -138,6 +221,7 @@ describe("signatures", () => {
   it("rotation: the old next becomes current, a new next appears, the old current no longer verifies", async () => {
     const tenant = await createTenant();
     const other = await createTenant();
+    await setLegacy(tenant.api, true);
     const before = await signingKeys(tenant.api);
     const otherBefore = await signingKeys(other.api);
     const url = receiverPath("rotate");
@@ -335,7 +419,7 @@ describe("redirects at execution", () => {
     ["[::]", (u) => `http://[::]:${u.port}${u.pathname}`, "unspecified address :: is never allowed"],
     ["[::ffff:0.0.0.0]", (u) => `http://[::ffff:0.0.0.0]:${u.port}${u.pathname}`, "is never allowed"],
     ["credentials", (u) => `http://user:pass@${u.host}${u.pathname}`, "credentials in the URL are not allowed"],
-    ["ftp:", (u) => `ftp://${u.host}${u.pathname}`, "only http and https targets are allowed"],
+    ["ftp: with a token in its query", (u) => `ftp://${u.host}${u.pathname}?token=s3cret`, "only http and https targets are allowed"],
   ];
 
   it.each(REFUSED_LOCATIONS)(
@@ -348,7 +432,10 @@ describe("redirects at execution", () => {
       const runId = await trigger(job);
       const run = await waitForRun(runId, FINAL);
       expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
-      expect(run.error).toContain(`redirect to ${new URL(location).href} refused`);
+      // The Location as the run shows it: its user info (a password) and query (a token) marked, never shown.
+      const shown = new URL(location).href.replace("user:pass@", "[redacted]@").replace("?token=s3cret", "?[redacted]");
+      expect(run.error).toContain(`redirect to ${shown} refused`);
+      expect(run.error).not.toMatch(/pass@|s3cret/);
       expect(run.error).toContain(fragment);
       expect(await hitsOf(url)).toHaveLength(1);
       expect(await hitsOf(never)).toHaveLength(0);
@@ -372,6 +459,8 @@ describe("redirects at execution", () => {
       expect(hit.headers).toMatchObject({ authorization: "Bearer same-origin", "x-custom": "c", "content-type": "application/json" });
       expect(JSON.parse(hit.body)).toEqual(body);
       expect(await verifyHit(hit, [(await signingKeys()).current])).toMatchObject({ ok: true });
+      // Signed per hop: each hop's token names the URL it was sent to.
+      expect(await verifyHitV2(hit, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { sub: hit.url } });
     }
   });
 
@@ -425,16 +514,17 @@ describe("redirects at execution", () => {
     const second = await hitOfRun(dest, runId);
     expect(second).toMatchObject({ method: "GET", body: "" });
     expect(await verifyHit(second, [(await signingKeys()).current])).toMatchObject({ ok: true });
+    expect(await verifyHitV2(second, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { method: "GET" } });
   });
 
-  it("a cross-origin redirect drops the job's own headers and the completion token, keeps edgecron's others and the signature", async () => {
+  it("a cross-origin redirect drops the job's own headers, the completion token and every signature, keeps edgecron's others", async () => {
     const dest = onLocalhost(receiverPath("cross-dest"));
     expect(new URL(dest).origin).not.toBe(RECEIVER.origin);
-    const url = receiverPath("cross", redirectTo(307, dest));
-    const body = { cross: "origin" };
+    // A 302 turns the POST into a GET without its body, so the redirect is followed.
+    const url = receiverPath("cross", redirectTo(302, dest));
     const job = await createJob({
       schedule: FAR_CRON,
-      target: { url, headers: { Authorization: "Bearer cross-secret", "X-Api-Key": "k-cross", "X-Team": "data" }, body },
+      target: { url, headers: { Authorization: "Bearer cross-secret", "X-Api-Key": "k-cross", "X-Team": "data" }, body: { cross: 1 } },
     });
     const runId = await trigger(job);
     const run = await waitForRun(runId, FINAL);
@@ -442,8 +532,11 @@ describe("redirects at execution", () => {
 
     const first = await hitOfRun(url, runId);
     expect(first.headers).toMatchObject({ authorization: "Bearer cross-secret", "x-api-key": "k-cross", "x-team": "data" });
+    // The default tenant is from before V2: its requests carry both schemes.
+    expect(first.headers["edgecron-signature"]).toBeDefined();
+    expect(first.headers["edgecron-signature-v2"]).toBeDefined();
     const second = await hitOfRun(dest, runId);
-    expect(second.method).toBe("POST");
+    expect(second).toMatchObject({ method: "GET", body: "" });
     expect(second.headers.host).toBe(`localhost:${RECEIVER_PORT}`);
     expect(second.headers.authorization).toBeUndefined();
     expect(second.headers["x-api-key"]).toBeUndefined();
@@ -456,23 +549,46 @@ describe("redirects at execution", () => {
       "x-edgecron-attempt": "1",
       "x-edgecron-scheduled-at": first.headers["x-edgecron-scheduled-at"],
     });
-    // The completion token is a credential too: it stays with the first origin.
+    // The completion token and the signatures are credentials too: they stay with the first origin.
     expect(first.headers["x-edgecron-completion-token"]).toBeDefined();
-    expect(second.headers["x-edgecron-completion-token"]).toBeUndefined();
-    expect(JSON.parse(second.body)).toEqual(body);
-    expect(await verifyHit(second, [(await signingKeys()).current])).toMatchObject({ ok: true });
+    for (const name of ["x-edgecron-completion-token", "edgecron-signature", "edgecron-signature-v2", "upstash-signature"]) {
+      expect(second.headers[name], name).toBeUndefined();
+    }
   });
 
-  it("headers stay dropped after a cross-origin hop, even on a redirect back to the first origin", async () => {
+  it.each([307, 308])("a cross-origin %i, which would carry the body on, is not followed: failed, not retried", async (status) => {
+    const dest = onLocalhost(receiverPath(`cross-body-dest-${status}`));
+    const url = receiverPath(`cross-body-${status}`, redirectTo(status, dest));
+    const job = await createJob({ schedule: FAR_CRON, target: { url, body: { sealed: "at rest" } }, retry: { maxAttempts: 3 } });
+    const run = await waitForRun(await trigger(job), FINAL);
+    expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
+    expect(run.error).toContain(`redirect to ${dest} not followed: the request's body is not sent on to another origin`);
+    expect(await hitsOf(dest)).toHaveLength(0);
+  });
+
+  it("a cross-origin 307 of a GET is followed, unsigned", async () => {
+    const dest = onLocalhost(receiverPath("cross-get-dest"));
+    const url = receiverPath("cross-get", redirectTo(307, dest));
+    const job = await createJob({ schedule: FAR_CRON, target: { url, method: "GET" } });
+    const runId = await trigger(job);
+    expect(await waitForRun(runId, FINAL)).toMatchObject({ state: "succeeded" });
+    const second = await hitOfRun(dest, runId);
+    expect(second.headers["edgecron-signature-v2"]).toBeUndefined();
+    expect(second.headers["x-edgecron-run-id"]).toBe(runId);
+  });
+
+  it("headers and signatures stay dropped after a cross-origin hop, even on a redirect back to the first origin", async () => {
     const back = receiverPath("back-dest");
     const middle = onLocalhost(receiverPath("back-middle", redirectTo(307, back)));
     const url = receiverPath("back", redirectTo(307, middle));
-    const job = await createJob({ schedule: FAR_CRON, target: { url, headers: { Authorization: "Bearer back" } } });
+    const job = await createJob({ schedule: FAR_CRON, target: { url, method: "GET", headers: { Authorization: "Bearer back" } } });
     const runId = await trigger(job);
     expect(await waitForRun(runId, FINAL)).toMatchObject({ state: "succeeded" });
     expect((await hitOfRun(url, runId)).headers.authorization).toBe("Bearer back");
     expect((await hitOfRun(middle, runId)).headers.authorization).toBeUndefined();
-    expect((await hitOfRun(back, runId)).headers.authorization).toBeUndefined();
+    const last = await hitOfRun(back, runId);
+    expect(last.headers.authorization).toBeUndefined();
+    expect(last.headers["edgecron-signature-v2"]).toBeUndefined();
   });
 
   it("follows exactly 5 redirects", async () => {

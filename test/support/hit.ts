@@ -2,6 +2,8 @@
 export interface Hit {
   method: string;
   path: string;
+  /** The URL as the request addressed it (its Host and target, query included). */
+  url: string;
   headers: Record<string, string>;
   body: string;
   receivedAt: number;

@@ -50,6 +50,7 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
       list.push({
         method: req.method ?? "",
         path: url.pathname,
+        url: `http://${req.headers.host}${req.url ?? "/"}`,
         headers: Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)])),
         body: Buffer.concat(chunks).toString("utf8"),
         receivedAt,
