@@ -52,18 +52,21 @@ function workerdProject(
   };
 }
 
-/** The integration files of the first workerd half; the second has all the others, new ones included. */
-const FIRST_HALF = ["test/integration/[a-e]*.test.ts", "test/integration/fault-*.test.ts"];
+/** The test/workerd files of the first workerd half; the second has all the others, new ones included. */
+const FIRST_HALF = ["test/workerd/[a-e]*.test.ts", "test/workerd/fault-*.test.ts"];
 
 /**
- * Layers:
- * - `unit`: pure logic, in Node (the zone rules' tests run in workerd, whose time zone data
- *   production uses);
- * - `workers`, `workers-2`: integration tests inside workerd. Every receiver is on
- *   127.0.0.1, so private targets are allowed here, as `npm start` allows them;
- * - `strict`: the same workerd stack as deployed, private targets refused (the SSRF guard);
- * - `e2e`: Node tests that start the real `wrangler dev` the way `npm start` does, and Node
- *   tests of what needs no Worker (D1 migrations upgrading a catalog that holds data).
+ * Layers (each test folder is named after where its files run; test/README.md has the table):
+ * - `unit`: test/node-unit, pure logic, in Node;
+ * - `workers`, `workers-2`: test/workerd, integration tests inside workerd, and
+ *   test/workerd-unit, the zone rules' tests, in workerd since production uses its time zone
+ *   data. Every receiver is on 127.0.0.1, so private targets are allowed here, as `npm start`
+ *   allows them;
+ * - `strict`: test/workerd-strict, the same workerd stack as deployed, private targets refused
+ *   (the SSRF guard);
+ * - `e2e`: test/wrangler-dev, Node tests that start the real `wrangler dev` the way `npm start`
+ *   does, and test/node-tools, Node tests of what needs no Worker (the CLI, the dashboard, the
+ *   bench, docs and generated files, D1 migrations upgrading a catalog that holds data).
  * All talk to real HTTP receivers on 127.0.0.1, never to a mock of a binding.
  */
 export default defineConfig({
@@ -76,22 +79,22 @@ export default defineConfig({
     projects: [
       // npm test runs these in three processes side by side (scripts/test.mjs), since one vitest
       // process here runs one file at a time: the workerd tests in two halves of about the same
-      // length (the zone rules, which are the runtime's, the fuzzers and the files FIRST_HALF
-      // names; every other integration file), and the Node tests.
-      workerdProject("workers", ["test/unit/cron-zones.test.ts", "test/integration/fuzz/**/*.test.ts", ...FIRST_HALF], true),
-      workerdProject("workers-2", ["test/integration/*.test.ts"], true, FIRST_HALF),
-      workerdProject("strict", ["test/strict/**/*.test.ts"], false),
+      // length (test/workerd-unit, the zone rules, which are the runtime's; the fuzzers and the
+      // files FIRST_HALF names; every other test/workerd file), and the Node tests.
+      workerdProject("workers", ["test/workerd-unit/**/*.test.ts", "test/workerd/fuzz/**/*.test.ts", ...FIRST_HALF], true),
+      workerdProject("workers-2", ["test/workerd/*.test.ts"], true, FIRST_HALF),
+      workerdProject("strict", ["test/workerd-strict/**/*.test.ts"], false),
       // Not part of npm test: `npm run bench:history` (figures, no assertion on time).
       workerdProject("bench-history", ["bench/history/**/*.test.ts"], true),
       {
         // Pure logic (no binding, no storage): in Node, where a file starts in milliseconds
         // rather than the seconds a workerd file's isolate and migrated D1 take.
-        test: { name: "unit", include: ["test/unit/**/*.test.ts"], exclude: ["test/unit/cron-zones.test.ts"], environment: "node" },
+        test: { name: "unit", include: ["test/node-unit/**/*.test.ts"], environment: "node" },
       },
       {
         test: {
           name: "e2e",
-          include: ["test/e2e/**/*.test.ts", "test/node/**/*.test.ts"],
+          include: ["test/wrangler-dev/**/*.test.ts", "test/node-tools/**/*.test.ts"],
           environment: "node",
           // Each e2e file starts its own stack (wrangler, workerd): one at a time is load enough.
           fileParallelism: false,

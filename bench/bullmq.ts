@@ -39,7 +39,7 @@ import { analyseSteady } from "./steady.ts";
 
 const QUEUE = "bench";
 /** Burst jobs are added with queue.addBulk, this many per call (--concurrency calls in flight). */
-export const ADD_BULK_CHUNK = 100;
+const ADD_BULK_CHUNK = 100;
 /** edgecron's default retry: 3 attempts in all; delays uniform in [0, 1 s], then [0, 2 s]. */
 const JOB_OPTIONS = { attempts: 3, backoff: { type: "exponential", delay: 1_000, jitter: 1 } } as const;
 
@@ -52,7 +52,7 @@ const versionOf = (pkg: string): string | null => {
 };
 
 /** The setup the results record (bench/README.md explains each choice). */
-export const bullmqSetup = (opts: Options) => ({
+const bullmqSetup = (opts: Options) => ({
   bullmq: versionOf("bullmq"),
   ioredis: versionOf("ioredis"),
   workerProcesses: opts["bullmq-workers"],

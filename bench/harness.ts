@@ -17,7 +17,7 @@ export const ROOT = fileURLToPath(new URL("..", import.meta.url));
 export const HOST = "127.0.0.1";
 export const iso = (ms: number) => new Date(ms).toISOString();
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-export const DAY_MS = 86_400_000;
+const DAY_MS = 86_400_000;
 /** The steady workload's schedule: every whole second (6 fields, seconds first). */
 export const STEADY_CRON = "* * * * * *";
 
@@ -66,7 +66,7 @@ export async function pool(count: number, limit: number, task: (i: number) => Pr
   return next;
 }
 
-export function gitState(): { commit: string | null; uncommittedChanges: string[] | null } {
+function gitState(): { commit: string | null; uncommittedChanges: string[] | null } {
   const git = (...args: string[]) => {
     const r = spawnSync("git", args, { cwd: ROOT, encoding: "utf8", timeout: 10_000 });
     return r.status === 0 ? r.stdout.trim() : null;
@@ -97,7 +97,7 @@ export function newResult(system: System, ctx: SystemContext, logPath: string, s
 }
 
 /** How many jobs (burst) or schedules (steady) the run creates. */
-export const countOf = (opts: Options) => (opts.workload === "burst" ? opts.jobs : opts.schedules);
+const countOf = (opts: Options) => (opts.workload === "burst" ? opts.jobs : opts.schedules);
 /** The receiver's path of job or schedule i. */
 export const pathOf = (opts: Options, i: number) => `/${opts.workload}/${i}`;
 /** The steady window of a run whose first second is T. */

@@ -1,13 +1,13 @@
 /** The bench's command-line options; each can also come from its environment variable. */
 
-export const WORKLOADS = ["burst", "steady"] as const;
+const WORKLOADS = ["burst", "steady"] as const;
 export type Workload = (typeof WORKLOADS)[number];
 /** none: edgecron alone; bullmq: BullMQ instead of edgecron; both: edgecron, then BullMQ. */
-export const PEERS = ["none", "bullmq", "both"] as const;
+const PEERS = ["none", "bullmq", "both"] as const;
 export type Peer = (typeof PEERS)[number];
 export type System = "edgecron" | "bullmq";
 /** How edgecron's two Workers run locally (scripts/dev-topology.ts): two `wrangler dev` processes, or one. */
-export const TOPOLOGIES = ["two", "one"] as const;
+const TOPOLOGIES = ["two", "one"] as const;
 export type Topology = (typeof TOPOLOGIES)[number];
 
 export interface Options {

@@ -17,7 +17,7 @@ export interface Reply {
  * An API call that never throws: a failed creation is counted, not retried (a retry of a
  * request that did reach the server would make a second job for the same index).
  */
-export async function request(stack: Stack, method: string, path: string, body?: unknown, options: ApiOptions = {}): Promise<Reply> {
+async function request(stack: Stack, method: string, path: string, body?: unknown, options: ApiOptions = {}): Promise<Reply> {
   const started = performance.now();
   try {
     const r = await stack.api(method, path, body, { timeoutMs: 30_000, ...options });
@@ -39,7 +39,7 @@ export interface Run extends Harness {
  * The body of POST /v1/jobs for job or schedule `i`, first due at T: burst, a one-off at T;
  * steady, every second from T to T + (D − 1) s. Everything else is edgecron's default.
  */
-export function jobBody(opts: Options, T: number, url: string): unknown {
+function jobBody(opts: Options, T: number, url: string): unknown {
   if (opts.workload === "burst") return { schedule: { at: iso(T) }, target: { url } };
   return {
     schedule: { cron: STEADY_CRON, startAt: iso(T), endAt: iso(steadyEndMs(T, opts["duration-s"])) },

@@ -53,14 +53,14 @@ export function scheduleOf(flags: ScheduleFlags): Schedule | undefined {
 }
 
 /** "Name: value" (or "Name=value") of --header. */
-export function headerOf(text: string): [string, string] {
+function headerOf(text: string): [string, string] {
   const match = /^([^:=\s]+)\s*[:=]\s*(.*)$/.exec(text);
   if (!match) throw new UsageError(`--header takes "Name: value", not ${JSON.stringify(text)}`);
   return [match[1]!, match[2]!];
 }
 
 /** --body: a JSON object or array is sent as JSON; anything else as the text it is. */
-export function bodyOf(text: string): string | unknown[] | Record<string, unknown> {
+function bodyOf(text: string): string | unknown[] | Record<string, unknown> {
   if (/^\s*[[{]/.test(text)) {
     try {
       return JSON.parse(text) as unknown[] | Record<string, unknown>;

@@ -7,7 +7,7 @@ export function integer(text: string): number {
   return Number(text);
 }
 
-export function decimal(text: string): number {
+function decimal(text: string): number {
   const n = Number(text);
   if (text.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("not a number");
   return n;

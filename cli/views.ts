@@ -4,7 +4,7 @@ import { formatInstant, localZone } from "./time.ts";
 
 /** How jobs and runs read in a terminal. Pure: text in, text out. */
 
-export const jobState = (job: Job): string => (job.completed ? "completed" : job.paused ? "paused" : "active");
+const jobState = (job: Job): string => (job.completed ? "completed" : job.paused ? "paused" : "active");
 
 export function jobsTable(jobs: Job[], zone = localZone()): string {
   return table(

@@ -11,12 +11,12 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-export const TOPOLOGIES = ["two", "one"] as const;
+const TOPOLOGIES = ["two", "one"] as const;
 export type Topology = (typeof TOPOLOGIES)[number];
-export const DEFAULT_TOPOLOGY: Topology = "two";
+const DEFAULT_TOPOLOGY: Topology = "two";
 
-export const SCHEDULER_CONFIG = "wrangler.toml";
-export const RUNNER_CONFIG = "runner/wrangler.toml";
+const SCHEDULER_CONFIG = "wrangler.toml";
+const RUNNER_CONFIG = "runner/wrangler.toml";
 /** runner/wrangler.toml's `name`: its file in the dev registry is named so. */
 export const RUNNER_NAME = "edgecron-runner";
 

@@ -1,6 +1,6 @@
 /**
  * Redraws the generated diagrams in docs/architecture.md from the tables in src/shard/
- * (`npm run docs:diagrams`; test/node/docs.test.ts fails until the document matches).
+ * (`npm run docs:diagrams`; test/node-tools/docs.test.ts fails until the document matches).
  *
  * Plain Node runs this file, stripping its types; it does not resolve the extensionless
  * imports the Worker's sources use, so a hook adds `.ts` to relative ones before they load.

@@ -16,7 +16,10 @@ import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
-/** Each lane: the projects one vitest process runs, about the same length each (in that order). */
+/**
+ * Each lane: the projects one vitest process runs, about the same length each (in that order).
+ * test/README.md says which test folders each project holds.
+ */
 const LANES = {
   workers: ["workers"],
   "workers-2": ["workers-2", "strict"],

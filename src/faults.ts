@@ -4,7 +4,7 @@
  * an empty map, and the code path is the one that runs in production. Tests in workerd share
  * the isolate with the Worker and its Durable Objects, so they arm faults with `armFault`.
  */
-export const FAULT_POINTS = [
+const FAULT_POINTS = [
   "api.afterCatalogWrite", // POST /v1/jobs: the job is in D1, its shard has not heard of it
   "catalog.unavailable", // every D1 call fails, as in a D1 outage
   "shard.alarmStart", // the alarm handler throws before doing anything
@@ -23,7 +23,7 @@ export const FAULT_POINTS = [
 ] as const;
 export type FaultPoint = (typeof FAULT_POINTS)[number];
 
-export class InjectedFault extends Error {
+class InjectedFault extends Error {
   constructor(readonly point: FaultPoint) {
     super(`injected fault at ${point}`);
   }

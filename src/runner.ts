@@ -4,7 +4,7 @@ import type { QueueMessage } from "./shard/contract";
 /**
  * What the runner is bound to (runner/wrangler.toml): the scheduler's bindings less those only
  * its API and retention use (the admin token, the archive, the sign-in throttle: the runner
- * signs no one in). test/node/runner-config.test.ts keeps the config to this.
+ * signs no one in). test/node-tools/runner-config.test.ts keeps the config to this.
  */
 export type RunnerEnv = Omit<Env, "API_TOKEN" | "ARCHIVE" | "SIGN_IN_THROTTLE">;
 

@@ -1,6 +1,6 @@
 /**
  * What the API stores for a field a job leaves out (src/model/job.ts). Apply needs them to see
- * that a field removed from the file must go back to its default. test/node/apply-plan.test.ts
+ * that a field removed from the file must go back to its default. test/node-tools/apply-plan.test.ts
  * checks each against the `default` the OpenAPI document gives, so they cannot drift apart.
  */
 export const SERVER_DEFAULTS = {

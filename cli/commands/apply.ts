@@ -10,7 +10,7 @@ import { cell } from "../output.ts";
 const SIGN = { create: "+", update: "~", delete: "-", chain: "~" } as const;
 
 /** The plan as people read it: one line a job, and the fields that change under an update. */
-export function planText(plan: Plan, file: string): string {
+function planText(plan: Plan, file: string): string {
   const lines = plan.changes.map((c) => {
     const id = c.action === "create" || (c.action === "chain" && c.id === null) ? "" : ` ${c.id}`;
     const head = `${SIGN[c.action]} ${c.action} ${c.name ?? "(unnamed)"}${id}`;

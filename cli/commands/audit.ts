@@ -9,7 +9,7 @@ import { take } from "./jobs.ts";
 const PAGE = 200;
 
 /** One line per entry: when, who, what, on what, from where. Pure: entries in, text out. */
-export function auditTable(entries: AuditEntry[], zone = localZone()): string {
+function auditTable(entries: AuditEntry[], zone = localZone()): string {
   return table(
     [`AT (${zone})`, "ACTOR", "ACTION", "SUBJECT", "CLIENT"],
     entries.map((e) => [formatInstant(e.at, zone), e.actor, e.action, e.subject, e.client ?? ""]),

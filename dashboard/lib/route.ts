@@ -12,7 +12,7 @@ export type Route =
   | { page: "preview" }
   | { page: "audit" };
 
-export function parseRoute(hash: string): Route {
+function parseRoute(hash: string): Route {
   const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
   if (parts[0] === "jobs" && parts[1] === "new") return { page: "new-job" };
   if (parts[0] === "jobs" && parts[1]) return { page: "job", id: parts[1] };

@@ -155,7 +155,7 @@ const limitTo = (maxSize: number) =>
 const limits = { one: limitTo(MAX_BODY_BYTES), batch: limitTo(MAX_BATCH_BODY_BYTES) };
 
 /** A QStash message's body: QStash's own limit for a message, 1 MiB. */
-export const MAX_MESSAGE_BYTES = 1024 * 1024;
+const MAX_MESSAGE_BYTES = 1024 * 1024;
 /** The /v2 surface's bodies: a message (or a batch of them) of any content type. */
 export const limitQstashBody = limitTo(MAX_MESSAGE_BYTES);
 

@@ -56,7 +56,7 @@ const rateLimited = errorCase(
 );
 
 /** Answered by errors.ts for a CatalogUnavailable; the key lookup of a tenant's request reads D1 too. */
-export const catalogUnavailable = errorCase(
+const catalogUnavailable = errorCase(
   "the job catalog (D1) could not answer; scheduled runs go on; retry after `Retry-After` seconds",
   new ApiError(503, "catalog_unavailable", "the job catalog (D1) is unavailable; scheduled runs go on; retry this request", {
     "Retry-After": "5",

@@ -7,7 +7,7 @@ import type { ErrorCase } from "./error-cases";
 
 export const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { "application/json": { schema } }, description });
 
-/** A named example of a request body, typed by its schema (the refinements are checked by test/integration/api-docs.test.ts). */
+/** A named example of a request body, typed by its schema (the refinements are checked by test/workerd/api-docs.test.ts). */
 export interface Example<T> {
   summary: string;
   value: T;

@@ -3,7 +3,7 @@ import type { Scope } from "../model/scopes";
 /**
  * What every route needs, in one table, keyed by method and route path as the route table has
  * them (`GET /v1/jobs/:id`; src/api/operation.ts). A route missing here is refused to every
- * caller (fail closed), and test/integration/route-scopes.test.ts walks /openapi.json to prove
+ * caller (fail closed), and test/workerd/route-scopes.test.ts walks /openapi.json to prove
  * that none is missing and that a lower scope is refused.
  *
  * `perJob`: the route touches only jobs it names (or lists only those a key may see), each

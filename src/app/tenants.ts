@@ -24,7 +24,7 @@ const DEFAULT_LIMITS = { maxJobs: 10_000, maxRunsInFlight: 1_000, requestsPerSec
 /** Limits as a request gives them: absent keeps the current (or default) value, null means no limit. */
 export type LimitsChange = Partial<TenantLimits>;
 
-export function requireAdmin(caller: Caller): void {
+function requireAdmin(caller: Caller): void {
   if (!caller.admin) throw new ApiError(403, "forbidden", "only the admin token may do this");
 }
 

@@ -19,7 +19,7 @@ const DAY_MS = 24 * HOUR_MS;
 const pad = (n: number) => String(n).padStart(2, "0");
 
 /** The key prefix of a shard's runs scheduled in the hour (or, without `hour`, the day) of `at`. */
-export function archivePrefix(shard: string, at: number, unit: "hour" | "day"): string {
+function archivePrefix(shard: string, at: number, unit: "hour" | "day"): string {
   const d = new Date(at);
   const day = `runs/v1/${shard}/${d.getUTCFullYear()}/${pad(d.getUTCMonth() + 1)}/${pad(d.getUTCDate())}/`;
   return unit === "day" ? day : `${day}${pad(d.getUTCHours())}/`;

@@ -19,17 +19,6 @@ export const NO_COUNTS: BilledCounts = {
   d1RowsWritten: 0,
 };
 
-export function addCounts(a: BilledCounts, b: BilledCounts): BilledCounts {
-  return {
-    doRequests: a.doRequests + b.doRequests,
-    sqlRowsRead: a.sqlRowsRead + b.sqlRowsRead,
-    sqlRowsWritten: a.sqlRowsWritten + b.sqlRowsWritten,
-    queueMessages: a.queueMessages + b.queueMessages,
-    d1RowsRead: a.d1RowsRead + b.d1RowsRead,
-    d1RowsWritten: a.d1RowsWritten + b.d1RowsWritten,
-  };
-}
-
 /** The counts at list prices, in dollars. */
 export function usdOf(counts: BilledCounts, prices: Prices): number {
   const p = prices.usdPerMillion;

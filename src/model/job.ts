@@ -63,7 +63,7 @@ const fmt = (ms: number) =>
 
 const YEAR_MS = 365 * 86_400_000;
 
-export const ScheduleSchema = z
+const ScheduleSchema = z
   .strictObject({
     cron: z.string().max(200).optional().openapi({ example: "*/5 * * * *" }),
     timezone: z.string().max(64).optional().openapi({ example: "Europe/Berlin" }),
@@ -113,7 +113,7 @@ export const ScheduleSchema = z
   });
 
 /** What a job's notifications are about (docs/jobs-and-schedules.md, "Notifications"). */
-export const NOTIFY_EVENTS = ["failed", "dead", "paused", "recovered"] as const;
+const NOTIFY_EVENTS = ["failed", "dead", "paused", "recovered"] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
 
 export const NotifySchema = z
@@ -141,7 +141,7 @@ export const OVERLAP_POLICIES = ["allow", "forbid", "buffer_one", "replace"] as 
 
 /** Everything about a job but its name: what PATCH may change, and what the shard runs. */
 /** How long a job's finished runs stay in its shard before they go to the archive (R2). */
-export const RetentionSchema = z
+const RetentionSchema = z
   .strictObject({
     days: z.int().min(1).max(3_650).optional().openapi({ description: "Finished runs older than this leave the shard (default 7)." }),
     maxRuns: z
@@ -154,7 +154,7 @@ export const RetentionSchema = z
   .openapi("Retention");
 
 /** At most this many jobs chained to one outcome of a job. */
-export const MAX_CHAINED_JOBS = 10;
+const MAX_CHAINED_JOBS = 10;
 /**
  * How far a chain goes: a save looks this many levels down for a loop, and a run this many hops
  * from the run that began its chain triggers nothing more, which ends a loop the save could not
@@ -262,7 +262,7 @@ export const PatchJobSchema = z
   .openapi("PatchJob");
 
 /** The schedule in plain words (src/schedule/describe.ts): for people, not for parsing. */
-export const ScheduleDescription = z.string().openapi({
+const ScheduleDescription = z.string().openapi({
   description: "The schedule and its bounds in plain words, cron times in the schedule's time zone; for display, not for parsing.",
   example: "At 02:30 AM (Europe/Berlin), from 2026-01-01T00:00:00.000Z, at most 10 times",
 });

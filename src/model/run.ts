@@ -3,7 +3,7 @@ import { ATTEMPT_OUTCOMES } from "../shard/attempt-states";
 import { RUN_STATES, RUN_TRIGGERS } from "../shard/run-states";
 import { Instant } from "./job";
 
-export const AttemptSchema = z
+const AttemptSchema = z
   .object({
     attempt: z.int(),
     startedAt: Instant,
@@ -20,7 +20,7 @@ export const AttemptSchema = z
   .openapi("Attempt");
 
 /** One step of a workflow run (docs/workflows.md). */
-export const StepRunSchema = z
+const StepRunSchema = z
   .object({
     id: z.string().openapi({ description: "The step's id in the job's steps." }),
     state: z.enum([...RUN_STATES, "blocked"]).openapi({ description: "blocked: not started, waiting for its parents." }),

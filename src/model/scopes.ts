@@ -26,11 +26,6 @@ export function grants(held: readonly Scope[], needed: Scope): boolean {
   return held.some((scope) => rank(scope) >= rank(needed));
 }
 
-/** The broadest scope held, which names what a key may do in one word. */
-export function broadest(held: readonly Scope[]): Scope | null {
-  return held.reduce<Scope | null>((top, s) => (top === null || rank(s) > rank(top) ? s : top), null);
-}
-
 /** The scopes column as stored (comma-separated); unknown words are dropped, never granted. */
 export function parseScopes(stored: string): Scope[] {
   return stored.split(",").filter((s): s is Scope => (SCOPES as readonly string[]).includes(s));

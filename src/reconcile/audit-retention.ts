@@ -21,7 +21,7 @@ const DAY_MS = 86_400_000;
 /** The first audit id of the instant `ms`: every entry made before it sorts below (newAuditId). */
 const firstAuditIdAt = (ms: number) => `aud_${Math.max(0, ms).toString(36).padStart(9, "0")}`;
 
-export function auditCutoff(retentionDays: number | null, now: number): number {
+function auditCutoff(retentionDays: number | null, now: number): number {
   return now - Math.max(retentionDays ?? 0, AUDIT_MIN_RETENTION_DAYS) * DAY_MS;
 }
 

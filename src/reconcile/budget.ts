@@ -20,7 +20,7 @@ export interface SweepBudget {
 export const SWEEP_BUDGET: SweepBudget = { d1Queries: 250, shardCalls: 400 };
 
 /** A query or call past the budget: a bug in the sweep's arithmetic, refused before it reaches the platform. */
-export class BudgetExceeded extends Error {}
+class BudgetExceeded extends Error {}
 
 /** Counts what the sweep really spends, at the bindings, and refuses what would overspend. */
 export class Meter {

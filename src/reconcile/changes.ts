@@ -4,7 +4,7 @@ import type { Meter } from "./budget";
 import { type Ceiling, ShardComparer } from "./comparer";
 
 /** Rows read per query of the feed. */
-export const CHANGES_PAGE = 1_000;
+const CHANGES_PAGE = 1_000;
 
 /**
  * How far behind its own clock the sweep trusts the catalog to be complete. A job's id holds the

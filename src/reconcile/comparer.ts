@@ -4,7 +4,7 @@ import type { Meter } from "./budget";
 import { REPAIR_CHUNK, REPAIR_COST, redeliver } from "./repair";
 
 /** Entries handed to one compareJobs call at most (the shard looks them up in chunks itself). */
-export const COMPARE_CHUNK = 5_000;
+const COMPARE_CHUNK = 5_000;
 
 /**
  * Tombstones purged: at most a statement's worth (MAX_BOUND_PARAMETERS ids) per this many

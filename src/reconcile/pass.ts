@@ -11,7 +11,7 @@ import { ShardComparer } from "./comparer";
  * query the budget's 250 queries hold at most about 250,000 entries (some 30 MB of the isolate's
  * 128 MB); a larger page would save queries at the risk of the memory limit.
  */
-export const PASS_PAGE = 1_000;
+const PASS_PAGE = 1_000;
 
 /** A shard finished: its tenants read and re-applied, its alarm re-asserted, the next shard found. */
 const FINISH_COST = { d1: 2, calls: 2 };

@@ -5,7 +5,7 @@ import { sealTarget } from "../security/targets";
 import type { Meter } from "./budget";
 
 /** Targets sealed per sweep, each one D1 write: an upgrade spreads over a few minutes instead of one long sweep. */
-export const SEAL_PER_SWEEP = 100;
+const SEAL_PER_SWEEP = 100;
 
 /**
  * Jobs stored before targets were sealed hold headers and body in clear, in D1 and in their

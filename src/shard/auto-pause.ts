@@ -68,7 +68,7 @@ export class AutoPause {
   }
 }
 
-export function pausedReason(streak: number, last: Trigger): string {
+function pausedReason(streak: number, last: Trigger): string {
   const detail = last.error ? `: ${last.error.slice(0, 200)}` : "";
   return `paused by edgecron after ${streak} runs in a row ended dead or failed (pauseAfterFailures); the last, ${last.runId}, ended ${last.state}${detail}`;
 }

@@ -11,12 +11,12 @@ import type { DispatchPack, KeyedDispatch } from "./contract";
 export const DISPATCHES_PER_MESSAGE = 10;
 
 /** A message is billed by the 64 KB: one is filled up to this, with room for the Queue's own metadata. */
-export const MESSAGE_BYTES = 63_000;
+const MESSAGE_BYTES = 63_000;
 /**
  * An order larger than this goes without it (a target's body, or a step's input, can be up to
  * 256 KB; a message at most 128 KB): the consumer asks the shard for it (`ShardApi.open`).
  */
-export const ORDER_MAX_BYTES = 48_000;
+const ORDER_MAX_BYTES = 48_000;
 
 /** The Queues limits a `sendBatch` must keep to: 100 messages, 256 KB in all (1 KB = 1,000 bytes). */
 export const QUEUE_BATCH_MESSAGES = 100;

@@ -238,7 +238,7 @@ function jitterOf(job: Pick<JobDefinition, "id" | "spec">, instant: number): num
  * starts afresh from now; anything else, a resume included, keeps its place: fires missed
  * while paused are then due, and the misfire policy decides what becomes of them.
  */
-export function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now: number): number | null {
+function nextFireOnChange(held: ShardJob | null, def: JobDefinition, now: number): number | null {
   if (def.deleted) return null;
   if (!held) return firstFire(def.spec.schedule, def.createdAt);
   if (JSON.stringify(held.spec.schedule) !== JSON.stringify(def.spec.schedule)) return firstFire(def.spec.schedule, now);

@@ -30,7 +30,7 @@ const BUCKET_MS = 1_000;
  * stale and nothing would ever be recorded (a livelock).
  */
 export const MAX_REDISPATCHES = 5;
-export const MAX_WAIT_FACTOR = 4;
+const MAX_WAIT_FACTOR = 4;
 
 /** How long a dispatch sent for the `redispatches`-th time may take to reach a consumer: doubling, capped. */
 export function deliveryAllowance(claimTimeoutMs: number, redispatches: number): number {

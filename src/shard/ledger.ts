@@ -431,7 +431,7 @@ export class RunLedger {
  * succeeded: long enough for a consumer's retried report, short enough that a dead letter
  * someone has looked at does not change under them later.
  */
-export const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
+const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
 
 /** Why nothing more may run for this job, or null when it is live. */
 export function stoppedReason(job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {

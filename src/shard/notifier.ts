@@ -8,9 +8,9 @@ import type { NotificationRow, ShardJob } from "./rows";
 import type { ShardStore } from "./store";
 
 /** A notification whose delivery is not confirmed by then is sent again; the wait doubles each time. */
-export const NOTIFY_RESEND_MS = 5 * 60_000;
+const NOTIFY_RESEND_MS = 5 * 60_000;
 /** After this many sends a notification is given up (and logged): its receiver has been away for hours. */
-export const NOTIFY_MAX_SENDS = 6;
+const NOTIFY_MAX_SENDS = 6;
 const RESEND_BATCH = 100;
 const QUEUE_BATCH = 100;
 

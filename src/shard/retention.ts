@@ -4,9 +4,9 @@ import type { HistoryStore } from "./history-store";
 import type { ShardJob } from "./rows";
 
 /** Finished runs stay this long unless the job says otherwise. */
-export const DEFAULT_RETENTION_DAYS = 7;
+const DEFAULT_RETENTION_DAYS = 7;
 /** A job keeps at most this many of its newest runs unless it says otherwise. */
-export const DEFAULT_RETENTION_RUNS = 1_000;
+const DEFAULT_RETENTION_RUNS = 1_000;
 /** A shard looks for expired history this often. */
 const RETENTION_EVERY_MS = 10 * 60_000;
 /** Runs removed per pass: small, so that a pass never holds the shard long. */
@@ -18,7 +18,7 @@ const JOBS_PER_PASS = 100;
 const DAY_MS = 86_400_000;
 
 /** After a failed archive write the pass is tried again this long after, doubling with each failure in a row... */
-export const ARCHIVE_RETRY_FIRST_MS = 5_000;
+const ARCHIVE_RETRY_FIRST_MS = 5_000;
 /** ...up to the interval of passes: an archive down for hours costs the shard one attempt every 10 minutes. */
 export const ARCHIVE_RETRY_MAX_MS = RETENTION_EVERY_MS;
 
@@ -175,7 +175,7 @@ export class Retention {
 }
 
 /** The job's retention: its own setting, else its tenant's days, else the defaults. A deleted job's runs go by the same rule. */
-export function retentionOf(job: Pick<ShardJob, "spec">, tenantDays: number | null): { days: number; maxRuns: number } {
+function retentionOf(job: Pick<ShardJob, "spec">, tenantDays: number | null): { days: number; maxRuns: number } {
   return {
     days: job.spec.retention?.days ?? tenantDays ?? DEFAULT_RETENTION_DAYS,
     maxRuns: job.spec.retention?.maxRuns ?? DEFAULT_RETENTION_RUNS,

@@ -116,7 +116,6 @@ export function transition(from: RunState, event: RunEvent): RunState | null {
 
 /** What made a run: its schedule, a person (trigger), or a backfill. */
 export const RUN_TRIGGERS = ["schedule", "manual", "backfill"] as const;
-export const RUN_TRIGGER_SQL_LIST = RUN_TRIGGERS.map((t) => `'${t}'`).join(", ");
 
 /**
  * A group as the body of a SQL `IN (...)`: `'dead', 'failed'`. Interpolated, not bound: a

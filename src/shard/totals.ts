@@ -43,7 +43,7 @@ export interface ShardTotals {
   starts: number;
 }
 
-export const noFireLags = (): Buckets => ({ counts: new Array<number>(FIRE_LAG_BOUNDS_MS.length + 1).fill(0), sumMs: 0 });
+const noFireLags = (): Buckets => ({ counts: new Array<number>(FIRE_LAG_BOUNDS_MS.length + 1).fill(0), sumMs: 0 });
 
 export const noTotals = (): ShardTotals => ({
   runsFinished: {},

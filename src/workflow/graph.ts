@@ -40,7 +40,7 @@ export type StepStatuses = Readonly<Record<string, StepStatus>>;
 
 const ENDED = new Set(["succeeded", "failed", "skipped"]);
 
-export function hasEnded(status: StepStatus): boolean {
+function hasEnded(status: StepStatus): boolean {
   return ENDED.has(status.state);
 }
 
@@ -52,7 +52,7 @@ function sawFailure(status: StepStatus): boolean {
 export type Readiness = "wait" | "start" | { skip: { upstreamFailed: boolean } };
 
 /** What a blocked step should do now, given its parents' statuses. */
-export function readiness(step: StepNode, statuses: StepStatuses): Readiness {
+function readiness(step: StepNode, statuses: StepStatuses): Readiness {
   const parents = (step.after ?? []).map((id) => statuses[id] ?? { state: "blocked" as const });
   const when = step.when ?? "all_succeeded";
   const failedAbove = parents.some(sawFailure);

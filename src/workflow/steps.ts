@@ -9,7 +9,7 @@ import type { StepStatus } from "./graph";
  */
 
 /** The step a step run executes, or null for any other run (or a step the job no longer has). */
-export function stepOf(spec: Pick<JobSpec, "steps">, runId: string): StoredStep | null {
+function stepOf(spec: Pick<JobSpec, "steps">, runId: string): StoredStep | null {
   const ids = stepOfRun(runId);
   if (!ids || !spec.steps) return null;
   return spec.steps.find((s) => s.id === ids.stepId) ?? null;

@@ -56,11 +56,20 @@ describe("misfire policies (a job whose fires at 00:01 … 00:10 were missed, ha
 });
 
 describe("jitter", () => {
-  it("is deterministic per (job, instant) and inside the window", () => {
+  it("is fixed per (job, instant): these offsets stay, so a re-run alarm or a sweep finds the same one", () => {
+    // FNV-1a 32 of "<job>@<instant>" modulo the window, computed independently; the instant is
+    // 2026-01-02T00:00:00Z, 1767312000000. "job_0mx34t9ichmazsj5l8v@1767312000000" hashes to
+    // 713870531, "job_000000000aaaaaaaaaa@…" to 972245986, "job_1@…" to 2586556267.
+    const midnight = T("2026-01-02T00:00:00Z");
+    expect(jitterOffset("job_0mx34t9ichmazsj5l8v", midnight, 30_000)).toBe(20_531);
+    expect(jitterOffset("job_000000000aaaaaaaaaa", midnight, 3_600_000)).toBe(245_986);
+    expect(jitterOffset("job_1", midnight, 1_000)).toBe(267);
+  });
+  it("is inside the window", () => {
     fc.assert(
       fc.property(fc.string(), fc.integer({ min: 0, max: 2 ** 45 }), fc.integer({ min: 1, max: 3_600_000 }), (job, at, window) => {
         const o = jitterOffset(job, at, window);
-        expect(o).toBe(jitterOffset(job, at, window));
+        expect(Number.isInteger(o)).toBe(true);
         expect(o).toBeGreaterThanOrEqual(0);
         expect(o).toBeLessThan(window);
       }),

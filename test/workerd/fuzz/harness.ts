@@ -26,8 +26,8 @@ const BASE = "https://edgecron.test";
 /** The API's body limit (MAX_BODY_BYTES in src/api/auth.ts). */
 export const LIMIT = 256 * 1024;
 /** The discard port: were anything ever to fire, it would go nowhere. */
-export const TARGET_URL = "http://127.0.0.1:9/x";
-export const NEVER = { cron: "0 0 1 1 *", timezone: "Europe/Berlin" };
+const TARGET_URL = "http://127.0.0.1:9/x";
+const NEVER = { cron: "0 0 1 1 *", timezone: "Europe/Berlin" };
 export const TIMEOUT = 120_000;
 
 /** The valid job every mutation starts from. */
@@ -71,7 +71,7 @@ let requests = 0;
 const serverErrors: string[] = [];
 let tenantKey = "";
 
-export const short = (s: string, n = 300) => (s.length <= n ? s : `${s.slice(0, n)}… (${s.length} chars)`);
+const short = (s: string, n = 300) => (s.length <= n ? s : `${s.slice(0, n)}… (${s.length} chars)`);
 
 function describeBody(body: BodyInit | undefined): string {
   if (body === undefined) return "none";
@@ -111,7 +111,7 @@ export function fail(a: Answer, why: string): never {
   throw new Error(`${why}: ${a.what}`);
 }
 
-export function expectJsonError(a: Answer): void {
+function expectJsonError(a: Answer): void {
   if (!/^application\/json/i.test(a.type)) fail(a, "the error is not JSON");
   const error = (a.body as { error?: { code?: unknown; message?: unknown } } | undefined)?.error;
   if (typeof error?.code !== "string" || typeof error.message !== "string") fail(a, "the body is not { error: { code, message } }");
@@ -138,11 +138,11 @@ export function expectNames(a: Answer, field: string): void {
   if (!named) fail(a, `the error does not name ${field}`);
 }
 
-export async function jobCount(): Promise<number> {
+async function jobCount(): Promise<number> {
   return (await env.DB.prepare("SELECT COUNT(*) AS n FROM jobs").first<{ n: number }>())!.n;
 }
 
-export async function jobRow(id: string): Promise<{ version: number; spec: string; name: string | null }> {
+async function jobRow(id: string): Promise<{ version: number; spec: string; name: string | null }> {
   return (await env.DB.prepare("SELECT version, spec, name FROM jobs WHERE id = ?").bind(id).first())!;
 }
 
@@ -162,7 +162,7 @@ export function serialize(value: unknown): string {
 export const clone = <T>(v: T): T => JSON.parse(JSON.stringify(v)) as T;
 
 /** Sets a key as an own property, so that `__proto__` is a key like any other (as JSON.parse makes it). */
-export function put(o: Record<string, unknown>, key: string, value: unknown): void {
+function put(o: Record<string, unknown>, key: string, value: unknown): void {
   Object.defineProperty(o, key, { value, enumerable: true, writable: true, configurable: true });
 }
 
@@ -272,7 +272,7 @@ export const numbers = fc.oneof(
   fc.constantFrom(0, -1, 1e21, 1e308, -1e308, Number.MAX_SAFE_INTEGER + 2, 2 ** 64, 5e-324),
   fc.constantFrom(new Raw("1e400"), new Raw("-1e400")),
 );
-export const nanish = fc.constantFrom(
+const nanish = fc.constantFrom(
   "NaN",
   "Infinity",
   "-Infinity",
@@ -289,7 +289,7 @@ export const nanish = fc.constantFrom(
   "[]",
   "{}",
 );
-export const smallJson = fc.jsonValue({ maxDepth: 2 });
+const smallJson = fc.jsonValue({ maxDepth: 2 });
 export const arrays = fc.array(smallJson, { maxLength: 3 });
 export const objects = fc.dictionary(fc.string({ maxLength: 8 }), smallJson, { maxKeys: 3 });
 export const strings = fc.oneof(nanish, fc.string({ maxLength: 20 }));
@@ -335,7 +335,7 @@ function shaped(shape: Shape): fc.Arbitrary<Record<string, unknown>> {
 }
 
 /** Body text for an endpoint: JSON values of every kind, fc.anything() where it serialises, shaped objects, and non-JSON text. */
-export function bodyText(shape: Shape): fc.Arbitrary<string | undefined> {
+function bodyText(shape: Shape): fc.Arbitrary<string | undefined> {
   return fc.oneof(
     fc.jsonValue().map((v) => JSON.stringify(v)),
     fc.jsonValue({ stringUnit: "binary" }).map((v) => JSON.stringify(v)),

@@ -5,13 +5,13 @@ import { describe, expect, it } from "vitest";
 import { APP_MODULE } from "../../tools/client-schema/render.ts";
 
 /**
- * The README and the pages of docs/ stay true to the repository and to the app: every relative
+ * The READMEs (the repository's, test/'s) and the pages of docs/ stay true to the repository and to the app: every relative
  * link names a file that exists (and a `#heading` that exists in it), and every route they name
  * as `METHOD /path` is a route of the app, read from its route table (the routes /openapi.json
  * documents, and the few it does not: /healthz, /docs, /openapi.json).
  */
 const root = fileURLToPath(new URL("../../", import.meta.url));
-const DOCS = ["README.md", ...readdirSync(join(root, "docs")).flatMap((f) => (f.endsWith(".md") ? [`docs/${f}`] : []))];
+const DOCS = ["README.md", "test/README.md", ...readdirSync(join(root, "docs")).flatMap((f) => (f.endsWith(".md") ? [`docs/${f}`] : []))];
 
 /** The text outside fenced code blocks: a link or a route in an example is not checked. */
 function prose(markdown: string): string {

@@ -8,7 +8,7 @@
 import { env } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Job } from "../../src/model/job";
-import { api } from "../integration/helpers";
+import { api } from "../workerd/helpers";
 
 /** 00:00 on January 1st: never fires during a test. */
 const NEVER_CRON = { cron: "0 0 1 1 *" };

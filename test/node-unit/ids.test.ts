@@ -7,6 +7,7 @@ import {
   chainDepthOf,
   chainedFromOf,
   chainedRunId,
+  fnv1a32,
   JOB_ID,
   jobIdOfRun,
   MAX_RUN_ID_LENGTH,
@@ -31,10 +32,18 @@ describe("ids", () => {
   });
 
   it("run ids are a function of (job, instant) and lead back to the job", () => {
+    // Stored ids, so fixed for good: the job's part, then the instant in base 36
+    // (1_700_000_000_000 is "loyw3v28", worked out apart from the code) or `m-` and the key.
+    expect(scheduledRunId("job_0mx34t9ichmazsj5l8v", 1_700_000_000_000)).toBe("run_0mx34t9ichmazsj5l8v_loyw3v28");
+    expect(scheduledRunId("job_0mx34t9ichmazsj5l8v", 0)).toBe("run_0mx34t9ichmazsj5l8v_0");
+    expect(triggeredRunId("job_0mx34t9ichmazsj5l8v", "deploy-42")).toBe("run_0mx34t9ichmazsj5l8v_m-deploy-42");
+    const instant = fc.integer({ min: 0, max: 2 ** 45 });
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 2 ** 45 }), fc.integer({ min: 0, max: 2 ** 45 }), (created, at) => {
+      fc.property(instant, instant, instant, (created, at, other) => {
         const job = newJobId(created);
-        expect(scheduledRunId(job, at)).toBe(scheduledRunId(job, at));
+        // One run per instant: two instants share an id only when they are the same instant.
+        expect(scheduledRunId(job, at) === scheduledRunId(job, other)).toBe(at === other);
+        expect(scheduledRunId(job, at) === scheduledRunId(job, at + 1)).toBe(false);
         expect(jobIdOfRun(scheduledRunId(job, at))).toBe(job);
         expect(jobIdOfRun(triggeredRunId(job, "deploy-42"))).toBe(job);
       }),
@@ -137,9 +146,16 @@ describe("ids", () => {
     expect(PageQuery.safeParse({ cursor }).success).toBe(true);
   });
 
+  it("FNV-1a 32 gives the values the FNV reference publishes", () => {
+    expect(fnv1a32("")).toBe(0x811c9dc5); // the offset basis: nothing hashed
+    expect(fnv1a32("a")).toBe(0xe40c292c);
+    expect(fnv1a32("foobar")).toBe(0xbf9cf968);
+  });
+
   it("the shard of a job never changes (pinned values) and spreads jobs evenly", () => {
-    expect(shardFor("job_0mx34t9ichmazsj5l8v", 16)).toBe(shardFor("job_0mx34t9ichmazsj5l8v", 16));
-    expect(shardFor("job_000000000aaaaaaaaaa", 16)).toBe("shard-5"); // FNV-1a 32, computed independently
+    // FNV-1a 32 of the id modulo the shard count, computed independently.
+    expect(shardFor("job_0mx34t9ichmazsj5l8v", 16)).toBe("shard-0");
+    expect(shardFor("job_000000000aaaaaaaaaa", 16)).toBe("shard-5");
     expect(shardFor("job_000000000bbbbbbbbbb", 16)).toBe("shard-11");
     const counts = new Map<string, number>();
     for (let i = 0; i < 16_000; i++) {
