@@ -1,6 +1,7 @@
 import { planAdmission } from "./admission";
 import { LEASE_GRACE_MS, type RunRow } from "./contract";
-import { type RunLedger, stoppedFor, TICK_BATCH } from "./ledger";
+import { type RunLedger, TICK_BATCH } from "./ledger";
+import { stoppedFor } from "./run-stops";
 import type { ShardStore } from "./store";
 
 /**

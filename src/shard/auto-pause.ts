@@ -1,7 +1,7 @@
 import { autoPauseJob, toDefinition } from "../catalog/jobs";
 import type { JobDefinition, RunRow } from "./contract";
-import { stoppedReason } from "./ledger";
 import type { ShardJob } from "./rows";
+import { stoppedReason } from "./run-stops";
 import type { ShardStore } from "./store";
 
 /** What made a job's streak reach its limit, for the reason the job shows. */

@@ -92,11 +92,11 @@ export class Completions {
   }
 
   /** Dispatches whose origin's circuit breaker is open: their runs wait until `until`, attempts unspent. */
-  hold(holds: Array<Dispatch & { until: number; reason: string }>): Array<"held" | "stale"> {
+  hold(holds: Array<Dispatch & { until: number; reason: string }>, now: number): Array<"held" | "stale"> {
     return holds.map((h) => {
       const run = this.ledger.currentLease(h);
       if (!run) return "stale";
-      this.ledger.holdForBreaker(run, h.until, h.reason);
+      this.ledger.holdForBreaker(run, h.until, h.reason, now);
       return "held";
     });
   }

@@ -6,9 +6,9 @@
  * object counted and did not write before it went is lost, so the counters undercount, but
  * never go back (docs/metrics.md).
  *
- * The hook points are the run's own steps (`ShardStore.moveRun`, which every transition takes:
- * docs/architecture.md, invariant 1), its end (`onFinished`), a dispatch made (the ledger's
- * `send`), and the object's start and alarms (meter.ts).
+ * The hook points are the run's own steps (`RunMoves.move`, which every transition takes:
+ * docs/architecture.md, invariant 1), its end (the moves' `finished` hook), a dispatch made
+ * (the ledger's `send`), and the object's start and alarms (meter.ts).
  */
 
 import { countLag } from "./alarm-lag";

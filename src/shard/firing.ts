@@ -14,9 +14,10 @@ import {
   type TenantSettings,
   type TriggeredBy,
 } from "./contract";
-import { type RunLedger, stoppedReason } from "./ledger";
+import type { RunLedger } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
+import { stoppedReason } from "./run-stops";
 import type { ShardStore } from "./store";
 import type { Workflows } from "./workflows";
 

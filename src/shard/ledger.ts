@@ -8,7 +8,9 @@ import { type Answer, type AttemptRow, type Dispatch, done, type KeyedDispatch, 
 import { deliveryAllowance, MAX_REDISPATCHES } from "./leases";
 import { runOrder, signingOf } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
+import { type RunMoveHooks, RunMoves } from "./run-moves";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "./run-states";
+import { stoppedFor, stoppedReason } from "./run-stops";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
 
 /** The job's timeout when its row is gone (job rows outlive deletion, so this is a fallback only). */
@@ -44,9 +46,10 @@ export interface DispatchOutbox {
 
 /**
  * The run ledger: the only writer of run and attempt transitions. Every verb here is one step
- * of the state table (`run-states.ts`) applied inside the caller's transaction; a step the
- * table lacks throws, and the transaction with it. Other capabilities decide *what* happens to
- * a run (firing, admission, completion); this module is *how* it is written down.
+ * of the state table (`run-states.ts`) applied inside the caller's transaction, through
+ * `RunMoves` (run-moves.ts: the step's effects); a step the table lacks throws, and the
+ * transaction with it. Other capabilities decide *what* happens to a run (firing, admission,
+ * completion, workflows); this module is *how* it is written down.
  */
 export class RunLedger {
   /**
@@ -66,7 +69,24 @@ export class RunLedger {
     private readonly renewPermit: (run: Pick<RunRow, "permit" | "jobId">, leaseMs: number) => void,
     /** Where dispatches go out once the change commits (dispatch.ts, kept in memory: invariant 3). */
     private readonly outbox: DispatchOutbox,
-  ) {}
+    /** Who hears of each run's steps and ends (counters, workflows, outcomes). */
+    hooks: RunMoveHooks,
+  ) {
+    this.moves = new RunMoves(store, hooks);
+  }
+
+  private readonly moves: RunMoves;
+
+  /** A workflow run begins its steps: it is running, with no attempt of its own (workflows.ts). */
+  beginWorkflow(run: RunRow, now: number): RunRow {
+    return this.moves.move(run, "begin_steps", { dueAt: null, startedAt: run.startedAt ?? now, redispatches: 0, error: null }, now);
+  }
+
+  /** Every step of a workflow run ended: it succeeded, or failed naming the steps that failed. */
+  endWorkflow(run: RunRow, failedSteps: string[], now: number): void {
+    if (failedSteps.length === 0) this.moves.move(run, "succeed", { dueAt: null, finishedAt: now, error: null }, now);
+    else this.moves.move(run, "reject", { dueAt: null, finishedAt: now, error: `failed steps: ${failedSteps.join(", ")}` }, now);
+  }
 
   /**
    * A run due to start (`queued`, or a step of `events` leading there) starts its attempt: the
@@ -77,25 +97,26 @@ export class RunLedger {
   private start(run: RunRow, events: RunEvent[], changes: RunChanges, job: ShardJob | null, now: number): void {
     if (job && isWorkflowRun(job.spec, run.id)) {
       // To `queued`, from which the workflow run begins its steps in this same transaction.
-      if (events.length > 0) this.store.moveRun(run, events, { ...changes, dueAt: null });
+      if (events.length > 0) this.moves.move(run, events, { ...changes, dueAt: null }, now);
       this.beginSteps(run.id, now);
       return;
     }
     const target = job && targetOfRun(job.spec, run.id);
     if (!job || !target) {
       const error = "its step is no longer in the job's steps";
-      this.store.moveRun(run, [...events, "cancel"], { ...changes, dueAt: null, finishedAt: now, error });
+      this.moves.move(run, [...events, "cancel"], { ...changes, dueAt: null, finishedAt: now, error }, now);
       return;
     }
     const fence = changes.fence ?? run.fence;
     const attempt = changes.attempt ?? run.attempt;
     const completionToken = newCompletionToken(this.shardName(), fence);
     const leaseUntil = now + this.leaseMs(job, run.id, 0);
-    const next = this.store.moveRun(
+    const next = this.moves.move(
       run,
       [...events, "dispatch"],
       // The run executes the job as it is now; it records that version (a PATCH may have come).
       { ...changes, dueAt: null, leaseUntil, redispatches: 0, startedAt: run.startedAt ?? now, jobVersion: job.version },
+      now,
       { start: { attempt, fence, startedAt: now, completionToken } },
     );
     this.sendLeased(next, job, target, completionToken, leaseUntil);
@@ -141,6 +162,7 @@ export class RunLedger {
     const leaseUntil = now + this.leaseMs(job, run.id, 0);
     const created = this.store.createRun(run, now, { state: "running", leaseUntil, completionToken });
     if (!created) return false;
+    this.moves.bornDispatched(run, now);
     const leased = { id: run.id, fence, jobId: run.jobId, attempt: 1, scheduledAt: run.scheduledAt, parentRunId: run.parentRunId ?? null };
     this.sendLeased(leased, job, target, completionToken, leaseUntil);
     if (leased.parentRunId !== null) this.renewCover({ ...leased, permit: null }, leaseUntil - now);
@@ -160,7 +182,7 @@ export class RunLedger {
     const job = this.store.getJob(run.jobId);
     // A workflow's step is part of a run flow control already let through: it never waits.
     if (job && run.parentRunId === null && this.mustWait(job)) {
-      this.store.moveRun(run, "hold", { ...changes, dueAt: now });
+      this.moves.move(run, "hold", { ...changes, dueAt: now }, now);
       return;
     }
     this.start(run, [event], changes, job, now);
@@ -179,8 +201,8 @@ export class RunLedger {
    * calling the target: the run waits until `until`, the attempt its dispatch began undone, so
    * none is spent.
    */
-  holdForBreaker(run: RunRow, until: number, reason: string): void {
-    this.store.moveRun(run, "hold", { dueAt: until, error: reason, leaseUntil: null }, { undo: true });
+  holdForBreaker(run: RunRow, until: number, reason: string, now: number): void {
+    this.moves.move(run, "hold", { dueAt: until, error: reason, leaseUntil: null }, now, { undo: true });
   }
 
   /**
@@ -193,7 +215,7 @@ export class RunLedger {
       run.state === "running" && !isWorkflowRun(this.store.getJob(run.jobId)?.spec ?? {}, run.id)
         ? finished("cancelled", now, null, reason)
         : undefined;
-    this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: reason }, attempt);
+    this.moves.move(run, "cancel", { dueAt: null, finishedAt: now, error: reason }, now, attempt);
   }
 
   /**
@@ -243,7 +265,7 @@ export class RunLedger {
     if (o.startedAt !== undefined) attempt.finish.startedAt = Math.min(now, Math.max(run.createdAt, o.startedAt));
     if (o.ok) {
       const changes = { dueAt: null, finishedAt: now, status: o.status, error: null, result: o.result ?? null };
-      this.store.moveRun(run, "succeed", changes, attempt);
+      this.moves.move(run, "succeed", changes, now, attempt);
     } else {
       this.fail(run, attempt, o.status, o.error, now, o.retryAfterMs, o.kind);
     }
@@ -296,7 +318,7 @@ export class RunLedger {
     // started), and a step that changed its outcome now would contradict those decisions.
     if (run.parentRunId !== null) return false;
     if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
-    this.store.moveRun(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null });
+    this.moves.move(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null }, now);
     return true;
   }
 
@@ -352,7 +374,7 @@ export class RunLedger {
     if (!job || !target || !attempt) return;
     const redispatches = run.redispatches + 1;
     const leaseMs = this.leaseMs(job, run.id, redispatches);
-    const next = this.store.moveRun(run, event, { ...changes, leaseUntil: now + leaseMs, redispatches });
+    const next = this.moves.move(run, event, { ...changes, leaseUntil: now + leaseMs, redispatches }, now);
     this.sendLeased(next, job, target, attempt.completionToken, now + leaseMs);
     this.renewCover(run, leaseMs);
   }
@@ -407,12 +429,12 @@ export class RunLedger {
     const stopped = stoppedFor(run, job);
     if (decision === "retry" && stopped) {
       const changes = { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` };
-      this.store.moveRun(run, "cancel", changes, attempt);
+      this.moves.move(run, "cancel", changes, now, attempt);
     } else if (decision === "retry") {
       const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
-      this.store.moveRun(run, "retry", { dueAt: now + delay, status, error }, attempt);
+      this.moves.move(run, "retry", { dueAt: now + delay, status, error }, now, attempt);
     } else {
-      this.store.moveRun(run, decision, { dueAt: null, finishedAt: now, status, error }, attempt);
+      this.moves.move(run, decision, { dueAt: null, finishedAt: now, status, error }, now, attempt);
     }
   }
 
@@ -432,21 +454,6 @@ export class RunLedger {
  * someone has looked at does not change under them later.
  */
 const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
-
-/** Why nothing more may run for this job, or null when it is live. */
-export function stoppedReason(job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {
-  if (!job || job.deleted) return "job deleted";
-  return job.paused ? "job paused" : null;
-}
-
-/**
- * Why nothing more may run for this run: a workflow's step goes on while its job is paused (the
- * steps in flight finish, with their retries), and ends only with the job.
- */
-export function stoppedFor(run: Pick<RunRow, "parentRunId">, job: Pick<ShardJob, "paused" | "deleted"> | null): string | null {
-  const stopped = stoppedReason(job);
-  return run.parentRunId !== null && stopped === "job paused" ? null : stopped;
-}
 
 /** The running attempt ends with `outcome`. */
 function finished(

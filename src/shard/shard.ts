@@ -85,27 +85,33 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     this.meter.countStart();
     const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
     const counters = this.meter.counters;
-    this.store = new ShardStore(
-      this.meter.sql,
-      (run) => {
-        // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
-        if (this.workflows.ended(run, Date.now()) === "step") return;
-        this.meter.count("runsFinished");
-        counters.finished(run);
-        this.outcomes.noteFinished(run);
-      },
-      (before, event, after, attempt) => counters.moved(before, event, after, attempt),
-    );
+    this.store = new ShardStore(this.meter.sql);
     const queue = (shard: string) => dispatchQueue(this.env, shard);
     this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
-    this.ledger = new RunLedger(this.store, claimTimeoutMs, name, (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs), {
-      send: (dispatch) => {
-        counters.dispatched();
-        this.dispatcher.send(dispatch);
+    this.ledger = new RunLedger(
+      this.store,
+      claimTimeoutMs,
+      name,
+      (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
+      {
+        send: (dispatch) => {
+          counters.dispatched();
+          this.dispatcher.send(dispatch);
+        },
+        unsentOf: (jobId) => this.dispatcher.unsentOf(jobId),
+        withdraw: (dispatch) => this.dispatcher.withdraw(dispatch),
       },
-      unsentOf: (jobId) => this.dispatcher.unsentOf(jobId),
-      withdraw: (dispatch) => this.dispatcher.withdraw(dispatch),
-    });
+      {
+        moved: (before, events, after, attempt) => counters.moved(before, events, after, attempt),
+        finished: (run, now) => {
+          // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
+          if (this.workflows.ended(run, now) === "step") return;
+          this.meter.count("runsFinished");
+          counters.finished(run);
+          this.outcomes.noteFinished(run);
+        },
+      },
+    );
     this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
     this.firing = new Firing(this.store, this.ledger, this.workflows);
     this.outcomes = new Outcomes(
@@ -294,7 +300,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   async holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">> {
     return this.metered("holdDispatches", async () => {
-      const results = this.change(() => this.completions.hold(holds));
+      const results = this.change((now) => this.completions.hold(holds, now));
       await this.settle();
       return results;
     });

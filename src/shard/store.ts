@@ -6,7 +6,7 @@ import { FrequentJobs } from "./frequent-jobs";
 import { Leases } from "./leases";
 import { PermitReleases } from "./permit-releases";
 import { type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
-import { FINAL_STATES, IN_FLIGHT_STATES, PENDING_STATES, type RunEvent, sqlList, transition, UNFINISHED_STATES } from "./run-states";
+import { IN_FLIGHT_STATES, PENDING_STATES, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
  * Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle).
@@ -17,7 +17,7 @@ const UNFINISHED = sqlList(UNFINISHED_STATES);
 const PENDING = sqlList(PENDING_STATES);
 const IN_FLIGHT = sqlList(IN_FLIGHT_STATES);
 
-/** The run columns a step may change, by field: `moveRun` writes only those whose value changed. */
+/** The run columns a step may change, by field: `writeRun` writes only those whose value changed. */
 const MOVABLE_COLUMNS = {
   state: "state",
   jobVersion: "job_version",
@@ -75,16 +75,8 @@ export class ShardStore {
   /** The jobs that watch their runs' outcomes; read once, then kept by putJob. */
   private watching: Set<string> | undefined;
 
-  /**
-   * Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's,
-   * which counts each statement's rows); `onFinished` hears of each run reaching a final state,
-   * and `onMoved` of each step of a run (counters.ts), within the step's own transaction.
-   */
-  constructor(
-    private readonly sql: Pick<SqlStorage, "exec">,
-    private readonly onFinished: (run: RunRow) => void = () => {},
-    private readonly onMoved: (before: MovedRun, events: readonly RunEvent[], after: MovedRun, attempt?: AttemptChange) => void = () => {},
-  ) {
+  /** Over storage `migrateShard` has brought to the latest schema (`sql` may be the cost meter's, which counts each statement's rows). */
+  constructor(private readonly sql: Pick<SqlStorage, "exec">) {
     this.permitReleases = new PermitReleases(sql);
     this.frequent = new FrequentJobs(sql);
     this.leases = new Leases(sql);
@@ -249,10 +241,6 @@ export class ShardStore {
       started ? "running" : null,
       started ? as.completionToken : null,
     ).rowsWritten;
-    if (inserted > 0 && started) {
-      const born = { trigger: run.trigger, parentRunId: run.parentRunId ?? null, scheduledAt: run.scheduledAt };
-      this.onMoved({ ...born, startedAt: null }, ["dispatch"], { ...born, startedAt: now });
-    }
     return inserted > 0;
   }
 
@@ -342,38 +330,21 @@ export class ShardStore {
     this.sql.exec("UPDATE jobs SET rate_next_at = ? WHERE id = ?", at, jobId);
   }
 
+  /** A job's waiting runs (held by maxConcurrency) are due now: one of its runs stopped being in flight. */
+  wakeWaiting(jobId: string, now: number): void {
+    this.sql.exec(
+      "UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND finished_at IS NULL AND watched = 1 AND state = 'waiting' AND due_at > ?1",
+      now,
+      jobId,
+    );
+  }
+
   /**
-   * Moves a run along `event`, refusing any transition the state table lacks. `changes` are
-   * the other columns the step sets, `attempt` what it does to the run's latest attempt; the
-   * state column is only ever written here. One UPDATE, naming only the columns whose value
-   * changes: every indexed column named costs a row written, even unchanged (docs/cost.md).
+   * Writes a run's step as RunMoves (run-moves.ts) decided it: `next` is the run after it,
+   * `attempt` what it does to the latest attempt. One UPDATE, naming only the columns whose
+   * value changes: every indexed column named costs a row written, even unchanged (docs/cost.md).
    */
-  moveRun(run: RunRow, event: RunEvent | RunEvent[], changes: RunChanges, attempt?: AttemptChange): RunRow {
-    // Several events are steps of the table taken in one write (a run admitted and dispatched).
-    const events = typeof event === "string" ? [event] : event;
-    let to = run.state;
-    for (const step of events) {
-      const next = transition(to, step);
-      if (next === null) throw new Error(`run ${run.id}: no transition ${to} --${step}-->`);
-      to = next;
-    }
-    const next: RunRow = { ...run, ...changes, state: to };
-    // runs_open holds the runs without finished_at: exactly the runs not final.
-    if (FINAL_STATES.includes(to) === (next.finishedAt === null))
-      throw new Error(`run ${run.id}: ${to} with finished_at ${next.finishedAt}`);
-    if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
-      // It stops being in flight: its tenant permit goes back, in this same transaction, and
-      // its job's waiting runs (held by maxConcurrency) are looked at again now.
-      if (run.permit !== null) {
-        this.permitReleases.addForJob(run.permit, run.jobId);
-        next.permit = null;
-      }
-      this.sql.exec(
-        "UPDATE runs SET due_at = ?1 WHERE job_id = ?2 AND finished_at IS NULL AND watched = 1 AND state = 'waiting' AND due_at > ?1",
-        Date.now(),
-        run.jobId,
-      );
-    }
+  writeRun(run: RunRow, next: RunRow, attempt?: AttemptChange): void {
     const set = new Map<string, SqlStorageValue>();
     for (const [field, column] of Object.entries(MOVABLE_COLUMNS) as Array<[keyof typeof MOVABLE_COLUMNS, string]>) {
       if (next[field] !== run[field]) set.set(column, next[field]);
@@ -423,11 +394,6 @@ export class ShardStore {
     if (set.size > 0) {
       this.sql.exec(`UPDATE runs SET ${[...set.keys()].map((column) => `${column} = ?`).join(", ")} WHERE id = ?`, ...set.values(), run.id);
     }
-    // After the row is written, so that whoever hears of it (a workflow reading its steps) reads it
-    // as it now is. A run that was final already (a late success of a dead run) does not finish twice.
-    this.onMoved(run, events, next, attempt);
-    if (FINAL_STATES.includes(to) && !FINAL_STATES.includes(run.state)) this.onFinished(next);
-    return next;
   }
 
   /** A running attempt's lease moves (a heartbeat came): an unindexed column, one row written. */

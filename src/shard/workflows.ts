@@ -3,8 +3,9 @@ import { stepOfRun, stepRunId } from "../model/ids";
 import { advance, runOutcome, type StepStatus, stepsToRerun, topologicalOrder } from "../workflow/graph";
 import { SKIPPED_CONDITION, SKIPPED_UPSTREAM_FAILED, statusOfStepRun, upstreamInput } from "../workflow/steps";
 import type { Answer, RunRow } from "./contract";
-import { type RunLedger, stoppedReason } from "./ledger";
+import type { RunLedger } from "./ledger";
 import type { RunToWrite, ShardJob } from "./rows";
+import { stoppedReason } from "./run-stops";
 import { StepStore } from "./step-store";
 import type { ShardStore } from "./store";
 
@@ -41,8 +42,7 @@ export class Workflows {
   begin(runId: string, now: number): void {
     const run = this.store.getRun(runId);
     if (run?.state !== "queued") return;
-    const next = this.store.moveRun(run, "begin_steps", { dueAt: null, startedAt: run.startedAt ?? now, redispatches: 0, error: null });
-    this.advance(next, now);
+    this.advance(this.ledger.beginWorkflow(run, now), now);
   }
 
   /**
@@ -78,7 +78,7 @@ export class Workflows {
     const resumed = wasPaused && !job.paused && !job.deleted;
     if (!resumed && !job.deleted) return;
     for (const run of this.steps.workflowsInProgress(job.id)) {
-      if (job.deleted) this.store.moveRun(run, "cancel", { dueAt: null, finishedAt: now, error: "job deleted" });
+      if (job.deleted) this.ledger.cancel(run, "job deleted", now);
       else this.advance(run, now);
     }
   }
@@ -149,11 +149,13 @@ export class Workflows {
       }
     }
     const outcome = runOutcome(order, statuses);
-    if (outcome === "succeeded") {
-      this.store.moveRun(run, "succeed", { dueAt: null, finishedAt: now, error: null });
-    } else if (outcome === "failed") {
-      const failed = order.filter((s) => statuses[s.id]?.state === "failed").map((s) => s.id);
-      this.store.moveRun(run, "reject", { dueAt: null, finishedAt: now, error: `failed steps: ${failed.join(", ")}` });
+    if (outcome === "succeeded") this.ledger.endWorkflow(run, [], now);
+    else if (outcome === "failed") {
+      this.ledger.endWorkflow(
+        run,
+        order.filter((s) => statuses[s.id]?.state === "failed").map((s) => s.id),
+        now,
+      );
     }
   }
 }

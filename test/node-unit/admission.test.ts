@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { planAdmission } from "../../src/shard/admission";
 import type { RunRow } from "../../src/shard/contract";
-import { stoppedFor } from "../../src/shard/ledger";
 import type { ShardJob } from "../../src/shard/rows";
+import { stoppedFor } from "../../src/shard/run-stops";
 
 const NOW = 1_000_000;
 const RECHECK = 15_000;
