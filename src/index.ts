@@ -1,9 +1,9 @@
 import { app } from "./api/app";
 import { operationOf } from "./api/operation";
 import { metered } from "./metered";
+import type { QueueMessage } from "./protocol/queue-messages";
 import { handleQueue } from "./queue-handler";
 import { sweep } from "./reconcile/sweep";
-import type { QueueMessage } from "./shard/contract";
 
 export { SignInThrottle } from "./gate/sign-in-throttle";
 export { TenantGate } from "./gate/tenant-gate";

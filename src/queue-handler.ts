@@ -1,7 +1,7 @@
 import { consumeDeadLetters, consumeDispatches } from "./consumer/consume";
 import { metered } from "./metered";
+import type { QueueMessage } from "./protocol/queue-messages";
 import { isDeadLetterQueue } from "./queues";
-import type { QueueMessage } from "./shard/contract";
 
 /**
  * A batch from any dispatch queue or any of their dead-letter queues: all carry any shard's

@@ -1,6 +1,6 @@
 import { config } from "./config";
 import { dispatchQueueIndex } from "./model/dispatch-queue";
-import type { QueueMessage } from "./shard/contract";
+import type { QueueMessage } from "./protocol/queue-messages";
 
 /**
  * How a shard reaches its dispatch queue (its runs' dispatches and its jobs' notifications): one of DISPATCH_QUEUES, by the shard's name

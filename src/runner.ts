@@ -1,5 +1,5 @@
+import type { QueueMessage } from "./protocol/queue-messages";
 import { handleQueue } from "./queue-handler";
-import type { QueueMessage } from "./shard/contract";
 
 /**
  * What the runner is bound to (runner/wrangler.toml): the scheduler's bindings less those only

@@ -1,4 +1,4 @@
-import type { ShardApi } from "./shard/contract";
+import type { ShardApi } from "./protocol/shard-rpc";
 
 /**
  * How the Worker reaches its Durable Objects, by name. A shard is typed by its contract, not

@@ -1,7 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { expect, it } from "vitest";
 import type { JobSpec } from "../../src/model/job";
-import type { Outcome } from "../../src/shard/contract";
+import type { Outcome } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
 import { seedHistory } from "../../test/support/seed-history";
 

@@ -1,4 +1,4 @@
-import { MAX_BACKFILL } from "../shard/contract";
+import { MAX_BACKFILL } from "../protocol/shard-rpc";
 import { MAX_BODY_BYTES } from "./auth";
 import { ApiError, invalidField, notFound } from "./errors";
 import { refusalError } from "./refusals";

@@ -9,8 +9,8 @@ import { PageQuery, pageOf } from "../model/common";
 import { TRIGGER_KEY } from "../model/ids";
 import { BackfillSchema, CreateJobSchema, Instant, JobSchema, PatchJobSchema } from "../model/job";
 import { RunSchema } from "../model/run";
+import { MAX_BACKFILL } from "../protocol/shard-rpc";
 import { viewTarget } from "../security/targets";
-import { MAX_BACKFILL } from "../shard/contract";
 import type { AppContext, AppEnv } from "./context";
 import {
   AUTHENTICATED,

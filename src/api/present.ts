@@ -2,8 +2,9 @@ import type { CatalogJob } from "../catalog/jobs";
 import { chainedFromOf } from "../model/ids";
 import type { Job, StepView, TargetView } from "../model/job";
 import type { Run } from "../model/run";
+import type { RunView } from "../protocol/shard-rpc";
+import type { AttemptRow } from "../protocol/stored-rows";
 import { describeSchedule } from "../schedule/describe";
-import type { AttemptRow, RunView } from "../shard/contract";
 import { resultValue } from "../workflow/steps";
 
 const iso = (ms: number) => new Date(ms).toISOString();

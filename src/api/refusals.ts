@@ -1,4 +1,4 @@
-import { type Answer, MAX_BACKFILL, type Refusal } from "../shard/contract";
+import { type Answer, MAX_BACKFILL, type Refusal } from "../protocol/shard-rpc";
 import { ApiError, notFound } from "./errors";
 
 /** What was asked of the shard, and of which job (trigger, backfill) or run (the rest). */

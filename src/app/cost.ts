@@ -1,7 +1,7 @@
 import type { WorkerCost } from "../catalog/cost";
 import { PRICES } from "../cost/prices";
 import { type BilledCounts, perRun, usdOf, usdPerMillionRuns } from "../cost/usd";
-import type { OperationCost, ShardCost } from "../shard/contract";
+import type { OperationCost, ShardCost } from "../protocol/shard-rpc";
 
 /**
  * The scheduler's cost over a window: the shards' meters and the Worker's, summed per

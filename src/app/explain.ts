@@ -1,9 +1,9 @@
 import { getTenant } from "../catalog/tenants";
 import { breakerKey } from "../gate/breaker";
 import { scheduledRunId } from "../model/ids";
+import { FINAL_STATES } from "../model/run-states";
+import type { RunView } from "../protocol/shard-rpc";
 import { type Explanation, explainFire, fireAtOrAfter } from "../schedule/explain";
-import type { RunView } from "../shard/contract";
-import { FINAL_STATES } from "../shard/run-states";
 import { gateStub, shardStub } from "../stubs";
 import type { Caller } from "./caller";
 import { loadJob } from "./jobs";

@@ -1,9 +1,9 @@
 import { shardsInUse } from "../catalog/shards";
 import type { Breaker } from "../gate/breaker";
 import { DEFAULT_TENANT } from "../model/ids";
-import { addLags, type LagCounts, noLags } from "../shard/alarm-lag";
-import type { ShardCost, ShardMetrics } from "../shard/contract";
-import { addTotals, noTotals, type ShardTotals } from "../shard/totals";
+import { addLags, type LagCounts, noLags } from "../protocol/alarm-lag";
+import type { ShardCost, ShardMetrics } from "../protocol/shard-rpc";
+import { addTotals, noTotals, type ShardTotals } from "../protocol/totals";
 import { gateStub, shardStub } from "../stubs";
 import { type Caller, scopeOf } from "./caller";
 

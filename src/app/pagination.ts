@@ -1,6 +1,6 @@
 import { ApiError } from "../api/errors";
 import { AUDIT_ID, JOB_ID, MAX_RUN_ID_LENGTH, TENANT_ID } from "../model/ids";
-import type { RunView } from "../shard/contract";
+import type { RunView } from "../protocol/shard-rpc";
 
 /**
  * Every list is paged newest (or first) first by a cursor: the position of the last item of

@@ -1,12 +1,12 @@
-import { ALARM_LAG_BOUNDS_MS } from "../shard/alarm-lag";
-import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
-import { DEAD_LETTER_STATES, FINAL_STATES } from "../shard/run-states";
-import { FIRE_LAG_BOUNDS_MS, type ShardTotals } from "../shard/totals";
+import { FINAL_ATTEMPT_OUTCOMES } from "../model/attempt-states";
+import { DEAD_LETTER_STATES, FINAL_STATES } from "../model/run-states";
+import { ALARM_LAG_BOUNDS_MS } from "../protocol/alarm-lag";
+import { FIRE_LAG_BOUNDS_MS, type ShardTotals } from "../protocol/totals";
 import type { Family, Sample } from "./prometheus";
 
 /**
  * The Prometheus counters and cumulative histograms of GET /metrics: what the shards have
- * counted since each was created (src/shard/totals.ts), summed over them at the scrape. They
+ * counted since each was created (src/protocol/totals.ts), summed over them at the scrape. They
  * only grow, across shard restarts too (counters.ts), so `rate()`, `increase()` and
  * `histogram_quantile()` over `rate(..._bucket[5m])` mean what they do for any exporter. Of
  * whole shards, so shown to the admin token only, like the cost. Pure: totals in, families out.

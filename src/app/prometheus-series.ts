@@ -1,8 +1,8 @@
 import { SWEEP_REPAIR_KINDS, type SweepState } from "../catalog/sweep-state";
-import { ALARM_LAG_BOUNDS_MS } from "../shard/alarm-lag";
-import { FINAL_ATTEMPT_OUTCOMES } from "../shard/attempt-states";
-import { RUN_STATES } from "../shard/run-states";
-import { FIRE_LAG_BOUNDS_MS } from "../shard/totals";
+import { FINAL_ATTEMPT_OUTCOMES } from "../model/attempt-states";
+import { RUN_STATES } from "../model/run-states";
+import { ALARM_LAG_BOUNDS_MS } from "../protocol/alarm-lag";
+import { FIRE_LAG_BOUNDS_MS } from "../protocol/totals";
 import type { schedulerCost } from "./cost";
 import type { MetricsSnapshot } from "./metrics-snapshot";
 import type { Family, Sample } from "./prometheus";

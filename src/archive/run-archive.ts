@@ -1,5 +1,5 @@
 import { failpoint } from "../faults";
-import type { AttemptRow, RunRow } from "../shard/contract";
+import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 
 /**
  * The run archive in R2: the tiered storage for history that has left its shard.

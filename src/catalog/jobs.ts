@@ -1,5 +1,5 @@
 import type { JobSpec } from "../model/job";
-import type { JobDefinition } from "../shard/contract";
+import type { JobDefinition } from "../protocol/stored-rows";
 import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
 

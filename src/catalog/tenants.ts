@@ -1,6 +1,6 @@
 import type { Notify } from "../model/job";
 import { ALL_SCOPES, formatScopes, type Grant, parseScopes } from "../model/scopes";
-import type { TenantSettings } from "../shard/contract";
+import type { TenantSettings } from "../protocol/stored-rows";
 import { chunksForStatement, placeholders } from "../sql";
 import { guard } from "./d1";
 

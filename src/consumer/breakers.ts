@@ -1,5 +1,5 @@
 import { BASE_COOLDOWN_MS, countsAsFailure } from "../gate/breaker";
-import type { KeyedDispatch, Outcome } from "../shard/contract";
+import type { KeyedDispatch, Outcome } from "../protocol/queue-messages";
 import { gateStub, shardStub } from "../stubs";
 import type { Delivery } from "./deliveries";
 

@@ -1,18 +1,17 @@
 import { failpoint } from "../faults";
-import { dispatchQueue } from "../queues";
+import type { Outcome } from "../protocol/queue-messages";
 import {
   type DispatchesMessage,
   type DispatchPack,
   isOutboxMessage,
   isOutcomesMessage,
-  type OpenResult,
   type OutboxMessage,
-  type Outcome,
   type OutcomesMessage,
   type QueueMessage,
   type RunOrder,
-  type ShardApi,
-} from "../shard/contract";
+} from "../protocol/queue-messages";
+import type { OpenResult, ShardApi } from "../protocol/shard-rpc";
+import { dispatchQueue } from "../queues";
 import { shardStub } from "../stubs";
 import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { ConnectionSlots } from "./connections";

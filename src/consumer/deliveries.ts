@@ -1,4 +1,4 @@
-import type { DispatchesMessage, DispatchPack, KeyedDispatch } from "../shard/contract";
+import type { DispatchesMessage, DispatchPack, KeyedDispatch } from "../protocol/queue-messages";
 
 /** Redelivery waits this long after a first failure, doubling per attempt: a shard that is briefly away gets time to come back. */
 const REDELIVERY_BASE_SECONDS = 2;

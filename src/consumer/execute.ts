@@ -1,4 +1,5 @@
 import { config } from "../config";
+import type { Outcome, RunOrder } from "../protocol/queue-messages";
 import type { DeliveredAnswer } from "../qstash/callback-body";
 import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
 import { UPSTASH_SIGNATURE, upstashSignature } from "../qstash/signature";
@@ -8,7 +9,6 @@ import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
-import type { Outcome, RunOrder } from "../shard/contract";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
 import type { ConnectionSlots } from "./connections";

@@ -1,8 +1,8 @@
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
+import type { ChainMessage, NotifyMessage, OutboxMessage } from "../protocol/queue-messages";
 import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { targetRefusal } from "../security/target-guard";
-import type { ChainMessage, NotifyMessage, OutboxMessage } from "../shard/contract";
 import { shardStub } from "../stubs";
 import type { ConnectionSlots } from "./connections";
 import type { ExecuteContext } from "./execute";

@@ -3,10 +3,10 @@ import { CatalogUnavailable } from "../catalog/d1";
 import { getTenant } from "../catalog/tenants";
 import { parseCompletionToken } from "../model/ids";
 import { ALL_SCOPES } from "../model/scopes";
+import type { Outcome, RunOrder } from "../protocol/queue-messages";
 import { callbackBody, callbackFor, type DeliveredAnswer } from "../qstash/callback-body";
 import { messageIdOfClaim } from "../qstash/delivery";
 import { DEFAULT_RETRIES } from "../qstash/headers";
-import type { Outcome, RunOrder } from "../shard/contract";
 
 /** Who publishes a callback, for the audit log: edgecron itself, on the message's tenant's behalf. */
 const CALLBACK_KEY = { id: "edgecron:qstash-callback", scopes: ALL_SCOPES, jobPrefix: null };

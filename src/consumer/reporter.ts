@@ -1,5 +1,6 @@
 import { failpoint } from "../faults";
-import type { Outcome, ShardApi } from "../shard/contract";
+import type { Outcome } from "../protocol/queue-messages";
+import type { ShardApi } from "../protocol/shard-rpc";
 
 /**
  * A group is sent as soon as this many outcomes are ready: the most dispatches a consumer batch

@@ -1,5 +1,5 @@
 import type { JobSpec } from "../model/job";
-import type { BreakerKey } from "../shard/contract";
+import type { BreakerKey } from "../protocol/queue-messages";
 
 /**
  * A circuit breaker for the calls one tenant's jobs make to one origin (docs/jobs-and-schedules.md, "Circuit breakers").

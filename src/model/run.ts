@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
-import { ATTEMPT_OUTCOMES } from "../shard/attempt-states";
-import { RUN_STATES, RUN_TRIGGERS } from "../shard/run-states";
+import { ATTEMPT_OUTCOMES } from "./attempt-states";
 import { Instant } from "./job";
+import { RUN_STATES, RUN_TRIGGERS } from "./run-states";
 
 const AttemptSchema = z
   .object({

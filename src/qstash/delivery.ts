@@ -1,4 +1,4 @@
-import type { Outcome } from "../shard/contract";
+import type { Outcome } from "../protocol/queue-messages";
 import { messageIdOfJob, messageIdOfRun } from "./ids";
 import type { QstashMeta } from "./meta";
 import { retryDelayMs } from "./retry-delay";

@@ -1,4 +1,4 @@
-import type { RunView } from "../shard/contract";
+import type { RunView } from "../protocol/shard-rpc";
 
 /**
  * A message's log as QStash's /v2/events shows it (the SDK's `Log`), read off its run and the

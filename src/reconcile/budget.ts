@@ -1,4 +1,4 @@
-import type { ShardApi } from "../shard/contract";
+import type { ShardApi } from "../protocol/shard-rpc";
 import { shardStub } from "../stubs";
 
 /**

@@ -1,5 +1,5 @@
 import type { JobSpec } from "../model/job";
-import type { RunState } from "../shard/run-states";
+import type { RunState } from "../model/run-states";
 import { utcOffsetMs } from "./cron";
 import { parseDuration } from "./duration";
 import { jitterOffset } from "./jitter";

@@ -1,5 +1,5 @@
 import type { JobSpec } from "../model/job";
-import type { RunRow, TenantSettings } from "./contract";
+import type { RunRow, TenantSettings } from "../protocol/stored-rows";
 import type { ShardJob } from "./rows";
 
 /**

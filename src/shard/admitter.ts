@@ -1,5 +1,6 @@
+import { LEASE_GRACE_MS } from "../protocol/queue-messages";
+import type { RunRow } from "../protocol/stored-rows";
 import { planAdmission } from "./admission";
-import { LEASE_GRACE_MS, type RunRow } from "./contract";
 import { type RunLedger, TICK_BATCH } from "./ledger";
 import { stoppedFor } from "./run-stops";
 import type { ShardStore } from "./store";

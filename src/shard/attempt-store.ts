@@ -1,4 +1,4 @@
-import type { AttemptRow, RunRow } from "./contract";
+import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { latestAttemptOf, toAttempt, toRun } from "./rows";
 
 /**

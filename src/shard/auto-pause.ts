@@ -1,5 +1,5 @@
 import { autoPauseJob, toDefinition } from "../catalog/jobs";
-import type { JobDefinition, RunRow } from "./contract";
+import type { JobDefinition, RunRow } from "../protocol/stored-rows";
 import type { ShardJob } from "./rows";
 import { stoppedReason } from "./run-stops";
 import type { ShardStore } from "./store";

@@ -1,18 +1,9 @@
+import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "../model/attempt-states";
 import { parseCompletionToken } from "../model/ids";
+import { type Dispatch, LEASE_GRACE_MS, type Outcome } from "../protocol/queue-messages";
+import { type Answer, type Completion, done, type OpenResult, refuse, type TokenRefusal } from "../protocol/shard-rpc";
+import type { RunRow } from "../protocol/stored-rows";
 import { targetOfRun } from "../workflow/steps";
-import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "./attempt-states";
-import {
-  type Answer,
-  type Completion,
-  type Dispatch,
-  done,
-  LEASE_GRACE_MS,
-  type OpenResult,
-  type Outcome,
-  type RunRow,
-  refuse,
-  type TokenRefusal,
-} from "./contract";
 import type { RunLedger } from "./ledger";
 import { runOrder, signingOf } from "./orders";
 import type { ShardStore } from "./store";

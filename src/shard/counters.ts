@@ -11,11 +11,11 @@
  * (the ledger's `send`), and the object's start and alarms (meter.ts).
  */
 
-import { countLag } from "./alarm-lag";
-import type { RunRow } from "./contract";
-import type { RunEvent } from "./run-states";
+import type { RunEvent } from "../model/run-states";
+import { countLag } from "../protocol/alarm-lag";
+import type { RunRow } from "../protocol/stored-rows";
+import { addTotals, countFireLag, noTotals, type ShardTotals } from "../protocol/totals";
 import type { AttemptChange, MovedRun } from "./store";
-import { addTotals, countFireLag, noTotals, type ShardTotals } from "./totals";
 
 export class ShardCounters {
   /** The totals as last written or read back; undefined until read, once per object. */

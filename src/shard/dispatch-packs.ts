@@ -1,4 +1,4 @@
-import type { DispatchPack, KeyedDispatch } from "./contract";
+import type { DispatchPack, KeyedDispatch } from "../protocol/queue-messages";
 
 /**
  * Dispatches per queue message, at most. The Queue bills three operations per 64 KB of a

@@ -1,6 +1,7 @@
 import { failpoint } from "../faults";
 import { jobIdOfRun } from "../model/ids";
-import type { Dispatch, DispatchesMessage, KeyedDispatch, RunRow } from "./contract";
+import type { Dispatch, DispatchesMessage, KeyedDispatch } from "../protocol/queue-messages";
+import type { RunRow } from "../protocol/stored-rows";
 import { packDispatches } from "./dispatch-packs";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";

@@ -1,19 +1,11 @@
 import { chainedRunId, scheduledRunId, triggeredRunId } from "../model/ids";
+import { type Answer, type BackfillResult, done, MAX_BACKFILL, refuse, type TriggeredBy } from "../protocol/shard-rpc";
+import type { JobDefinition, TenantSettings } from "../protocol/stored-rows";
 import { parseDuration } from "../schedule/duration";
 import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { watchesOpenRuns } from "./admission";
-import {
-  type Answer,
-  type BackfillResult,
-  done,
-  type JobDefinition,
-  MAX_BACKFILL,
-  refuse,
-  type TenantSettings,
-  type TriggeredBy,
-} from "./contract";
 import type { RunLedger } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";

@@ -1,9 +1,9 @@
 import { runKeyRange } from "../model/ids";
+import { FINAL_STATES, sqlList } from "../model/run-states";
+import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { chunksForStatement, placeholders, rowsForList } from "../sql";
-import type { AttemptRow, RunRow } from "./contract";
 import type { DuePosition } from "./fired-through";
 import { type ShardJob, toAttempt, toJob, toRun } from "./rows";
-import { FINAL_STATES, sqlList } from "./run-states";
 
 const FINAL = sqlList(FINAL_STATES);
 

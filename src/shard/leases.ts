@@ -1,5 +1,5 @@
 import { runKeyRange } from "../model/ids";
-import type { Dispatch } from "./contract";
+import type { Dispatch } from "../protocol/queue-messages";
 
 /**
  * Leases: when the shard next looks at a dispatched run. A run's attempt begins in the

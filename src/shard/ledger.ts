@@ -1,15 +1,17 @@
 import { breakerKey } from "../gate/breaker";
 import { newCompletionToken } from "../model/ids";
 import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
+import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "../model/run-states";
+import { type Dispatch, type KeyedDispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
+import { type Answer, done, refuse } from "../protocol/shard-rpc";
+import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
-import { type Answer, type AttemptRow, type Dispatch, done, type KeyedDispatch, LEASE_GRACE_MS, type RunRow, refuse } from "./contract";
 import { deliveryAllowance, MAX_REDISPATCHES } from "./leases";
 import { runOrder, signingOf } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
 import { type RunMoveHooks, RunMoves } from "./run-moves";
-import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "./run-states";
 import { stoppedFor, stoppedReason } from "./run-stops";
 import type { AttemptChange, RunChanges, ShardStore } from "./store";
 

@@ -1,5 +1,5 @@
-import { ATTEMPT_OUTCOMES, ATTEMPT_TRANSITIONS } from "./attempt-states";
-import { FINAL_STATES, INITIAL_STATES, RUN_STATES, TRANSITIONS } from "./run-states";
+import { ATTEMPT_OUTCOMES, ATTEMPT_TRANSITIONS } from "../model/attempt-states";
+import { FINAL_STATES, INITIAL_STATES, RUN_STATES, TRANSITIONS } from "../model/run-states";
 
 /**
  * The lifecycle tables drawn as Mermaid state diagrams, for docs/architecture.md. Generated,
@@ -35,7 +35,7 @@ export function runLifecycleDiagram(): string {
     transitions: TRANSITIONS,
     initial: INITIAL_STATES,
     final: FINAL_STATES,
-    source: "src/shard/run-states.ts",
+    source: "src/model/run-states.ts",
   });
 }
 
@@ -45,7 +45,7 @@ export function attemptLifecycleDiagram(): string {
     transitions: ATTEMPT_TRANSITIONS,
     initial: ["running"],
     final: ATTEMPT_OUTCOMES.filter((o) => Object.keys(ATTEMPT_TRANSITIONS[o]).length === 0),
-    source: "src/shard/attempt-states.ts",
+    source: "src/model/attempt-states.ts",
   });
 }
 

@@ -13,11 +13,11 @@
  * how late its alarms came. Those ride on the next tally written, so they cost no row of their
  * own. So do the shard's counters since it was created (counters.ts), on the same row.
  */
-import { addLags, countLag, lagColumnValues, lagsOfValues, noLags } from "./alarm-lag";
+import { addLags, countLag, lagColumnValues, lagsOfValues, noLags } from "../protocol/alarm-lag";
+import type { DurableObjectFigures, OperationCost, ShardCost } from "../protocol/shard-rpc";
+import { decodeTotals, encodeTotals, type ShardTotals } from "../protocol/totals";
 import { ArmedAlarm } from "./armed-alarm";
-import type { DurableObjectFigures, OperationCost, ShardCost } from "./contract";
 import { ShardCounters } from "./counters";
-import { decodeTotals, encodeTotals, type ShardTotals } from "./totals";
 
 /** The label of statements that run after an RPC's own change: admission, sending, re-arming. */
 export const SETTLE = "settle";

@@ -1,7 +1,8 @@
 import { failpoint } from "../faults";
 import { chainDepthOf } from "../model/ids";
 import { MAX_CHAIN_DEPTH, type NotifyEvent } from "../model/job";
-import type { OutboxMessage, RunRow } from "./contract";
+import type { OutboxMessage } from "../protocol/queue-messages";
+import type { RunRow } from "../protocol/stored-rows";
 import type { NotificationStore } from "./notification-store";
 import { signingOf } from "./orders";
 import type { NotificationRow, ShardJob } from "./rows";

@@ -1,7 +1,8 @@
 import { stepOfRun } from "../model/ids";
 import type { StoredTarget } from "../model/job";
+import type { RunOrder } from "../protocol/queue-messages";
+import type { RunRow, TenantSettings } from "../protocol/stored-rows";
 import { stepPolicy } from "../workflow/steps";
-import type { RunOrder, RunRow, TenantSettings } from "./contract";
 import type { ShardJob } from "./rows";
 
 /** How the consumer signs a tenant's requests, as this shard last heard (a tenant it never heard of: generation 1, both schemes). */

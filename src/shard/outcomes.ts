@@ -1,5 +1,6 @@
+import type { OutboxMessage } from "../protocol/queue-messages";
+import type { JobDefinition, RunRow } from "../protocol/stored-rows";
 import { AutoPause } from "./auto-pause";
-import type { JobDefinition, OutboxMessage, RunRow } from "./contract";
 import { NotificationStore } from "./notification-store";
 import { Notifier } from "./notifier";
 import type { ShardStore } from "./store";

@@ -1,5 +1,5 @@
 import type { OVERLAP_POLICIES } from "../model/job";
-import type { RunState } from "./run-states";
+import type { RunState } from "../model/run-states";
 
 export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
 

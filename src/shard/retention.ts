@@ -1,5 +1,6 @@
 import type { ArchivedRun } from "../archive/run-archive";
-import type { ArchiveHealth, RunRow, TenantSettings } from "./contract";
+import type { ArchiveHealth } from "../protocol/shard-rpc";
+import type { RunRow, TenantSettings } from "../protocol/stored-rows";
 import type { HistoryStore } from "./history-store";
 import type { ShardJob } from "./rows";
 

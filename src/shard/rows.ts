@@ -1,6 +1,6 @@
 import type { JobSpec, Notify } from "../model/job";
-import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
-import type { RunState } from "./run-states";
+import type { RunState } from "../model/run-states";
+import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "../protocol/stored-rows";
 
 /**
  * The shard's rows as the code sees them: each table's columns turned into its typed shape in

@@ -1,5 +1,5 @@
-import type { RunRow } from "./contract";
-import { FINAL_STATES, IN_FLIGHT_STATES, type RunEvent, transition } from "./run-states";
+import { FINAL_STATES, IN_FLIGHT_STATES, type RunEvent, transition } from "../model/run-states";
+import type { RunRow } from "../protocol/stored-rows";
 import type { AttemptChange, MovedRun, RunChanges, ShardStore } from "./store";
 
 /** Who hears of a run's steps, within the step's own transaction, after its row is written. */

@@ -1,4 +1,4 @@
-import type { RunRow } from "./contract";
+import type { RunRow } from "../protocol/stored-rows";
 import type { ShardJob } from "./rows";
 
 /** Whether a job's runs may go on: pure rules the ledger, firing, admission and workflows share. */

@@ -3,29 +3,26 @@ import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
 import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
-import { dispatchQueue } from "../queues";
-import { gateStub } from "../stubs";
-import { Admitter } from "./admitter";
-import { Completions } from "./completion";
+import type { Dispatch, Outcome } from "../protocol/queue-messages";
 import {
   type Answer,
   type BackfillResult,
   type CatalogEntry,
   type Completion,
-  type Dispatch,
   done,
   type JobComparison,
-  type JobDefinition,
-  type JobRuntime,
   type OpenResult,
-  type Outcome,
   type RunView,
   type ShardApi,
   type ShardMetrics,
-  type TenantSettings,
   type TokenRefusal,
   type TriggeredBy,
-} from "./contract";
+} from "../protocol/shard-rpc";
+import type { JobDefinition, JobRuntime, TenantSettings } from "../protocol/stored-rows";
+import { dispatchQueue } from "../queues";
+import { gateStub } from "../stubs";
+import { Admitter } from "./admitter";
+import { Completions } from "./completion";
 import { Dispatcher } from "./dispatch";
 import { FIRE_CHUNK, Firing } from "./firing";
 import { HistoryStore } from "./history-store";

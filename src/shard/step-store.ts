@@ -1,5 +1,5 @@
 import { stepKeyRange } from "../model/ids";
-import type { AttemptRow, RunRow } from "./contract";
+import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { toAttempt, toRun } from "./rows";
 
 /**

@@ -1,12 +1,12 @@
+import { IN_FLIGHT_STATES, PENDING_STATES, sqlList, transition, UNFINISHED_STATES } from "../model/run-states";
+import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "../protocol/stored-rows";
 import { chunksForStatement, placeholders, rowsForList } from "../sql";
 import { AttemptStore } from "./attempt-store";
-import type { AttemptRow, JobDefinition, RunRow, TenantSettings } from "./contract";
 import { FiredThrough } from "./fired-through";
 import { FrequentJobs } from "./frequent-jobs";
 import { Leases } from "./leases";
 import { PermitReleases } from "./permit-releases";
 import { type RunToWrite, type ShardJob, toJob, toRun, toTenant, watchesOutcomes } from "./rows";
-import { IN_FLIGHT_STATES, PENDING_STATES, sqlList, transition, UNFINISHED_STATES } from "./run-states";
 
 /**
  * Groups of states as SQL lists, from the state table (docs/architecture.md, run lifecycle).

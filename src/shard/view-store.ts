@@ -1,8 +1,9 @@
 import { runKeyRange } from "../model/ids";
+import { DEAD_LETTER_STATES, sqlList } from "../model/run-states";
+import type { ShardMetrics } from "../protocol/shard-rpc";
+import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { rowsForList } from "../sql";
-import type { AttemptRow, RunRow, ShardMetrics } from "./contract";
 import { toAttempt, toRun } from "./rows";
-import { DEAD_LETTER_STATES, sqlList } from "./run-states";
 
 const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
 

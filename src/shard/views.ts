@@ -1,5 +1,6 @@
 import { stepRunId } from "../model/ids";
-import type { CatalogEntry, JobComparison, JobRuntime, RunRow, RunView, ShardMetrics, StepRunView } from "./contract";
+import type { CatalogEntry, JobComparison, RunView, ShardMetrics, StepRunView } from "../protocol/shard-rpc";
+import type { JobRuntime, RunRow } from "../protocol/stored-rows";
 import type { StepStore } from "./step-store";
 import type { ShardStore } from "./store";
 import type { ViewStore } from "./view-store";

@@ -1,8 +1,9 @@
 import { failpoint } from "../faults";
 import { stepOfRun, stepRunId } from "../model/ids";
+import type { Answer } from "../protocol/shard-rpc";
+import type { RunRow } from "../protocol/stored-rows";
 import { advance, runOutcome, type StepStatus, stepsToRerun, topologicalOrder } from "../workflow/graph";
 import { SKIPPED_CONDITION, SKIPPED_UPSTREAM_FAILED, statusOfStepRun, upstreamInput } from "../workflow/steps";
-import type { Answer, RunRow } from "./contract";
 import type { RunLedger } from "./ledger";
 import type { RunToWrite, ShardJob } from "./rows";
 import { stoppedReason } from "./run-stops";

@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { ATTEMPT_OUTCOMES, ATTEMPT_TRANSITIONS } from "../../src/shard/attempt-states";
+import { ATTEMPT_OUTCOMES, ATTEMPT_TRANSITIONS } from "../../src/model/attempt-states";
+import { RUN_STATES, TRANSITIONS } from "../../src/model/run-states";
 import { DIAGRAMS, diagramBlock, runLifecycleDiagram, stateDiagram, withDiagrams } from "../../src/shard/lifecycle-diagram";
-import { RUN_STATES, TRANSITIONS } from "../../src/shard/run-states";
 
 /**
  * docs/architecture.md shows the run and attempt lifecycles as diagrams generated from the

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
+import type { RunRow } from "../../src/protocol/stored-rows";
 import { planAdmission } from "../../src/shard/admission";
-import type { RunRow } from "../../src/shard/contract";
 import type { ShardJob } from "../../src/shard/rows";
 import { stoppedFor } from "../../src/shard/run-stops";
 

@@ -7,7 +7,7 @@ import {
   lagColumnValues,
   lagsOfValues,
   noLags,
-} from "../../src/shard/alarm-lag";
+} from "../../src/protocol/alarm-lag";
 import { ArmedAlarm } from "../../src/shard/armed-alarm";
 import { SHARD_MIGRATIONS } from "../../src/shard/migrations";
 

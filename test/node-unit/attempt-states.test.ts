@@ -8,7 +8,7 @@ import {
   FINAL_ATTEMPT_OUTCOMES,
   LATE_NOTED_OUTCOMES,
   LIVE_ATTEMPT_OUTCOMES,
-} from "../../src/shard/attempt-states";
+} from "../../src/model/attempt-states";
 
 const EVENTS: AttemptEvent[] = ["accept", "succeed", "fail", "time_out", "cancel"];
 const sorted = (outcomes: Iterable<AttemptOutcome>) => [...new Set(outcomes)].sort();

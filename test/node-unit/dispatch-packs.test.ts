@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { redeliveryDelay } from "../../src/consumer/deliveries";
-import type { KeyedDispatch } from "../../src/shard/contract";
+import type { KeyedDispatch } from "../../src/protocol/queue-messages";
 import { DISPATCHES_PER_MESSAGE, packDispatches, QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES } from "../../src/shard/dispatch-packs";
 
 const bytes = (value: unknown) => new TextEncoder().encode(JSON.stringify(value)).length;

@@ -21,7 +21,7 @@ import {
   triggeredRunId,
 } from "../../src/model/ids";
 import { MAX_CHAIN_DEPTH } from "../../src/model/job";
-import type { RunView } from "../../src/shard/contract";
+import type { RunView } from "../../src/protocol/shard-rpc";
 
 describe("ids", () => {
   it("job ids are well formed and sort by creation", () => {

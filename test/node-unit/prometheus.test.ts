@@ -5,9 +5,9 @@ import { renderExposition } from "../../src/app/prometheus";
 import { type AdminFigures, FIRE_LAG_BUCKETS, schedulerSeries } from "../../src/app/prometheus-series";
 import type { SweepState } from "../../src/catalog/sweep-state";
 import { closedBreaker } from "../../src/gate/breaker";
-import { ALARM_LAG_BOUNDS_MS, countLag, noLags } from "../../src/shard/alarm-lag";
-import { RUN_STATES } from "../../src/shard/run-states";
-import { countFireLag, FIRE_LAG_BOUNDS_MS, noTotals } from "../../src/shard/totals";
+import { RUN_STATES } from "../../src/model/run-states";
+import { ALARM_LAG_BOUNDS_MS, countLag, noLags } from "../../src/protocol/alarm-lag";
+import { countFireLag, FIRE_LAG_BOUNDS_MS, noTotals } from "../../src/protocol/totals";
 
 describe("renderExposition", () => {
   it("HELP and TYPE before the samples, labels escaped, one line each", () => {

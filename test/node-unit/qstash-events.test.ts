@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
+import type { RunView } from "../../src/protocol/shard-rpc";
+import type { AttemptRow } from "../../src/protocol/stored-rows";
 import { base64, callbackBody, callbackFor } from "../../src/qstash/callback-body";
 import { eventsOfRun } from "../../src/qstash/events";
-import type { AttemptRow, RunView } from "../../src/shard/contract";
 
 const attempt = (
   n: number,

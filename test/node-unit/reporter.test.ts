@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { OutcomeReporter, REPORT_GROUP_SIZE, REPORT_TRIES, REPORT_WINDOW_MS } from "../../src/consumer/reporter";
-import type { Outcome, ShardApi } from "../../src/shard/contract";
+import type { Outcome } from "../../src/protocol/queue-messages";
+import type { ShardApi } from "../../src/protocol/shard-rpc";
 
 const outcome = (i: number): Outcome => ({ runId: `run_${i}`, fence: 1, ok: true, status: 200, error: null });
 

@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { retryDelay } from "../../src/schedule/backoff";
 import {
   AWAITING_ADMISSION_STATES,
   afterFailure,
@@ -19,7 +18,8 @@ import {
   TRANSITIONS,
   transition,
   UNFINISHED_STATES,
-} from "../../src/shard/run-states";
+} from "../../src/model/run-states";
+import { retryDelay } from "../../src/schedule/backoff";
 
 const EVENTS: RunEvent[] = [
   "dispatch",

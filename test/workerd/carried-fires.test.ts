@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { armFault, disarmFaults, faultCounts } from "../../src/faults";
 import { scheduledRunId } from "../../src/model/ids";
 import type { JobSpec } from "../../src/model/job";
-import type { JobDefinition } from "../../src/shard/contract";
+import type { JobDefinition } from "../../src/protocol/stored-rows";
 import type { Shard } from "../../src/shard/shard";
 import { makeDue, type Row, rows, unwatchedRuns } from "./entries";
 import { definition, receiverPath, runRetention, specLike } from "./helpers";

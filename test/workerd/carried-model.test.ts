@@ -2,7 +2,7 @@ import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } fr
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
-import type { JobDefinition } from "../../src/shard/contract";
+import type { JobDefinition } from "../../src/protocol/stored-rows";
 import type { Shard } from "../../src/shard/shard";
 import { entriesAhead, makeDue, rows, unwatchedRuns } from "./entries";
 import { definition, receiverPath, specLike } from "./helpers";

@@ -4,7 +4,7 @@ import worker from "../../src/index";
 import { chainDepthOf } from "../../src/model/ids";
 import { type Job, MAX_CHAIN_DEPTH } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import type { ChainMessage, QueueMessage } from "../../src/shard/contract";
+import type { ChainMessage, QueueMessage } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
 

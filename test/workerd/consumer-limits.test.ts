@@ -4,7 +4,7 @@ import { MAX_OPEN_CONNECTIONS } from "../../src/consumer/connections";
 import { armFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
-import type { DispatchMessage } from "../../src/shard/contract";
+import type { DispatchMessage } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, getRun, hitsOf, shardOf, waitForRun } from "./helpers";
 

@@ -3,7 +3,7 @@ import { describe, expect, it, vi } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import type { Run } from "../../src/model/run";
-import type { DispatchMessage } from "../../src/shard/contract";
+import type { DispatchMessage } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 

@@ -5,8 +5,8 @@ import { armFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import { dispatchQueueIndex } from "../../src/model/dispatch-queue";
 import type { Job } from "../../src/model/job";
+import type { DispatchMessage, DispatchPack } from "../../src/protocol/queue-messages";
 import { dispatchQueue } from "../../src/queues";
-import type { DispatchMessage, DispatchPack } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import { createJob, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";
 

@@ -11,7 +11,7 @@ import { REPORT_TRIES } from "../../src/consumer/reporter";
 import { armFault, disarmFault, disarmFaults, type FaultPoint, faultCounts } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
-import type { DispatchMessage } from "../../src/shard/contract";
+import type { DispatchMessage } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, fireNow, hitsOf, makeRunDue, receiverPath, shardOf, sweepFully } from "./helpers";
 

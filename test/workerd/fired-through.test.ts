@@ -1,7 +1,7 @@
 import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { scheduledRunId } from "../../src/model/ids";
-import type { JobDefinition } from "../../src/shard/contract";
+import type { JobDefinition } from "../../src/protocol/stored-rows";
 import type { Shard } from "../../src/shard/shard";
 import { definition, receiverPath, specLike } from "./helpers";
 

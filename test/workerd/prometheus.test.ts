@@ -1,10 +1,10 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import parse, { type ParsedFamily } from "parse-prometheus-text-format";
 import { beforeAll, describe, expect, it, vi } from "vitest";
+import { FINAL_ATTEMPT_OUTCOMES } from "../../src/model/attempt-states";
+import { RUN_STATES } from "../../src/model/run-states";
+import { ALARM_LAG_BOUNDS_MS } from "../../src/protocol/alarm-lag";
 import { CHANGES_MARGIN_MS } from "../../src/reconcile/changes";
-import { ALARM_LAG_BOUNDS_MS } from "../../src/shard/alarm-lag";
-import { FINAL_ATTEMPT_OUTCOMES } from "../../src/shard/attempt-states";
-import { RUN_STATES } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, fireNow, listRuns, lostJob, receiverPath, runCron, shardOf, waitForRun } from "./helpers";
 

@@ -2,7 +2,8 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import { describe, expect, it, vi } from "vitest";
 import { scheduledRunId } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
-import type { JobDefinition, ShardCost } from "../../src/shard/contract";
+import type { ShardCost } from "../../src/protocol/shard-rpc";
+import type { JobDefinition } from "../../src/protocol/stored-rows";
 import type { Shard } from "../../src/shard/shard";
 import { makeDue } from "./entries";
 import { api, createJob, createTenant, definition, FAR_CRON, receiverPath, specLike } from "./helpers";

@@ -10,7 +10,7 @@ import { describe, expect, it, vi } from "vitest";
 import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
-import type { DispatchMessage } from "../../src/shard/contract";
+import type { DispatchMessage } from "../../src/protocol/queue-messages";
 import { MAX_REDISPATCHES } from "../../src/shard/leases";
 import type { Shard } from "../../src/shard/shard";
 import {

@@ -2,8 +2,8 @@ import { createExecutionContext, createMessageBatch, env, getQueueResult, runInD
 import { afterEach, describe, expect, it } from "vitest";
 import { armFault, disarmFaults } from "../../src/faults";
 import type { Job } from "../../src/model/job";
+import type { QueueMessage } from "../../src/protocol/queue-messages";
 import runner, { type RunnerEnv } from "../../src/runner";
-import type { QueueMessage } from "../../src/shard/contract";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, FAR_CRON, getRun, hitsOf, receiverPath, shardOf, waitForRun } from "./helpers";
 

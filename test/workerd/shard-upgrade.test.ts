@@ -1,8 +1,8 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { RUN_STATE_SQL_LIST } from "../../src/model/run-states";
 import { ShardMeter } from "../../src/shard/meter";
 import { migrateShard, SHARD_MIGRATIONS, SHARD_SCHEMA_VERSION, ShardSchemaTooNew } from "../../src/shard/migrations";
-import { RUN_STATE_SQL_LIST } from "../../src/shard/run-states";
 import type { Shard } from "../../src/shard/shard";
 import { ShardStore } from "../../src/shard/store";
 import { ViewStore } from "../../src/shard/view-store";

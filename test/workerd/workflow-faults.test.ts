@@ -13,7 +13,7 @@ import { armFault, disarmFault, disarmFaults, type FaultPoint, faultCounts } fro
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import type { DispatchMessage, Outcome } from "../../src/shard/contract";
+import type { DispatchMessage, Outcome } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
 import type { Hit } from "../support/hit";
 import { api, createJob, FAR_CRON, fireNow, getRun, hitsOf, makeRunDue, receiverPath, shardOf, waitForRun } from "./helpers";

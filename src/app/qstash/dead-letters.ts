@@ -1,9 +1,9 @@
 import { notFound } from "../../api/errors";
 import { type CatalogJob, getJobsByIds } from "../../catalog/jobs";
 import { removeDeadLetters, removedDeadLetters, restoreDeadLetters } from "../../catalog/qstash";
+import { DEAD_LETTER_STATES } from "../../model/run-states";
+import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
-import type { RunView } from "../../shard/contract";
-import { DEAD_LETTER_STATES } from "../../shard/run-states";
 import type { Caller } from "../caller";
 import { deadLetters, getRun, retryRun } from "../runs";
 

@@ -1,7 +1,7 @@
 import { type CatalogJob, listJobs } from "../../catalog/jobs";
+import type { RunView } from "../../protocol/shard-rpc";
 import { eventsOfRun, type LogEvent, type LogState } from "../../qstash/events";
 import { jobIdOfMessage, messageIdOfJob, messageIdOfRun, runIdOfMessage } from "../../qstash/ids";
-import type { RunView } from "../../shard/contract";
 import { shardStub } from "../../stubs";
 import { type Caller, scopeOf } from "../caller";
 import { loadJob } from "../jobs";

@@ -1,8 +1,8 @@
 import type { CatalogJob } from "../../catalog/jobs";
+import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { QstashMeta } from "../../qstash/meta";
 import { openTarget } from "../../security/targets";
-import type { RunView } from "../../shard/contract";
 import { cronText } from "./cron";
 
 /** Edgecron jobs and runs in the shapes of QStash's API (the SDK's Message, Schedule, DlqMessage). */
