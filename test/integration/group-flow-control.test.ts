@@ -1,8 +1,8 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, hitsOf, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, getRun, hitsOf, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /** Every attempt of these jobs as their shards recorded them (one process, one clock): [started, finished]. */
 async function attemptSpans(jobs: Job[]): Promise<Array<[number, number]>> {
@@ -137,5 +137,42 @@ describe("a flow-control group", () => {
     const text = await res.text();
     expect(text).toContain(field);
     expect(text).toContain(why);
+  });
+});
+
+/** When the group's permit of the run lapses at the gate (undefined: none held). */
+async function groupPermitExpiry(runId: string): Promise<number | undefined> {
+  return runInDurableObject(
+    gate(),
+    (_g, state) =>
+      state.storage.sql.exec("SELECT expires_at FROM group_permits WHERE permit LIKE ?", `${runId}#%`).toArray()[0]?.expires_at as
+        | number
+        | undefined,
+  );
+}
+
+describe("a flow-control group's permits", () => {
+  it("are renewed while a long-running attempt heartbeats, and a lapsed one hands its place on", async () => {
+    const key = groupName("lease");
+    const url = receiverPath("group-202", "status=202");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000, flowControl: { key, parallelism: 1 } });
+    const first = await trigger(job);
+    await expect.poll(async () => (await getRun(first)).attemptLog?.[0]?.outcome).toBe("accepted");
+    const token = (await hitsOf(url))[0]!.headers["x-edgecron-completion-token"]!;
+    const beat = await api(`/v1/runs/${first}/heartbeat`, { method: "POST", json: { token, extendMs: 3_600_000 } });
+    expect(beat.status, await beat.clone().text()).toBe(200);
+    await expect.poll(() => groupPermitExpiry(first)).toBeGreaterThan(Date.now() + 3_500_000);
+    const second = await trigger(job);
+    expect((await getRun(second)).state).toBe("waiting");
+
+    // The first run's shard is gone for good, say: its permit's lease runs out, and the gate's
+    // alarm hands the place to the shard waiting for it.
+    await runInDurableObject(gate(), async (_g, state) => {
+      state.storage.sql.exec("UPDATE group_permits SET expires_at = ? WHERE permit LIKE ?", Date.now() - 1, `${first}#%`);
+      await state.storage.setAlarm(Date.now() + 3_600_000); // for runDurableObjectAlarm to run it now
+    });
+    await runDurableObjectAlarm(gate());
+    await waitForRun(second, ["running", "succeeded"], 5_000);
+    expect(await api(`/v1/runs/${first}/complete`, { method: "POST", json: { token, ok: true } }).then((r) => r.status)).toBe(200);
   });
 });
