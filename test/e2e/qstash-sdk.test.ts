@@ -300,11 +300,14 @@ describe("the @upstash/qstash SDK against /v2", () => {
     });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: string }).error).toMatch(/Upstash-Flow-Control-Value/);
-    const both = await qstashError(
-      client.queue({ queueName: "emails-fc" }).enqueueJSON({ url: `${target!.base}/ok/fc-bad`, body: {}, flowControl }),
-    );
-    expect(both.status).toBe(404); // no such queue: checked first
+    // A queue's message is held to the queue's parallelism: flow control of its own is refused.
+    const queue = client.queue({ queueName: "emails-fc" });
+    await queue.upsert({ parallelism: 2 });
+    const both = await qstashError(queue.enqueueJSON({ url: `${target!.base}/ok/fc-bad`, body: {}, flowControl }));
+    expect(both.status).toBe(400);
+    expect(both.message).toMatch(/Upstash-Flow-Control-Key/);
     expect(await jobCount()).toBe(jobs);
+    await queue.delete();
   });
 
   it("creates, reads, pauses, resumes, upserts and deletes a schedule, which is an edgecron job that fires", async () => {
