@@ -14,6 +14,7 @@ export const JOB_FIELDS = [
   "jitter",
   "maxConcurrency",
   "ratePerSecond",
+  "flowControl",
   "retention",
   "pauseAfterFailures",
   "notify",

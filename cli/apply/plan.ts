@@ -38,7 +38,7 @@ export class AmbiguousName extends Error {}
 
 type Field = (typeof JOB_FIELDS)[number];
 /** Fields PATCH clears with null; the others go back to their default by being sent it. */
-const CLEARABLE = new Set<Field>(["jitter", "maxConcurrency", "ratePerSecond", "retention", "pauseAfterFailures", "notify"]);
+const CLEARABLE = new Set<Field>(["jitter", "maxConcurrency", "ratePerSecond", "flowControl", "retention", "pauseAfterFailures", "notify"]);
 
 export function planApply(declared: DeclaredJob[], current: Job[], options: { prune: boolean }): Plan {
   const byName = new Map<string, Job[]>();
@@ -163,6 +163,10 @@ function comparableFields(job: Sides): Omit<Comparable, "target" | "steps"> {
     jitter: job.jitter === undefined ? null : duration(job.jitter),
     maxConcurrency: job.maxConcurrency ?? null,
     ratePerSecond: job.ratePerSecond ?? null,
+    // A period is its duration, whatever unit wrote it; absent with a rate is the API's 1s.
+    flowControl: job.flowControl
+      ? { ...job.flowControl, ...(job.flowControl.rate !== undefined && { period: duration(job.flowControl.period ?? "1s") }) }
+      : null,
     retention: job.retention ?? null,
     pauseAfterFailures: job.pauseAfterFailures ?? null,
     // The API fills in the default events; the file may leave them out.

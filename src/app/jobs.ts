@@ -151,8 +151,20 @@ export async function patchJob(
 
 async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<typeof PatchJobSchema>, "name">, now: number) {
   const { id } = current;
-  const { jitter, maxConcurrency, ratePerSecond, retention, pauseAfterFailures, notify, onSuccess, onFailure, target, steps, ...rest } =
-    fields;
+  const {
+    jitter,
+    maxConcurrency,
+    ratePerSecond,
+    flowControl,
+    retention,
+    pauseAfterFailures,
+    notify,
+    onSuccess,
+    onFailure,
+    target,
+    steps,
+    ...rest
+  } = fields;
   const spec: JobSpec = { ...current.spec, ...definedOnly(rest) };
   if (rest.schedule) spec.schedule = canonicalSchedule(rest.schedule, now);
   // A job stays what it was made: one target, or a workflow (a run in flight keeps its meaning).
@@ -165,6 +177,7 @@ async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<t
     ["jitter", jitter],
     ["maxConcurrency", maxConcurrency],
     ["ratePerSecond", ratePerSecond],
+    ["flowControl", flowControl],
     ["retention", retention],
     ["pauseAfterFailures", pauseAfterFailures],
     ["notify", notify && acceptNotify(env, notify)],

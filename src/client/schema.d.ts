@@ -3923,6 +3923,7 @@ export interface components {
             jitter?: string;
             maxConcurrency?: number;
             ratePerSecond?: number;
+            flowControl?: components["schemas"]["FlowControl"];
             retention?: components["schemas"]["Retention"];
             pauseAfterFailures?: number;
             notify?: {
@@ -4048,6 +4049,23 @@ export interface components {
              */
             factor?: number;
         };
+        /** @description A group shared by the tenant's jobs that name its `key`, across all shards: at most `parallelism` of its runs in flight, at most `rate` started per `period`. Each run is held to the limits of its own job (jobs of one group should state the same); a QStash queue's parallelism, when set, is its group's for every message already enqueued. */
+        FlowControl: {
+            /**
+             * @description The group's name, shared by the tenant's jobs that name it.
+             * @example billing-api
+             */
+            key: string;
+            /** @description At most this many runs of the group dispatched or running at once, over all shards; the others wait, oldest first. */
+            parallelism?: number;
+            /** @description At most this many runs of the group start in each `period`. */
+            rate?: number;
+            /**
+             * @description The window `rate` counts in (default 1s); windows start at multiples of it since the Unix epoch.
+             * @example 1m
+             */
+            period?: string;
+        };
         Retention: {
             /** @description Finished runs older than this leave the shard (default 7). */
             days?: number;
@@ -4105,6 +4123,7 @@ export interface components {
             maxConcurrency?: number;
             /** @description Runs start toward the target at most this often (evenly spaced), so a burst does not hammer it. */
             ratePerSecond?: number;
+            flowControl?: components["schemas"]["FlowControl"];
             retention?: components["schemas"]["Retention"] & unknown;
             notify?: components["schemas"]["Notify"];
             /** @description false: this job's runs ignore the circuit breaker of their target's origin (they are neither held by it nor counted in it). Default: on. */
@@ -4195,6 +4214,7 @@ export interface components {
             jitter?: string | null;
             maxConcurrency?: number | null;
             ratePerSecond?: number | null;
+            flowControl?: components["schemas"]["FlowControl"] & (Record<string, unknown> | null);
             retention?: components["schemas"]["Retention"] & (Record<string, unknown> | null);
             pauseAfterFailures?: number | null;
             notify?: components["schemas"]["Notify"] & (Record<string, unknown> | null);

@@ -1,7 +1,11 @@
 import { DurableObject } from "cloudflare:workers";
+import type { GroupLimits } from "../model/flow-control";
 import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
 import { type Breaker, check, closedBreaker, record } from "./breaker";
+import { decideGrants, type PermitAsk } from "./grants";
+import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
+import { parsePermitKey } from "./permit-keys";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,
@@ -11,11 +15,15 @@ import { type Breaker, check, closedBreaker, record } from "./breaker";
  * A shard that got fewer permits than it asked for is remembered and woken when capacity
  * frees, so waiting runs start as others finish, with no polling. It also keeps the tenant's
  * circuit breakers, one per target origin (breaker.ts): every consumer asks it before calling.
+ * Flow-control groups (a job's `flowControl`, a QStash queue) are counted here too, with
+ * permits of their own in the same grant (group-permits.ts): a run takes every permit it needs
+ * in one call, or none.
  */
 export class TenantGate extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   /** The API token bucket lives in memory: losing it on eviction only forgives a burst. */
   private bucket = { tokens: 0, at: 0 };
+  private readonly groups: GroupPermits;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -25,7 +33,8 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
-    `);
+    ${GROUP_SCHEMA}`);
+    this.groups = new GroupPermits(this.sql);
   }
 
   /** Takes one API request from a bucket of `perSecond` tokens that refills continuously. */
@@ -41,46 +50,81 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   /**
-   * Grants as many of the asked `permits` (one per admission of a run: run id and fence) as
-   * `limit` allows, in order; one already held is kept (a repeated ask is harmless). The shard
-   * is woken later if any were refused.
+   * Grants what each asked run needs: its tenant permit (when `tenant`, under `tenantLimit`) and
+   * its group's (under the group's parallelism and rate), all or none per run, in order. A shard
+   * refused for parallelism or the tenant's limit is woken when a place frees; one refused for a
+   * rate is told when the group's next window opens (`retryAt`), and asks again then itself.
    */
-  async acquire(shard: string, permits: string[], limit: number, leaseMs: number): Promise<string[]> {
+  async admit(
+    shard: string,
+    asks: PermitAsk[],
+    tenantLimit: number | null,
+    leaseMs: number,
+  ): Promise<{ granted: string[]; retryAt: Record<string, number> }> {
     const now = Date.now();
-    const granted: string[] = [];
+    let granted: string[] = [];
+    const retryAt: Record<string, number> = {};
     this.ctx.storage.transactionSync(() => {
       this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", now);
-      // Statements scale with what is granted, not with what is asked: a shard may ask for
-      // thousands while only a few permits are free.
+      this.groups.expire(now);
+      const tenantAsked = asks.filter((a) => a.tenant).map((a) => a.permit);
       const held = new Set<string>();
-      for (const chunk of chunksForStatement(permits)) {
+      for (const chunk of chunksForStatement(tenantAsked)) {
         const rows = this.sql.exec(`SELECT permit FROM permits WHERE permit IN (${placeholders(chunk.length)})`, ...chunk).toArray();
         for (const row of rows) held.add(row.permit as string);
       }
-      let free = limit - (this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number);
-      for (const permit of permits) {
-        if (held.has(permit)) {
-          this.sql.exec("UPDATE permits SET expires_at = ? WHERE permit = ?", now + leaseMs, permit);
-        } else if (free > 0) {
-          this.sql.exec("INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?)", permit, shard, now + leaseMs);
-          free--;
-        } else {
-          continue;
-        }
-        granted.push(permit);
+      const grouped = asks.filter((a) => a.group).map((a) => a.permit);
+      const groupHeld = this.groups.held(grouped);
+      // Held means held of everything it needs; a repeated ask takes again what lapsed.
+      const allHeld = new Set(
+        asks.filter((a) => (!a.tenant || held.has(a.permit)) && (!a.group || groupHeld.has(a.permit))).map((a) => a.permit),
+      );
+      const tenantFree =
+        tenantLimit === null
+          ? Number.POSITIVE_INFINITY
+          : tenantLimit - (this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number);
+      const before = this.groups.states(new Set(asks.flatMap((a) => (a.group ? [a.group.key] : []))));
+      const d = decideGrants(asks, allHeld, tenantFree, before, now);
+      const byPermit = new Map(asks.map((a) => [a.permit, a]));
+      const until = now + leaseMs;
+      for (const permit of d.granted) {
+        if (byPermit.get(permit)!.tenant)
+          this.sql.exec(
+            "INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?) ON CONFLICT (permit) DO UPDATE SET expires_at = excluded.expires_at",
+            permit,
+            shard,
+            until,
+          );
       }
-      const wanted = permits.length - granted.length;
-      if (wanted > 0) {
+      const taken = d.granted.flatMap((permit) => {
+        const group = byPermit.get(permit)!.group;
+        return group ? [{ permit, group: group.key }] : [];
+      });
+      this.groups.apply(shard, taken, d, before, until, now);
+      if (d.tenantRefused > 0)
         this.sql.exec(
           "INSERT INTO waiters (shard, wanted, since) VALUES (?, ?, ?) ON CONFLICT (shard) DO UPDATE SET wanted = excluded.wanted",
           shard,
-          wanted,
+          d.tenantRefused,
           now,
         );
-      }
+      granted = d.granted;
+      for (const [grp, at] of d.retryAt) retryAt[grp] = at;
     });
     await this.armAlarm();
-    return granted;
+    return { granted, retryAt };
+  }
+
+  /** Limits for a group itself (a QStash queue's parallelism), over what its jobs state; null: theirs again. Waiting shards are woken to use them. */
+  async setGroupLimits(group: string, limits: GroupLimits | null): Promise<void> {
+    this.groups.setLimits(group, limits);
+    this.wakeGroup(group, Number.MAX_SAFE_INTEGER);
+    await this.armAlarm();
+  }
+
+  /** Each group's runs in flight, and its runs waiting as their shards last said. */
+  async groupFigures(groups: string[]): Promise<Record<string, { inFlight: number; waiting: number }>> {
+    return this.groups.figures(groups);
   }
 
   // ---- circuit breakers: a row per origin that ever failed, the whole breaker as JSON ----
@@ -178,8 +222,11 @@ export class TenantGate extends DurableObject<Env> {
     const until = Date.now() + leaseMs;
     // A permit whose lease ran out before its renewal came (the renewal was lost with a shard's
     // memory, or failed) is taken again: its run is still in flight, so it counts again, and the
-    // tenant's limit holds for new admissions from here on.
-    for (const permit of permits)
+    // tenant's limit holds for new admissions from here on. Its key says what it holds.
+    for (const permit of permits) {
+      const { tenant, group } = parsePermitKey(permit);
+      if (group !== null) this.groups.renew(permit, group, shard, until);
+      if (!tenant) continue;
       this.sql.exec(
         `INSERT INTO permits (permit, shard, expires_at) VALUES (?1, ?2, ?3)
          ON CONFLICT (permit) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)`,
@@ -187,14 +234,22 @@ export class TenantGate extends DurableObject<Env> {
         shard,
         until,
       );
+    }
     await this.armAlarm();
   }
 
   /** Gives permits back; waiting shards are woken to use the freed capacity. */
   async release(permits: string[]): Promise<void> {
     let freed = 0;
-    for (const permit of permits) freed += this.sql.exec("DELETE FROM permits WHERE permit = ?", permit).rowsWritten;
+    const groupsFreed = new Map<string, number>();
+    for (const permit of permits) {
+      const { tenant, group } = parsePermitKey(permit);
+      if (tenant) freed += this.sql.exec("DELETE FROM permits WHERE permit = ?", permit).rowsWritten;
+      const grp = group === null ? null : this.groups.release(permit);
+      if (grp !== null) groupsFreed.set(grp, (groupsFreed.get(grp) ?? 0) + 1);
+    }
     this.wakeWaiters(freed);
+    for (const [grp, n] of groupsFreed) this.wakeGroup(grp, n);
     await this.armAlarm();
   }
 
@@ -202,6 +257,9 @@ export class TenantGate extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     const freed = this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", Date.now()).rowsWritten;
     this.wakeWaiters(Math.max(1, freed));
+    const groupsFreed = this.groups.expire(Date.now());
+    // A group whose waiters lost their wake-up is looked at too: one place each, as for the tenant's.
+    for (const grp of this.groups.waitingGroups()) this.wakeGroup(grp, Math.max(1, groupsFreed.get(grp) ?? 0));
     await this.armAlarm();
   }
 
@@ -225,13 +283,26 @@ export class TenantGate extends DurableObject<Env> {
     }
     if (woken.length === 0) return;
     for (const shard of woken) this.sql.exec("DELETE FROM waiters WHERE shard = ?", shard);
-    this.ctx.waitUntil(Promise.allSettled(woken.map((shard) => shardStub(this.env, shard).admitWaiting())));
+    this.wake(woken);
   }
 
-  /** The alarm is needed only while shards wait: then it is the earliest permit expiry. */
+  /** Wakes the shards longest waiting for `group`, as many as can use `freed` places. */
+  private wakeGroup(group: string, freed: number): void {
+    this.wake(this.groups.takeWaiters(group, freed));
+  }
+
+  private wake(shards: string[]): void {
+    if (shards.length === 0) return;
+    this.ctx.waitUntil(Promise.allSettled(shards.map((shard) => shardStub(this.env, shard).admitWaiting())));
+  }
+
+  /** The alarm is needed only while shards wait: then it is the earliest permit expiry, the tenant's or a group's. */
   private async armAlarm(): Promise<void> {
-    const waiting = this.sql.exec("SELECT 1 FROM waiters LIMIT 1").toArray().length > 0;
-    const at = waiting ? (this.sql.exec("SELECT MIN(expires_at) AS t FROM permits").one().t as number | null) : null;
+    const waiting = this.sql.exec("SELECT 1 FROM waiters LIMIT 1").toArray().length > 0 || this.groups.waitingGroups().length > 0;
+    const tenantAt = this.sql.exec("SELECT MIN(expires_at) AS t FROM permits").one().t as number | null;
+    const groupAt = this.groups.earliestExpiry();
+    const soonest = tenantAt === null ? groupAt : groupAt === null ? tenantAt : Math.min(tenantAt, groupAt);
+    const at = waiting ? soonest : null;
     if (at === null) await this.ctx.storage.deleteAlarm();
     else if ((await this.ctx.storage.getAlarm()) !== at) await this.ctx.storage.setAlarm(at);
   }

@@ -4,6 +4,7 @@ import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
 import { Text } from "./common";
+import { FlowControlSchema } from "./flow-control";
 import { JOB_ID } from "./ids";
 import { DEFAULT_RETRY, RetrySchema } from "./retry";
 import { oneTargetOrSteps, StepsSchema, StepViewSchema, type StoredStep } from "./step";
@@ -206,6 +207,7 @@ const JobFields = {
     .max(1_000)
     .optional()
     .openapi({ description: "Runs start toward the target at most this often (evenly spaced), so a burst does not hammer it." }),
+  flowControl: FlowControlSchema.optional(),
   retention: RetentionSchema.optional().openapi({
     description: "Overrides how long finished runs are kept in the shard; older ones are archived and read back through /history.",
   }),
@@ -251,6 +253,7 @@ export const PatchJobSchema = z
     jitter: JobFields.jitter.unwrap().nullable().optional(),
     maxConcurrency: JobFields.maxConcurrency.unwrap().nullable().optional(),
     ratePerSecond: JobFields.ratePerSecond.unwrap().nullable().optional(),
+    flowControl: FlowControlSchema.nullable().optional(),
     retention: RetentionSchema.nullable().optional(),
     pauseAfterFailures: JobFields.pauseAfterFailures.unwrap().nullable().optional(),
     notify: NotifySchema.nullable().optional(),
@@ -284,6 +287,7 @@ export const JobSchema = z
     jitter: z.string().optional(),
     maxConcurrency: z.int().optional(),
     ratePerSecond: z.number().optional(),
+    flowControl: FlowControlSchema.optional(),
     retention: RetentionSchema.optional(),
     pauseAfterFailures: z.int().optional(),
     notify: z.object({ url: z.string(), on: z.array(z.enum(NOTIFY_EVENTS)) }).optional(),

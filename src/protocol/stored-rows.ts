@@ -61,7 +61,7 @@ export interface RunRow {
   status: number | null;
   error: string | null;
   result: string | null;
-  /** The grant key of the tenant permit this run holds while in flight, if its tenant has a limit. */
+  /** The grant key of what this run holds at its tenant's gate while in flight (the tenant's permit, its flow-control group's, or both: src/gate/permit-keys.ts), if any. */
   permit: string | null;
   /** How often the current attempt's dispatch went out again unclaimed (0 on each new attempt). */
   redispatches: number;

@@ -17,7 +17,7 @@ export interface Decision {
 /** What the shard holds about the job and the fire, read before explaining. */
 export interface ExplainFacts {
   jobId: string;
-  spec: Pick<JobSpec, "schedule" | "misfire" | "catchupWindow" | "overlap" | "jitter" | "maxConcurrency" | "ratePerSecond">;
+  spec: Pick<JobSpec, "schedule" | "misfire" | "catchupWindow" | "overlap" | "jitter" | "maxConcurrency" | "ratePerSecond" | "flowControl">;
   createdAt: number;
   paused: boolean;
   deleted: boolean;
@@ -124,6 +124,7 @@ export function explainFire(
   const limits = [
     spec.maxConcurrency !== undefined && `maxConcurrency ${spec.maxConcurrency}`,
     spec.ratePerSecond !== undefined && `ratePerSecond ${spec.ratePerSecond}`,
+    spec.flowControl !== undefined && `its flow-control group ${JSON.stringify(spec.flowControl.key)}`,
     facts.tenantLimited && "the tenant's runs-in-flight limit",
   ].filter(Boolean);
   if (limits.length > 0) say("flow_control", "may_wait", `the run may wait (state waiting) for ${limits.join(", ")}`);

@@ -64,7 +64,6 @@ export function planAdmission(
   return plan;
 }
 
-/** Runs of this job wait for admission: its own limits, or its tenant's runs-in-flight limit. */
 /**
  * Whether a job's runs go into `runs_open`, the index of each job's unfinished runs: only the
  * overlap policies, maxConcurrency and flow control ask for them while the job runs. Other
@@ -72,15 +71,21 @@ export function planAdmission(
  * those through the runs that are due.
  */
 export function watchesOpenRuns(
-  spec: Pick<JobSpec, "overlap" | "maxConcurrency" | "ratePerSecond">,
+  spec: Pick<JobSpec, "overlap" | "maxConcurrency" | "ratePerSecond" | "flowControl">,
   tenant: Pick<TenantSettings, "maxRunsInFlight"> | null,
 ): boolean {
   return (spec.overlap ?? "allow") !== "allow" || underFlowControl(spec, tenant);
 }
 
+/** Runs of this job wait for admission: its own limits, its flow-control group's, or its tenant's runs-in-flight limit. */
 export function underFlowControl(
-  spec: Pick<JobSpec, "maxConcurrency" | "ratePerSecond">,
+  spec: Pick<JobSpec, "maxConcurrency" | "ratePerSecond" | "flowControl">,
   tenant: Pick<TenantSettings, "maxRunsInFlight"> | null,
 ): boolean {
-  return spec.maxConcurrency !== undefined || spec.ratePerSecond !== undefined || (tenant?.maxRunsInFlight ?? null) !== null;
+  return (
+    spec.maxConcurrency !== undefined ||
+    spec.ratePerSecond !== undefined ||
+    spec.flowControl !== undefined ||
+    (tenant?.maxRunsInFlight ?? null) !== null
+  );
 }

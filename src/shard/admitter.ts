@@ -1,7 +1,11 @@
+import type { PermitAsk } from "../gate/grants";
+import { permitKey } from "../gate/permit-keys";
+import { groupLimits } from "../model/flow-control";
 import { LEASE_GRACE_MS } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
 import { planAdmission } from "./admission";
 import { type RunLedger, TICK_BATCH } from "./ledger";
+import type { ShardJob } from "./rows";
 import { stoppedFor } from "./run-stops";
 import type { ShardStore } from "./store";
 
@@ -14,7 +18,12 @@ const ADMISSION_RECHECK_MS = 15_000;
 
 /** What admission needs of a tenant's gate (a TenantGate Durable Object). */
 export interface PermitGate {
-  acquire(shard: string, permits: string[], limit: number, leaseMs: number): Promise<string[]>;
+  admit(
+    shard: string,
+    asks: PermitAsk[],
+    tenantLimit: number | null,
+    leaseMs: number,
+  ): Promise<{ granted: string[]; retryAt: Record<string, number> }>;
 }
 
 /**
@@ -75,40 +84,49 @@ export class Admitter {
     const jobs = new Map(this.store.getJobs([...new Set(waiting.map((r) => r.jobId))]).map((j) => [j.id, j]));
     const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS, stoppedFor);
     // A permit is granted for one admission of one run: the fence makes a later admission's
-    // permit a different one, so a late release of the earlier cannot take it away.
-    const permitOf = (run: RunRow) => `${run.id}#${run.fence}`;
-    const asked = new Set<string>();
-    const granted = new Set<string>();
+    // permit a different one, so a late release of the earlier cannot take it away. Its key
+    // names what it holds (permit-keys.ts): the tenant's permit, its group's, or both.
+    const permitOf = (run: RunRow) => {
+      const job = jobs.get(run.jobId)!;
+      const tenant = this.tenantLimit(job.tenantId) !== null;
+      return permitKey({ base: `${run.id}#${run.fence}`, tenant, group: job.spec.flowControl?.key ?? null });
+    };
     const gated = Map.groupBy(
-      plan.candidates.filter((r) => this.tenantLimit(jobs.get(r.jobId)!.tenantId) !== null),
+      plan.candidates.filter((r) => gatedAtGate(jobs.get(r.jobId)!, this.tenantLimit(jobs.get(r.jobId)!.tenantId))),
       (r) => jobs.get(r.jobId)!.tenantId,
     );
-    await Promise.all(
+    const answers = await Promise.all(
       [...gated].map(async ([tenantId, runs]) => {
+        const limit = this.tenantLimit(tenantId);
         const leaseMs = this.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
-        const limit = this.tenantLimit(tenantId)!;
+        // No more than the tenant's limit can be granted: asking for more only makes the gate work.
+        const asks = admissionAsks(runs.slice(0, limit ?? runs.length), jobs, limit !== null, permitOf);
         try {
-          // No more than the limit can be granted: asking for more only makes the gate work.
-          const ask = runs.slice(0, limit).map(permitOf);
-          for (const permit of ask) asked.add(permit);
-          const permits = await this.gateOf(tenantId).acquire(this.shardName(), ask, limit, leaseMs);
-          for (const permit of permits) granted.add(permit);
+          return { asks, ...(await this.gateOf(tenantId).admit(this.shardName(), asks, limit, leaseMs)) };
         } catch (err) {
           console.error(`shard ${this.shardName()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
+          return { asks, granted: [] as string[], retryAt: {} as Record<string, number> };
         }
       }),
     );
+    const asked = new Set(answers.flatMap((a) => a.asks.map((x) => x.permit)));
+    const granted = new Set(answers.flatMap((a) => a.granted));
+    const retryAt = new Map(answers.flatMap((a) => Object.entries(a.retryAt)));
     this.transaction(() => {
       for (const candidate of plan.candidates) {
         const job = jobs.get(candidate.jobId)!;
-        const permit = gated.has(job.tenantId) ? permitOf(candidate) : null;
+        const permit = gatedAtGate(job, this.tenantLimit(job.tenantId)) ? permitOf(candidate) : null;
         const run = this.store.getRun(candidate.id);
         const stillWaiting = run?.state === "waiting" && run.fence === candidate.fence;
         if (!stillWaiting || (permit !== null && !granted.has(permit))) {
           if (permit !== null && granted.has(permit)) this.store.permitReleases.add(permit, job.tenantId);
-          // Refused: the gate wakes this shard when capacity frees. Not asked yet (over the
-          // limit): left due, for the next pass, which the alarm runs at once.
-          if (stillWaiting && asked.has(permit!)) this.store.setDueAt(run.id, now + ADMISSION_RECHECK_MS);
+          // Refused: the gate wakes this shard when a place frees; a group's full rate window
+          // opens at a time the gate said. Not asked yet (over the tenant's limit): left due,
+          // for the next pass, which the alarm runs at once.
+          if (stillWaiting && asked.has(permit!)) {
+            const windowOpens = job.spec.flowControl ? retryAt.get(job.spec.flowControl.key) : undefined;
+            this.store.setDueAt(run.id, Math.min(windowOpens ?? Number.POSITIVE_INFINITY, now + ADMISSION_RECHECK_MS));
+          }
           continue;
         }
         this.ledger.admit(run, job, permit, now);
@@ -123,4 +141,22 @@ export class Admitter {
   private tenantLimit(tenantId: string): number | null {
     return this.store.getTenant(tenantId)?.maxRunsInFlight ?? null;
   }
+}
+
+/** Whether a run of this job needs its tenant's gate to start: its tenant has a limit, or it is in a flow-control group. */
+function gatedAtGate(job: Pick<ShardJob, "spec">, tenantLimit: number | null): boolean {
+  return tenantLimit !== null || job.spec.flowControl !== undefined;
+}
+
+/** What the gate is asked for each run, in order: its permit, whether the tenant's limit holds it, its group and that group's limits. */
+function admissionAsks(
+  runs: RunRow[],
+  jobs: ReadonlyMap<string, Pick<ShardJob, "spec">>,
+  tenant: boolean,
+  permitOf: (run: RunRow) => string,
+): PermitAsk[] {
+  return runs.map((run) => {
+    const fc = jobs.get(run.jobId)!.spec.flowControl;
+    return { permit: permitOf(run), tenant, ...(fc && { group: { key: fc.key, ...groupLimits(fc) } }) };
+  });
 }

@@ -95,6 +95,15 @@ describe("planApply", () => {
     expect(change.fields[0]).toEqual({ field: "schedule", from: have.schedule, to: { every: "30m" } });
   });
 
+  it("compares a flow-control group by what it means, and clears a removed one with null", () => {
+    const have = apiJob("job_1", "j", { flowControl: { key: "api", rate: 60, period: "1m" } });
+    const same = declared("j", { flowControl: { key: "api", rate: 60, period: "60s" } });
+    expect(planApply([same], [have], { prune: false }).changes).toEqual([]);
+    const [change] = planApply([declared("j")], [have], { prune: false }).changes;
+    if (change?.action !== "update") throw new Error("not an update");
+    expect(change.patch).toEqual({ flowControl: null });
+  });
+
   it("sends a changed target whole, and never shows a header's value", () => {
     const want = declared("j", { target: { url: "http://127.0.0.1:9/y", headers: { Authorization: "Bearer n3w" } } });
     const [change] = planApply([want], [apiJob("job_1", "j")], { prune: false }).changes;

@@ -30,14 +30,18 @@ let apiKey: string;
 const until = <T>(what: string, timeoutMs: number, check: () => T | undefined | Promise<T | undefined>) =>
   untilOf(what, timeoutMs, check, stack);
 const deliveriesOf = (name: string) => target!.deliveries.filter((d) => d.name === name);
+/** The most of a /slow/<name>'s requests the target had open at once. */
+const peaks = new Map<string, number>();
 
 /**
  * The target: /ok/<name> answers 200; /fail/<name> 500 (with Retry-After when ?retryAfter=);
- * /fail-once/<name> 500 the first time, then 200; /stop/<name> 489 with Upstash-NonRetryable-Error.
+ * /fail-once/<name> 500 the first time, then 200; /stop/<name> 489 with Upstash-NonRetryable-Error;
+ * /slow/<name> 200 after ?ms= (default 1000), counting how many of <name>'s are open at once (`peaks`).
  * Every request is verified with the SDK's Receiver against the URL it was sent to.
  */
 async function startTarget() {
   const deliveries: Delivery[] = [];
+  const open = new Map<string, number>();
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -66,6 +70,16 @@ async function startTarget() {
         if (retryAfter) res.setHeader("Retry-After", retryAfter);
         res.statusCode = 500;
         res.end("target failed");
+      } else if (kind === "slow") {
+        open.set(name, (open.get(name) ?? 0) + 1);
+        peaks.set(name, Math.max(peaks.get(name) ?? 0, open.get(name)!));
+        setTimeout(
+          () => {
+            open.set(name, open.get(name)! - 1);
+            res.end("ok");
+          },
+          Number(parsed.searchParams.get("ms") ?? 1000),
+        );
       } else if (kind === "stop") {
         res.statusCode = 489;
         res.setHeader("Upstash-NonRetryable-Error", "true");
@@ -246,6 +260,54 @@ describe("the @upstash/qstash SDK against /v2", () => {
     expect(held.map((h) => h.headers["upstash-message-id"]).sort()).toEqual([early.messageId, late.messageId].sort());
     await queue.delete();
     expect((await qstashError(queue.get())).status).toBe(404);
+  });
+
+  it("holds a queue's messages to its parallelism: with 1, one at a time, the others counted in its lag", async () => {
+    const queue = client.queue({ queueName: "serial" });
+    await queue.upsert({ parallelism: 1 });
+    // In one batch, so that their dispatches reach the consumer together: without a queue (the
+    // control) it calls all three at once.
+    const three = (name: string, extra: object) =>
+      [0, 1, 2].map((i) => ({ url: `${target!.base}/slow/${name}?ms=1500`, body: { i }, ...extra }));
+    await client.batchJSON(three("unqueued", {}));
+    await until("the unqueued three", 20_000, () => (deliveriesOf("unqueued").length >= 3 ? true : undefined));
+    expect(peaks.get("unqueued")).toBeGreaterThan(1);
+    const sent = await client.batchJSON(three("serial", { queueName: "serial" }));
+    await until("a lag while the first is delivered", 2_500, async () => ((await queue.get()).lag > 0 ? true : undefined));
+    const got = await until("all three", 30_000, () => (deliveriesOf("serial").length >= 3 ? deliveriesOf("serial") : undefined));
+    expect(got.map((d) => d.headers["upstash-message-id"]).sort()).toEqual(sent.map((m) => (m as { messageId: string }).messageId).sort());
+    expect(peaks.get("serial")).toBe(1);
+    // Raising the parallelism holds the messages already enqueued to the new value.
+    await queue.upsert({ parallelism: 1 });
+    await queue.pause();
+    await client.batchJSON(three("raised", { queueName: "serial" }));
+    await queue.upsert({ parallelism: 3, paused: false });
+    await until("the raised three", 20_000, () => (deliveriesOf("raised").length >= 3 ? true : undefined));
+    expect(peaks.get("raised")).toBeGreaterThan(1);
+    await queue.delete();
+  });
+
+  it("holds messages of one Upstash-Flow-Control-Key to its parallelism, and refuses a bad value with nothing created", async () => {
+    const flowControl = { key: "fc-serial", parallelism: 1 };
+    await client.batchJSON([0, 1, 2].map((i) => ({ url: `${target!.base}/slow/fc?ms=1000`, body: { i }, flowControl })));
+    await until("all three", 30_000, () => (deliveriesOf("fc").length >= 3 ? true : undefined));
+    expect(peaks.get("fc")).toBe(1);
+
+    const jobs = await jobCount();
+    const res = await fetch(`${stack!.base}/v2/publish/${target!.base}/ok/fc-bad`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${apiKey}`, "Upstash-Flow-Control-Key": "k", "Upstash-Flow-Control-Value": "parallelism=0" },
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toMatch(/Upstash-Flow-Control-Value/);
+    // A queue's message is held to the queue's parallelism: flow control of its own is refused.
+    const queue = client.queue({ queueName: "emails-fc" });
+    await queue.upsert({ parallelism: 2 });
+    const both = await qstashError(queue.enqueueJSON({ url: `${target!.base}/ok/fc-bad`, body: {}, flowControl }));
+    expect(both.status).toBe(400);
+    expect(both.message).toMatch(/Upstash-Flow-Control-Key/);
+    expect(await jobCount()).toBe(jobs);
+    await queue.delete();
   });
 
   it("creates, reads, pauses, resumes, upserts and deletes a schedule, which is an edgecron job that fires", async () => {

@@ -1,5 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
+import { queueLags, syncQueueGroup } from "../../app/qstash/queue-groups";
 import { setQueuePaused } from "../../app/qstash/queues";
 import { tenantOf } from "../../app/qstash/tenant";
 import { deleteQueueRow, getQueueRow, listQueueRows, type QueueRow, upsertQueueRow } from "../../catalog/qstash";
@@ -9,8 +10,9 @@ import { bodyText } from "./request";
 
 /**
  * /v2/queues: named queues with a parallelism, paused or not, kept and shown as QStash shows
- * them; enqueueing needs the queue to exist, and a paused queue holds its messages. What
- * edgecron does not do yet is hold a queue's messages to its parallelism (docs/qstash.md).
+ * them; enqueueing needs the queue to exist. A queue is a flow-control group
+ * (src/app/qstash/queue-groups.ts): its messages are held to its parallelism, none while it is
+ * paused, and its `lag` is how many wait.
  */
 export const queues = new Hono<AppEnv>();
 
@@ -21,11 +23,11 @@ const Upsert = z.object({
   paused: z.boolean().optional(),
 });
 
-const present = (q: QueueRow) => ({
+const present = (q: QueueRow, lag: number) => ({
   name: q.name,
   parallelism: q.parallelism,
   paused: q.paused,
-  lag: 0,
+  lag,
   createdAt: q.createdAt,
   updatedAt: q.updatedAt,
 });
@@ -52,18 +54,39 @@ queues.post("/queues", async (c) => {
   const tenantId = tenantOf(c.var.caller);
   const before = await getQueueRow(c.env.DB, tenantId, queueName);
   await upsertQueueRow(c.env.DB, tenantId, queueName, { parallelism }, Date.now());
-  // Its messages are held or let go only when the flag changes (the SDK sends it on every upsert).
+  // The flag changes only when it differs (the SDK sends it on every upsert); the gate is told
+  // every time, so an upsert repeated after a failed one sets what the catalog says.
   if (paused !== undefined && paused !== (before?.paused ?? false)) await setQueuePaused(c.env, c.var.caller, queueName, paused);
+  else await syncQueueGroup(c.env, tenantId, queueName);
   return c.json({}, 200);
 });
 
-queues.get("/queues", async (c) => c.json((await listQueueRows(c.env.DB, tenantOf(c.var.caller))).map(present), 200));
+queues.get("/queues", async (c) => {
+  const tenantId = tenantOf(c.var.caller);
+  const rows = await listQueueRows(c.env.DB, tenantId);
+  const lags = await queueLags(
+    c.env,
+    tenantId,
+    rows.map((q) => q.name),
+  );
+  return c.json(
+    rows.map((q) => present(q, lags.get(q.name) ?? 0)),
+    200,
+  );
+});
 
-queues.get("/queues/:name", async (c) => c.json(present(await loadQueue(c.env, tenantOf(c.var.caller), c.req.param("name"))), 200));
+queues.get("/queues/:name", async (c) => {
+  const tenantId = tenantOf(c.var.caller);
+  const q = await loadQueue(c.env, tenantId, c.req.param("name"));
+  return c.json(present(q, (await queueLags(c.env, tenantId, [q.name])).get(q.name) ?? 0), 200);
+});
 
 queues.delete("/queues/:name", async (c) => {
   const name = c.req.param("name");
-  if (!(await deleteQueueRow(c.env.DB, tenantOf(c.var.caller), name))) throw new QstashInputError("queue", `no queue named ${name}`, 404);
+  const tenantId = tenantOf(c.var.caller);
+  if (!(await deleteQueueRow(c.env.DB, tenantId, name))) throw new QstashInputError("queue", `no queue named ${name}`, 404);
+  // Its messages left in flight or waiting are held to what each stated when enqueued.
+  await syncQueueGroup(c.env, tenantId, name);
   return c.json({}, 200);
 });
 

@@ -1,10 +1,12 @@
 import { ApiError } from "../../api/errors";
 import type { CatalogJob } from "../../catalog/jobs";
+import type { FlowControl } from "../../model/flow-control";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
 import type { QstashMeta } from "../../qstash/meta";
 import type { Caller } from "../caller";
 import { type BatchOutcome, createJobs } from "../create-jobs";
+import { queueGroup } from "./queue-groups";
 
 /**
  * A message or a schedule as the edgecron job that runs it: its target (forwarded headers,
@@ -19,8 +21,8 @@ export interface JobDraft {
   schedule: { at: string } | { cron: string; timezone?: string };
   meta: QstashMeta;
   name: string | null;
-  /** Created paused: a message of a paused queue, held until the queue is resumed. */
-  paused?: boolean;
+  /** The queue it was enqueued to, and that queue's parallelism then (its group's own limits hold it from there). */
+  queue?: { name: string; parallelism: number };
   /** The shard to keep it in, rather than the one its id gives (a callback: its source's, see publish.ts). */
   shard?: string;
 }
@@ -31,11 +33,38 @@ const QSTASH_RETRY = (retries: number) => ({
   jitter: "none" as const,
 });
 
+/**
+ * The flow-control group a message's job is in: its queue's (`queue:<name>`), whose parallelism
+ * the queue sets at the tenant's gate (src/app/qstash/queues.ts), or the one its
+ * Upstash-Flow-Control-Key names, with the limits its -Value gives.
+ */
+export function flowControlOf(draft: Pick<JobDraft, "options" | "queue">): FlowControl | undefined {
+  const fc = draft.options.flowControl;
+  if (draft.queue && fc)
+    throw new QstashInputError(
+      "Upstash-Flow-Control-Key",
+      "a queue's messages are held to the queue's parallelism; send it to a queue or give flow control, not both",
+    );
+  if (draft.queue) return { key: queueGroup(draft.queue.name), parallelism: draft.queue.parallelism };
+  if (!fc) return undefined;
+  if (fc.periodMs !== undefined && fc.periodMs % 1_000 !== 0)
+    throw new QstashInputError("Upstash-Flow-Control-Value", "period must be whole seconds");
+  return {
+    key: fc.key,
+    ...(fc.parallelism !== undefined && { parallelism: fc.parallelism }),
+    ...(fc.rate !== undefined && { rate: fc.rate }),
+    // A period without a rate says nothing (the SDK may send one): it is left out.
+    ...(fc.periodMs !== undefined && fc.rate !== undefined && { period: `${fc.periodMs / 1_000}s` }),
+  };
+}
+
 export function jobInput(draft: JobDraft) {
   const { options, body } = draft;
   if (options.method === "GET" && body !== "")
     throw new QstashInputError("Upstash-Method", "a GET request has no body; send none, or another method");
+  const flowControl = flowControlOf(draft);
   return {
+    ...(flowControl && { flowControl }),
     ...(draft.name !== null && { name: draft.name }),
     schedule: draft.schedule,
     target: {
@@ -67,6 +96,8 @@ function qstashField(path: string): string {
   if (field.startsWith("timeoutMs")) return "Upstash-Timeout";
   if (field.startsWith("schedule.cron") || field.startsWith("schedule.timezone")) return "Upstash-Cron";
   if (field.startsWith("schedule")) return "Upstash-Delay";
+  if (field.startsWith("flowControl.key")) return "Upstash-Flow-Control-Key";
+  if (field.startsWith("flowControl")) return "Upstash-Flow-Control-Value";
   return field || "request";
 }
 
@@ -90,7 +121,6 @@ export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraf
     allOrNothing: true,
     decorate: (job, index) => {
       if (job.spec.target) job.spec.target.qstash = drafts[index]!.meta;
-      if (drafts[index]!.paused) job.paused = true;
       if (drafts[index]!.shard !== undefined) job.shard = drafts[index]!.shard!;
     },
   });

@@ -89,7 +89,7 @@ async function plan(env: Env, tenantId: string, request: PublishRequest, now: nu
     schedule: { at },
     meta: { ...metaOf(request), ...extra },
     name: options.label ?? null,
-    ...(queue?.paused && { paused: true }),
+    ...(queue && { queue: { name: queue.name, parallelism: queue.parallelism } }),
     ...(request.shard !== undefined && { shard: request.shard }),
   });
   const dedupId = await dedupIdOf(request);
