@@ -4,7 +4,7 @@ import { armFault, disarmFault, faultCounts } from "../../src/faults";
 import { CreateJobSchema, type Job } from "../../src/model/job";
 import { sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, maxOverlap, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /** Every attempt of a job as the shard recorded it (its clock): [started, finished]. */
 async function attemptSpans(job: Job): Promise<Array<[number, number]>> {
@@ -14,18 +14,6 @@ async function attemptSpans(job: Job): Promise<Array<[number, number]>> {
       .toArray()
       .map((r) => [r.started_at as number, r.finished_at as number] as [number, number]),
   );
-}
-
-/** The most spans open at one instant. */
-function maxOverlap(spans: Array<[number, number]>): number {
-  const edges = spans.flatMap(([a, b]) => [[a, 1] as const, [b, -1] as const]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
-  let open = 0;
-  let most = 0;
-  for (const [, step] of edges) {
-    open += step;
-    most = Math.max(most, open);
-  }
-  return most;
 }
 
 /** When the tenant's gate lets the run's permit lapse (undefined: it holds none). */

@@ -2,7 +2,7 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import { describe, expect, it } from "vitest";
 import type { Job } from "../../src/model/job";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, getRun, hitsOf, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, FAR_CRON, getRun, hitsOf, maxOverlap, receiverPath, shardOf, waitForRun } from "./helpers";
 
 /** Every attempt of these jobs as their shards recorded them (one process, one clock): [started, finished]. */
 async function attemptSpans(jobs: Job[]): Promise<Array<[number, number]>> {
@@ -17,17 +17,6 @@ async function attemptSpans(jobs: Job[]): Promise<Array<[number, number]>> {
     ),
   );
   return spans.flat();
-}
-
-function maxOverlap(spans: Array<[number, number]>): number {
-  const edges = spans.flatMap(([a, b]) => [[a, 1] as const, [b, -1] as const]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
-  let open = 0;
-  let most = 0;
-  for (const [, step] of edges) {
-    open += step;
-    most = Math.max(most, open);
-  }
-  return most;
 }
 
 async function trigger(job: Job): Promise<string> {

@@ -308,3 +308,15 @@ export async function runRetention(stub: DurableObjectStub<Shard>): Promise<{ ne
     { timeout: 10_000, interval: 20 },
   );
 }
+
+/** The most [start, end] spans open at one instant: how many attempts overlapped. */
+export function maxOverlap(spans: Array<[number, number]>): number {
+  const edges = spans.flatMap(([a, b]) => [[a, 1] as const, [b, -1] as const]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  let open = 0;
+  let most = 0;
+  for (const [, step] of edges) {
+    open += step;
+    most = Math.max(most, open);
+  }
+  return most;
+}
