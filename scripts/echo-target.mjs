@@ -2,9 +2,10 @@
 // A local HTTP target for trying edgecron: prints every request it receives and answers 200
 // (or the status in ?status=, to watch retries). `npm run target`; PORT defaults to 9000.
 // With SIGNING_SECRETS=<current>,<next> (from GET /v1/signing-keys) it also checks each
-// request's Edgecron-Signature, the way a real target should.
+// request's Edgecron-Signature-V2 (or, for a tenant that keeps it, the first scheme), the way a
+// real target should.
 import { createServer } from "node:http";
-import { verifySignature } from "../src/verify.ts";
+import { verifyRequest } from "../src/verify.ts";
 
 const port = Number(process.env.PORT ?? 9000);
 const secrets = (process.env.SIGNING_SECRETS ?? "").split(",").filter(Boolean);
@@ -17,8 +18,10 @@ createServer((req, res) => {
     const h = req.headers;
     let signature = "";
     if (secrets.length > 0) {
-      const check = await verifySignature({ header: h["edgecron-signature"], runId: h["x-edgecron-run-id"], body, secrets });
-      signature = check.ok ? "  signature=valid" : `  signature=INVALID (${check.reason})`;
+      // The URL edgecron called: this server's own address and the request's path and query.
+      const url = `http://${h.host}${req.url}`;
+      const check = await verifyRequest({ method: req.method, url, headers: h, body, secrets, acceptLegacy: true });
+      signature = check.ok ? `  signature=valid (${check.scheme})` : `  signature=INVALID (${check.reason})`;
     }
     console.log(
       `${new Date().toISOString()} ${req.method} ${req.url} -> ${status}  run=${h["x-edgecron-run-id"]} ` +
