@@ -137,6 +137,15 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       type: "counter",
       samples: [{ value: admin.sweep.pass.completed }],
     },
+    ...(admin.sweep.reseal.remaining === null
+      ? []
+      : [
+          gauge(
+            "edgecron_targets_sealed_under_old_keys",
+            "Jobs whose target was still sealed under another key than ENCRYPTION_KEYS' first when the sweep's re-seal last went through them all: 0 once a rotation's old key may be dropped.",
+            admin.sweep.reseal.remaining,
+          ),
+        ]),
     {
       name: "edgecron_sign_in_refusals_total",
       help: "API requests refused for their credential: invalid (no credential, or a wrong one: 401), throttled (too many failed sign-ins from the client's address or for the key's prefix: 429).",

@@ -277,6 +277,33 @@ export async function jobsWithUnsealedTargets(db: D1Database, limit: number): Pr
   return results.map(toJob);
 }
 
+/** A job's sealed targets (its own, or its steps') whose key is not `kid`: SQL over the spec, `?1` the key id. */
+const SEALED_UNDER_ANOTHER_KEY = `json_extract(spec, '$.target.secrets.kid') != ?1
+  OR EXISTS (SELECT 1 FROM json_each(spec, '$.steps') s WHERE json_extract(s.value, '$.target.secrets.kid') != ?1)`;
+
+/**
+ * Jobs, deleted ones included, with a target sealed under another key than `kid` (the ring's
+ * current one): what the re-seal after a key rotation has left. Reads the whole table, which
+ * only a sweep during a rotation does (src/reconcile/resealing.ts).
+ */
+export async function jobsSealedUnderAnotherKey(db: D1Database, kid: string, limit: number, after = ""): Promise<CatalogJob[]> {
+  const { results } = await guard("sealed under another key", () =>
+    db
+      .prepare(`SELECT * FROM jobs WHERE id > ?2 AND (${SEALED_UNDER_ANOTHER_KEY}) ORDER BY id LIMIT ?3`)
+      .bind(kid, after, limit)
+      .all<Row>(),
+  );
+  return results.map(toJob);
+}
+
+/** How many jobs hold a target sealed under another key than `kid`: the re-seal's progress. */
+export async function countSealedUnderAnotherKey(db: D1Database, kid: string): Promise<number> {
+  const row = await guard("count sealed under another key", () =>
+    db.prepare(`SELECT COUNT(*) AS n FROM jobs WHERE ${SEALED_UNDER_ANOTHER_KEY}`).bind(kid).first<{ n: number }>(),
+  );
+  return row?.n ?? 0;
+}
+
 /**
  * Replaces a job's spec as of the version it was read at (a change made meanwhile wins, and
  * this one is skipped), bumping the version so that shards take the new spec too.

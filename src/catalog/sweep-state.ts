@@ -17,6 +17,12 @@ export interface SweepState {
   pass: { shard: string; after: string; startedAt: number | null; completed: number };
   /** No target stored in clear remains: the sealing pass has nothing left to look for. */
   targetsSealed: boolean;
+  /**
+   * The re-seal after an ENCRYPTION_KEYS rotation: the key every sealed target was found sealed
+   * under (null: not yet), the last job id the round under way looked at, and how many jobs
+   * still held a target under another key when a round last ended (null: none has).
+   */
+  reseal: { under: string | null; after: string; remaining: number | null };
   /** The audit retention: the last tenant whose expired entries are gone ("": a round begins). */
   auditAfter: string;
   /** The last invocation that completed (null before one did): its start, its duration until this write, its repairs by kind. */
@@ -57,6 +63,11 @@ export async function readSweepState(db: D1Database): Promise<SweepState> {
       completed: r.passes_completed as number,
     },
     targetsSealed: r.targets_sealed === 1,
+    reseal: {
+      under: (r.resealed_under as string | null) ?? null,
+      after: (r.reseal_after as string | undefined) ?? "",
+      remaining: (r.reseal_remaining as number | null) ?? null,
+    },
     auditAfter: (r.audit_after as string | undefined) ?? "",
     last:
       (r.last_started_at ?? null) === null
@@ -74,7 +85,8 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
     db
       .prepare(
         `UPDATE sweep_state SET changes_at = ?, changes_id = ?, created_after = ?, pass_shard = ?, pass_after = ?, pass_started_at = ?,
-           passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ?, audit_after = ? WHERE id = 1`,
+           passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ?, audit_after = ?,
+           resealed_under = ?, reseal_after = ?, reseal_remaining = ? WHERE id = 1`,
       )
       .bind(
         s.changes.at,
@@ -89,6 +101,9 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
         s.last?.durationMs ?? null,
         s.last ? JSON.stringify(s.last.repairs) : null,
         s.auditAfter,
+        s.reseal.under,
+        s.reseal.after,
+        s.reseal.remaining,
       )
       .run(),
   );

@@ -3,6 +3,7 @@ import { retireAudit } from "./audit-retention";
 import { Meter, SWEEP_BUDGET, type SweepBudget } from "./budget";
 import { deliverChanges } from "./changes";
 import { continuePass } from "./pass";
+import { resealTargets } from "./resealing";
 import { sealOldTargets } from "./sealing";
 
 export interface SweepReport {
@@ -14,6 +15,8 @@ export interface SweepReport {
   /** Tombstones of deleted jobs removed from the catalog once their shard held nothing more of them. */
   tombstonesPurged: number;
   targetsSealed: number;
+  /** Targets sealed again under the current key after a rotation of ENCRYPTION_KEYS. */
+  targetsResealed: number;
   /** Audit entries past their retention, archived and removed from D1. */
   auditRetired: number;
   /** Rows of the change feed compared in this invocation. */
@@ -43,7 +46,8 @@ const STATE_WRITE = 1;
  * - the consistency pass, resumed from where the last invocation stopped: every shard's
  *   tenants' settings re-applied (a rotation or limit change it missed) and its alarm
  *   re-asserted (alarms can be lost or late), then every job compared with its shard, by id;
- * - until none is left, the sealing of targets stored in clear before sealing;
+ * - until none is left, the sealing of targets stored in clear before sealing, and after a
+ *   rotation of ENCRYPTION_KEYS, the re-sealing of targets under the new key (resealing.ts);
  * - the audit log's retention: entries past it archived and removed (audit-retention.ts).
  * Its place is kept in D1 (sweep_state), read once and written once per invocation.
  */
@@ -53,6 +57,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
   const now = Date.now();
   const state = await readSweepState(db);
   const targetsSealed = await sealOldTargets(env, db, meter, state, STATE_WRITE);
+  const targetsResealed = await resealTargets(env, db, meter, state, STATE_WRITE);
   // A small share: in the steady state it spends one query.
   const auditRetired = await retireAudit(env, db, meter, state, Math.floor((meter.d1Left - STATE_WRITE) / 5), now);
   // The feed may take half of what is left, so the pass always moves on.
@@ -80,6 +85,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     shardsThatRanDueWork: pass.shardsThatRanDueWork,
     tombstonesPurged: pass.purged,
     targetsSealed,
+    targetsResealed,
     auditRetired,
     changesCompared: changes.compared,
     changesCaughtUp: changes.caughtUp,

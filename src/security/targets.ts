@@ -28,6 +28,22 @@ export async function sealTarget(keys: string | undefined, target: Target, jobId
   };
 }
 
+/**
+ * A sealed target sealed again under the ring's current key (after a rotation put a new key
+ * first): the same secrets, the same job. A target already under the current key, or holding no
+ * secrets, comes back as it was. Throws when its key is no longer in the ring.
+ */
+export async function resealTarget(keys: string | undefined, target: StoredTarget, jobId: string): Promise<StoredTarget> {
+  const ring = await keyRing(keys);
+  if (target.secrets === null || target.secrets.kid === ring.current) return target;
+  return { ...target, secrets: await seal(ring, await open<TargetSecrets>(ring, target.secrets, jobId), jobId) };
+}
+
+/** The key id new values are sealed under (the first of ENCRYPTION_KEYS). */
+export async function currentKeyId(keys: string | undefined): Promise<string> {
+  return (await keyRing(keys)).current;
+}
+
 /** A job saved before targets were sealed holds its headers and body in clear, in the target itself. */
 type LegacyTarget = Target & { secrets?: never };
 const isLegacy = (target: StoredTarget | LegacyTarget): target is LegacyTarget => !("secrets" in target);

@@ -117,6 +117,7 @@ describe("schedulerSeries", () => {
     created: "",
     pass: { shard: "shard-1", after: "", startedAt: 1_700_000_000_000, completed: 12 },
     targetsSealed: true,
+    reseal: { under: null, after: "", remaining: 42 },
     auditAfter: "",
     last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 } },
   };
@@ -174,6 +175,7 @@ describe("schedulerSeries", () => {
       "edgecron_sweep_last_started_timestamp_seconds",
       "edgecron_sweep_duration_seconds",
       "edgecron_sweep_repairs",
+      "edgecron_targets_sealed_under_old_keys",
       "edgecron_sign_in_refusals_total",
     ];
     const tenantNames = families(false).map((f) => f.name);
@@ -193,6 +195,7 @@ describe("schedulerSeries", () => {
     expect(alarm.metrics[0]).toMatchObject({ count: "3", sum: String((4 + 80 + 400_000) / 1000) });
     expect(alarm.metrics[0]!.buckets).toMatchObject({ "0.01": "1", "0.05": "1", "0.1": "2", "300": "2", "+Inf": "3" });
     expect(sampleOf(fs, "edgecron_sweep_passes_completed_total")).toBe("12");
+    expect(sampleOf(fs, "edgecron_targets_sealed_under_old_keys")).toBe("42");
     expect(sampleOf(fs, "edgecron_sign_in_refusals_total", { reason: "invalid" })).toBe("12");
     expect(sampleOf(fs, "edgecron_sign_in_refusals_total", { reason: "throttled" })).toBe("980");
     expect(fs.find((f) => f.name === "edgecron_sweep_passes_completed_total")?.type).toBe("COUNTER");

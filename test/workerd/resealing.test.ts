@@ -1,0 +1,113 @@
+/**
+ * After ENCRYPTION_KEYS gets a new first key, the sweep seals every target again under it in the
+ * background (src/reconcile/resealing.ts), so the old key can be dropped; how many are left is
+ * what GET /metrics shows. Against the real D1 and shards in workerd.
+ */
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { readSweepState } from "../../src/catalog/sweep-state";
+import { sweep } from "../../src/reconcile/sweep";
+import { openTarget } from "../../src/security/targets";
+import type { Shard } from "../../src/shard/shard";
+import { api, createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
+
+/** A fresh 32-byte key under `kid`, as an ENCRYPTION_KEYS entry. */
+function keyEntry(kid: string): string {
+  return `${kid}:${btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))}`;
+}
+
+type SealedSpec = { target?: { secrets: { kid: string } | null }; steps?: Array<{ target: { secrets: { kid: string } | null } }> };
+
+/** The key ids of a job's sealed targets in D1, its version, and its spec. */
+async function stored(jobId: string) {
+  const row = await env.DB.prepare("SELECT spec, version FROM jobs WHERE id = ?").bind(jobId).first<{ spec: string; version: number }>();
+  const spec = JSON.parse(row!.spec) as SealedSpec;
+  const kids = [spec.target, ...(spec.steps ?? []).map((s) => s.target)].flatMap((t) => (t?.secrets ? [t.secrets.kid] : []));
+  return { kids, version: row!.version, spec };
+}
+
+const TARGET = { url: receiverPath("reseal"), headers: { Authorization: "Bearer reseal-secret" }, body: { keep: "me" } };
+
+describe("re-sealing after a rotation of ENCRYPTION_KEYS", () => {
+  it("seals every target and step again under the new first key, a page per sweep, and counts down to 0", async () => {
+    const jobs = [
+      await createJob({ schedule: FAR_CRON, target: TARGET }),
+      await createJob({ schedule: FAR_CRON, target: { ...TARGET, body: "two" } }),
+      await createJob({
+        schedule: FAR_CRON,
+        steps: [
+          { id: "a", target: { url: receiverPath("reseal-a"), headers: { "X-Key": "step-secret" } } },
+          { id: "b", after: ["a"], target: { url: receiverPath("reseal-b"), body: { step: "b" } } },
+        ],
+      }),
+    ];
+    const before = await Promise.all(jobs.map((j) => stored(j.id)));
+    for (const b of before) expect(new Set(b.kids)).toEqual(new Set(["t1"]));
+
+    // Nothing to do under the key everything is sealed with: the search runs once, then is skipped.
+    await sweep(env);
+    expect((await readSweepState(env.DB)).reseal).toMatchObject({ under: "t1", remaining: 0 });
+    expect((await sweep(env)).targetsResealed).toBe(0);
+
+    const rotated = { ...env, ENCRYPTION_KEYS: `${keyEntry("k2")},${env.ENCRYPTION_KEYS}` };
+    // A small budget: a page of jobs per sweep, so the round spans several sweeps.
+    let resealed = 0;
+    let sweeps = 0;
+    while ((await readSweepState(env.DB)).reseal.under !== "k2") {
+      expect(++sweeps, "sweeps").toBeLessThan(20);
+      resealed += (await sweep(rotated, { d1Queries: 6, shardCalls: 20 })).targetsResealed;
+    }
+    expect(sweeps).toBeGreaterThan(1);
+    expect(resealed).toBe(jobs.length);
+    expect((await readSweepState(env.DB)).reseal).toMatchObject({ under: "k2", remaining: 0 });
+
+    for (const [i, job] of jobs.entries()) {
+      const after = await stored(job.id);
+      expect(new Set(after.kids), job.id).toEqual(new Set(["k2"]));
+      expect(after.version).toBe(before[i]!.version + 1);
+    }
+    // The same secrets, opened with the new key alone.
+    const onlyNew = rotated.ENCRYPTION_KEYS.split(",")[0]!;
+    const first = (await stored(jobs[0]!.id)).spec.target as Parameters<typeof openTarget>[1];
+    expect(await openTarget(onlyNew, first, jobs[0]!.id)).toEqual({ headers: TARGET.headers, body: TARGET.body });
+    const steps = (await stored(jobs[2]!.id)).spec.steps as Array<{ target: Parameters<typeof openTarget>[1] }>;
+    expect(await openTarget(onlyNew, steps[0]!.target, jobs[2]!.id)).toEqual({ headers: { "X-Key": "step-secret" } });
+
+    // The change feed hands each new version to its shard.
+    await sweep(rotated);
+    for (const job of jobs) {
+      const kid = await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+        const spec = JSON.parse(state.storage.sql.exec("SELECT spec FROM jobs WHERE id = ?", job.id).one().spec as string) as SealedSpec;
+        return (spec.target ?? spec.steps![0]!.target).secrets!.kid;
+      });
+      expect(kid, job.id).toBe("k2");
+    }
+    // Done: later sweeps do not search again.
+    expect((await sweep(rotated)).targetsResealed).toBe(0);
+  });
+
+  it("a target whose key already left the ring stays counted, and the round goes on past it", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: TARGET });
+    await sweep(env);
+    // A ring without t1: this job (and those of the test above, under k2) cannot be opened.
+    const lost = { ...env, ENCRYPTION_KEYS: keyEntry("k3") };
+    const report = await sweep(lost);
+    expect(report.targetsResealed).toBe(0);
+    const state = await readSweepState(env.DB);
+    expect(state.reseal.under).toBeNull();
+    expect(state.reseal.remaining).toBeGreaterThanOrEqual(1);
+    expect((await stored(job.id)).kids).toEqual(["t1"]);
+    // The metrics show what is left.
+    const metrics = await (await api("/metrics")).text();
+    expect(metrics).toContain(`edgecron_targets_sealed_under_old_keys ${state.reseal.remaining}`);
+
+    // With t1 back in the ring, behind k3, this job is re-sealed under k3.
+    const k3 = lost.ENCRYPTION_KEYS;
+    const fixed = { ...env, ENCRYPTION_KEYS: `${k3},${env.ENCRYPTION_KEYS}` };
+    for (let i = 0; i < 5 && (await readSweepState(env.DB)).reseal.under !== "k3"; i++) await sweep(fixed);
+    expect((await stored(job.id)).kids).toEqual(["k3"]);
+    const after = await readSweepState(env.DB);
+    // The first test's jobs are under k2, which this ring lacks: they are what remains.
+    expect(after.reseal.remaining).toBeGreaterThan(0);
+  });
+});
