@@ -142,8 +142,8 @@ export interface VerifyRequestInput {
   /** The full URL the request arrived at, query included (behind a proxy: the public one). */
   url: string;
   headers: HeaderSource;
-  /** The exact request body as received ("" when none). */
-  body: string;
+  /** The exact request body as received ("" when none): its text, or its bytes (a binary body). */
+  body: string | Uint8Array;
   /** The secrets to accept, e.g. [current] or, mid-rotation, [current, next]. */
   secrets: string[];
   /** Clock skew allowed on issued-at and expiry, in seconds: default 30. */
@@ -188,7 +188,8 @@ export async function verifyRequest(input: VerifyRequestInput): Promise<VerifyRe
   if (!Array.isArray(secrets) || secrets.length === 0 || secrets.some((s) => typeof s !== "string" || s === "")) {
     throw new TypeError("verifyRequest: secrets must be a non-empty array of non-empty strings");
   }
-  if (typeof body !== "string") throw new TypeError("verifyRequest: body must be the raw body string");
+  if (typeof body !== "string" && !(body instanceof Uint8Array))
+    throw new TypeError("verifyRequest: body must be the raw body, text or bytes");
   let sentTo: URL;
   try {
     sentTo = new URL(url);
@@ -197,7 +198,8 @@ export async function verifyRequest(input: VerifyRequestInput): Promise<VerifyRe
   }
   const header = headerOf(headers, REQUEST_SIGNATURE_HEADER);
   if (!header) {
-    if (!acceptLegacy) return { ok: false, reason: "missing_header" };
+    // The first scheme signs text only: a binary body comes with V2 alone.
+    if (!acceptLegacy || typeof body !== "string") return { ok: false, reason: "missing_header" };
     const legacy = await verifySignature({
       header: headerOf(headers, SIGNATURE_HEADER),
       runId: headerOf(headers, "X-Edgecron-Run-Id"),
@@ -289,8 +291,8 @@ function toBase64url(bytes: Uint8Array): string {
   return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
-async function sha256(body: string): Promise<string> {
-  return toBase64url(new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(body))));
+async function sha256(body: string | Uint8Array): Promise<string> {
+  return toBase64url(new Uint8Array(await crypto.subtle.digest("SHA-256", typeof body === "string" ? encoder.encode(body) : body)));
 }
 
 /** The same URL once parsed: `http://h/p?q` and `HTTP://H:80/p?q` are one; a changed path or query is not. */

@@ -3999,6 +3999,7 @@ export interface components {
             headerNames: string[];
             /** @description A string is sent as is; JSON is sent as application/json. Stored encrypted. */
             body?: string | unknown[] | Record<string, unknown>;
+            bodyBase64?: string;
         };
         StepView: {
             id: string;
@@ -4162,6 +4163,8 @@ export interface components {
             };
             /** @description A string is sent as is; JSON is sent as application/json. Stored encrypted. */
             body?: string | unknown[] | Record<string, unknown>;
+            /** @description A binary body, base64-encoded: sent as those bytes (application/octet-stream unless a Content-Type header says otherwise). Stored encrypted. Instead of `body`. */
+            bodyBase64?: string;
         };
         Step: {
             /** @example extract */

@@ -176,8 +176,11 @@ type PreparedRequest = Awaited<ReturnType<typeof buildRequest>>;
 async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
   const secrets = await openTarget(ctx.encryptionKeys, order.target, order.jobId);
   const headers = new Headers(secrets.headers);
-  let body: string | undefined;
-  if (typeof secrets.body === "string") body = secrets.body;
+  let body: string | Uint8Array | undefined;
+  if (secrets.bodyBase64 !== undefined) {
+    body = Uint8Array.from(atob(secrets.bodyBase64), (c) => c.charCodeAt(0));
+    if (!headers.has("content-type")) headers.set("content-type", "application/octet-stream");
+  } else if (typeof secrets.body === "string") body = secrets.body;
   else if (secrets.body !== undefined || (order.input !== undefined && order.target.method !== "GET")) {
     // A workflow step without a body of its own is sent its parents' results (a GET sends none).
     body = secrets.body !== undefined ? JSON.stringify(secrets.body) : order.input;
@@ -190,13 +193,15 @@ async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
   const { current, next } = await signingSecrets(ctx.signingSecret, order.tenantId, order.signingGeneration);
   const idempotencyKey = headers.get("Idempotency-Key") ?? order.runId;
   /** Signed per hop: each hop's URL, method and body (a redirect may change all three). */
-  const sign = async (method: string, sent: string | undefined, url: string) => {
+  const sign = async (method: string, sent: string | Uint8Array | undefined, url: string) => {
     const now = Date.now();
     const signed = { method, url, body: sent, runId: order.runId, attempt: order.attempt, idempotencyKey };
     headers.set(REQUEST_SIGNATURE_HEADER, await requestSignature([current, next], signed, now));
-    // The first scheme, while the tenant keeps it (docs/security.md#verify-signatures).
-    if (order.legacySignature !== false)
+    // The first scheme, while the tenant keeps it (docs/security.md#verify-signatures); it signs
+    // text only, so a binary body carries V2 alone.
+    if (order.legacySignature !== false && !(sent instanceof Uint8Array)) {
       headers.set(SIGNATURE_HEADER, await signatureHeader([current, next], order.runId, sent ?? "", now));
+    }
     // QStash's JWT, signed with the current key as QStash signs; its Receiver tries the next key too.
     if (meta) headers.set(UPSTASH_SIGNATURE, await upstashSignature(current, url, sent, now));
   };

@@ -15,7 +15,7 @@ export interface SentRequest {
   url: string;
   method: string;
   headers: Record<string, string>;
-  body: string;
+  body: string | Uint8Array;
 }
 
 /**

@@ -19,6 +19,7 @@ export const RESERVED_HEADERS = [
   "x-edgecron-complete-url",
   "x-edgecron-step",
   "edgecron-signature",
+  "edgecron-signature-v2",
 ];
 
 /** Bounds on what a target may carry, checked before anything is stored. */
@@ -89,10 +90,18 @@ export const TargetSchema = z
       .refine((b) => jsonDepth(b) <= TARGET_LIMITS.bodyDepth, `may nest at most ${TARGET_LIMITS.bodyDepth} levels deep`)
       .optional()
       .openapi({ description: "A string is sent as is; JSON is sent as application/json. Stored encrypted." }),
+    bodyBase64: z.base64({ error: "must be base64 (the standard alphabet, padded)" }).optional().openapi({
+      description:
+        "A binary body, base64-encoded: sent as those bytes (application/octet-stream unless a Content-Type header says otherwise). Stored encrypted. Instead of `body`.",
+    }),
   })
   .superRefine((t, ctx) => {
-    if (t.body !== undefined && t.method === "GET") {
-      ctx.addIssue({ code: "custom", message: "a GET request has no body", path: ["body"] });
+    for (const field of ["body", "bodyBase64"] as const) {
+      if (t[field] !== undefined && t.method === "GET")
+        ctx.addIssue({ code: "custom", message: "a GET request has no body", path: [field] });
+    }
+    if (t.body !== undefined && t.bodyBase64 !== undefined) {
+      ctx.addIssue({ code: "custom", message: "give body or bodyBase64, not both", path: ["bodyBase64"] });
     }
   })
   .openapi("Target");
@@ -102,6 +111,8 @@ export type Target = z.infer<typeof TargetSchema>;
 export interface TargetSecrets {
   headers?: Record<string, string>;
   body?: Target["body"];
+  /** A binary body (`Target.bodyBase64`). */
+  bodyBase64?: string;
 }
 
 /** A target as stored: what routing and display need in the clear, the rest sealed. */
@@ -121,6 +132,7 @@ export const TargetViewSchema = z
     method: z.enum(HTTP_METHODS),
     headerNames: z.array(z.string()),
     body: TargetSchema.shape.body,
+    bodyBase64: z.string().optional(),
   })
   .openapi("TargetView");
 export type TargetView = z.infer<typeof TargetViewSchema>;

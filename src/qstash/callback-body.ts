@@ -17,7 +17,7 @@ export interface SourceMessage {
   url: string;
   method: string;
   headers: Record<string, string>;
-  body: string;
+  body: string | Uint8Array;
   attempt: number;
   createdAt: number;
   notBefore?: number;
@@ -27,9 +27,10 @@ export interface SourceMessage {
 
 const utf8 = new TextEncoder();
 
-export function base64(text: string): string {
+/** Text as its UTF-8 bytes, or bytes as they are, base64-encoded. */
+export function base64(value: string | Uint8Array): string {
   let binary = "";
-  for (const b of utf8.encode(text)) binary += String.fromCharCode(b);
+  for (const b of typeof value === "string" ? utf8.encode(value) : value) binary += String.fromCharCode(b);
   return btoa(binary);
 }
 

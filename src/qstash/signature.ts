@@ -11,7 +11,7 @@ import { base64url } from "../security/signing";
 export const UPSTASH_SIGNATURE = "Upstash-Signature";
 const VALID_FOR_S = 300;
 
-export async function upstashSignature(key: string, url: string, body: string | undefined, nowMs: number): Promise<string> {
+export async function upstashSignature(key: string, url: string, body: string | Uint8Array | undefined, nowMs: number): Promise<string> {
   const now = Math.floor(nowMs / 1000);
   const jti = `jwt_${base64url(crypto.getRandomValues(new Uint8Array(16)))}`;
   return sign({ iss: "Upstash", sub: url, iat: now, nbf: now, exp: now + VALID_FOR_S, jti, body: await bodyDigest(body) }, key, "HS256");

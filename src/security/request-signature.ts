@@ -18,14 +18,16 @@ const HEADER = base64url(encoder.encode(JSON.stringify({ alg: "HS256", typ: "JWT
 export interface SignedRequest {
   method: string;
   url: string;
-  body: string | undefined;
+  body: string | Uint8Array | undefined;
   runId: string;
   attempt?: number;
   idempotencyKey: string;
 }
 
-export async function bodyDigest(body: string | undefined): Promise<string> {
-  return base64url(new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(body ?? ""))));
+/** base64url(SHA-256(body)): of text's UTF-8 bytes, of bytes as they are, of nothing when there is no body. */
+export async function bodyDigest(body: string | Uint8Array | undefined): Promise<string> {
+  const bytes = typeof body === "string" || body === undefined ? encoder.encode(body ?? "") : body;
+  return base64url(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)));
 }
 
 /** The header's value: one token per secret, the same claims (and jti) in each, ", " between. */

@@ -20,6 +20,7 @@ export async function sealTarget(keys: string | undefined, target: Target, jobId
   const secrets: TargetSecrets = {};
   if (target.headers && Object.keys(target.headers).length > 0) secrets.headers = target.headers;
   if (target.body !== undefined) secrets.body = target.body;
+  if (target.bodyBase64 !== undefined) secrets.bodyBase64 = target.bodyBase64;
   return {
     url: target.url,
     method: target.method,
@@ -64,11 +65,18 @@ export async function openTarget(keys: string | undefined, target: StoredTarget 
  */
 export async function viewTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetView> {
   const headerNames = headerNamesOf(target);
-  let body: TargetSecrets["body"];
+  let opened: TargetSecrets = {};
   try {
-    body = (await openTarget(keys, target, jobId)).body;
+    opened = await openTarget(keys, target, jobId);
   } catch (err) {
     console.error(`job ${jobId}: target body not shown: ${(err as Error).message}`);
   }
-  return { url: target.url, method: target.method, headerNames, ...(body !== undefined && { body }) };
+  const { body, bodyBase64 } = opened;
+  return {
+    url: target.url,
+    method: target.method,
+    headerNames,
+    ...(body !== undefined && { body }),
+    ...(bodyBase64 !== undefined && { bodyBase64 }),
+  };
 }

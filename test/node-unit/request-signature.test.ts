@@ -29,7 +29,7 @@ async function received(
     "Idempotency-Key": request.idempotencyKey,
     "X-Edgecron-Attempt": String(request.attempt),
   });
-  return { method: request.method, url: request.url, headers, body: request.body ?? "" };
+  return { method: request.method, url: request.url, headers, body: (request.body as string | undefined) ?? "" };
 }
 
 const check = (input: Omit<VerifyRequestInput, "secrets">, extra: Partial<VerifyRequestInput> = {}) =>

@@ -6,5 +6,7 @@ export interface Hit {
   url: string;
   headers: Record<string, string>;
   body: string;
+  /** The body's bytes, base64: what a binary body was. */
+  bodyBase64: string;
   receivedAt: number;
 }

@@ -53,6 +53,7 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
         url: `http://${req.headers.host}${req.url ?? "/"}`,
         headers: Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)])),
         body: Buffer.concat(chunks).toString("utf8"),
+        bodyBase64: Buffer.concat(chunks).toString("base64"),
         receivedAt,
       });
       hits.set(name, list);

@@ -149,6 +149,44 @@ describe("signatures", () => {
     expect(entries.map((e) => e.change.after)).toEqual([{ schemes: ["v2"] }, { schemes: ["v2", "v1"] }]);
   });
 
+  it("a binary body (bodyBase64) is sent as its bytes and signed over them, with V2 alone", async () => {
+    const bytes = Uint8Array.from([0, 255, 1, 128, 0xc3, 0x28, 10, 13, 0]);
+    const bodyBase64 = btoa(String.fromCharCode(...bytes));
+    const url = receiverPath("binary");
+    // The default tenant keeps the first scheme, which signs text only.
+    const job = await createJob({ schedule: FAR_CRON, target: { url, bodyBase64 } });
+    expect(job.target).toMatchObject({ bodyBase64 });
+    const runId = await trigger(job);
+    await waitForRun(runId, ["succeeded"]);
+    const hit = await hitOfRun(url, runId);
+    expect(hit.bodyBase64).toBe(bodyBase64);
+    expect(hit.headers["content-type"]).toBe("application/octet-stream");
+    expect(hit.headers["edgecron-signature"]).toBeUndefined();
+    const keys = await signingKeys();
+    const received = { method: hit.method, url: hit.url, headers: hit.headers, secrets: [keys.current] };
+    expect(await verifyRequest({ ...received, body: bytes })).toMatchObject({ ok: true, scheme: "v2" });
+    // Its bytes, not their decoding as text (U+FFFD in place of each invalid byte).
+    expect(await verifyRequest({ ...received, body: hit.body })).toEqual({ ok: false, reason: "body_mismatch" });
+  });
+
+  it.each([
+    [{ bodyBase64: "not base64!" }, "bodyBase64", "base64"],
+    [{ bodyBase64: "AAEC", body: "text" }, "bodyBase64", "not both"],
+    [{ bodyBase64: "AAEC", method: "GET" }, "bodyBase64", "a GET request has no body"],
+  ])("refuses a binary body given wrongly (%j): 400 naming %s, nothing created", async (target, field, reason) => {
+    const name = `bad-binary-${crypto.randomUUID()}`;
+    const res = await api("/v1/jobs", {
+      method: "POST",
+      json: { name, schedule: FAR_CRON, target: { url: receiverPath("never"), ...target } },
+    });
+    expect(res.status).toBe(400);
+    const text = await res.text();
+    expect(text).toContain(`target.${field}`);
+    expect(text).toContain(reason);
+    const listed = (await (await api("/v1/jobs?limit=200")).json()) as { items: Job[] };
+    expect(listed.items.map((j) => j.name)).not.toContain(name);
+  });
+
   it("refuses a setting that is not a boolean, and changes nothing", async () => {
     const tenant = await createTenant();
     const res = await tenant.api("/v1/signing-keys", { method: "PATCH", json: { legacySignature: "no" } });

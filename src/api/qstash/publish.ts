@@ -5,7 +5,7 @@ import { parseDestination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import { parseMessageHeaders } from "../../qstash/headers";
 import type { AppEnv } from "../context";
-import { bodyText, callerIpOf, restOfPath } from "./request";
+import { bodyText, callerIpOf, messageBody, restOfPath } from "./request";
 
 /** POST /v2/publish/{destination}, /v2/enqueue/{queue}/{destination}, /v2/batch. */
 export const publishing = new Hono<AppEnv>();
@@ -18,7 +18,7 @@ publishing.post("/publish/*", async (c) => {
   const request: PublishRequest = {
     destination: parseDestination(rest, search),
     options: parseMessageHeaders(c.req.raw.headers, Date.now()),
-    body: await bodyText(c),
+    body: await messageBody(c),
     callerIp: callerIpOf(c),
   };
   const [answer] = await publish(c.env, c.var.caller, [request]);
@@ -33,7 +33,7 @@ publishing.post("/enqueue/:queue/*", async (c) => {
   const request: PublishRequest = {
     destination: parseDestination(rest, search),
     options: parseMessageHeaders(c.req.raw.headers, Date.now()),
-    body: await bodyText(c),
+    body: await messageBody(c),
     queueName: queue,
     callerIp: callerIpOf(c),
   };

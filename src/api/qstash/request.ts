@@ -5,7 +5,20 @@ import { QstashInputError } from "../../qstash/errors";
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-/** The body as text: a message is delivered as the text it was published with. */
+/**
+ * A message's body: its text, or, when it is not UTF-8, its bytes (delivered as they came, kept
+ * as the target's `bodyBase64`).
+ */
+export async function messageBody(c: Context): Promise<string | Uint8Array> {
+  const bytes = await c.req.arrayBuffer();
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    return new Uint8Array(bytes);
+  }
+}
+
+/** A body that must be text (JSON of a batch, a queue, a URL group). */
 export async function bodyText(c: Context): Promise<string> {
   const bytes = await c.req.arrayBuffer();
   try {

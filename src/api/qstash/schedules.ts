@@ -4,7 +4,7 @@ import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, upsertSchedu
 import { parseDestination } from "../../qstash/destination";
 import { parseMessageHeaders } from "../../qstash/headers";
 import type { AppEnv } from "../context";
-import { bodyText, callerIpOf, restOfPath } from "./request";
+import { callerIpOf, messageBody, restOfPath } from "./request";
 
 /** /v2/schedules: create or upsert, list, get, delete, pause and resume (PATCH, as the SDK sends, and POST). */
 export const schedules = new Hono<AppEnv>();
@@ -38,7 +38,7 @@ schedules.post("/schedules/*", async (c) => {
   const answer = await upsertSchedule(c.env, c.var.caller, {
     destination: parseDestination(rest, search),
     options: parseMessageHeaders(c.req.raw.headers, Date.now()),
-    body: await bodyText(c),
+    body: await messageBody(c),
     callerIp: callerIpOf(c),
   });
   return c.json(answer, 200);

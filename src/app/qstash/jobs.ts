@@ -1,6 +1,7 @@
 import { ApiError } from "../../api/errors";
 import type { CatalogJob } from "../../catalog/jobs";
 import type { FlowControl } from "../../model/flow-control";
+import { base64 } from "../../qstash/callback-body";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
 import type { QstashMeta } from "../../qstash/meta";
@@ -17,7 +18,8 @@ import { queueGroup } from "./queue-groups";
 export interface JobDraft {
   url: string;
   options: MessageOptions;
-  body: string;
+  /** Text, or bytes when the publish's body was not UTF-8. */
+  body: string | Uint8Array;
   schedule: { at: string } | { cron: string; timezone?: string };
   meta: QstashMeta;
   name: string | null;
@@ -60,7 +62,7 @@ export function flowControlOf(draft: Pick<JobDraft, "options" | "queue">): FlowC
 
 export function jobInput(draft: JobDraft) {
   const { options, body } = draft;
-  if (options.method === "GET" && body !== "")
+  if (options.method === "GET" && body.length > 0)
     throw new QstashInputError("Upstash-Method", "a GET request has no body; send none, or another method");
   const flowControl = flowControlOf(draft);
   return {
@@ -71,7 +73,7 @@ export function jobInput(draft: JobDraft) {
       url: draft.url,
       method: options.method,
       ...(Object.keys(options.headers).length > 0 && { headers: options.headers }),
-      ...(body !== "" && { body }),
+      ...(typeof body === "string" ? body !== "" && { body } : body.length > 0 && { bodyBase64: base64(body) }),
     },
     retry: QSTASH_RETRY(options.retries),
     // QStash retries each message on its own schedule: no circuit breaker holds a message

@@ -14,6 +14,8 @@ async function opened(env: Env, job: CatalogJob) {
   const target = job.spec.target!;
   const secrets = await openTarget(env.ENCRYPTION_KEYS, target, job.id);
   const header = Object.fromEntries(Object.entries(secrets.headers ?? {}).map(([k, v]) => [k, [v]]));
+  // A binary body shows as QStash shows one: base64, in `bodyBase64`.
+  if (secrets.bodyBase64 !== undefined) return { header, bodyBase64: secrets.bodyBase64 };
   const body = secrets.body === undefined ? undefined : typeof secrets.body === "string" ? secrets.body : JSON.stringify(secrets.body);
   return { header, body };
 }

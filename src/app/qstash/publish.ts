@@ -1,4 +1,5 @@
 import { dedupHits, getQueueRow, getTopicRow, recordDedup } from "../../catalog/qstash";
+import { base64 } from "../../qstash/callback-body";
 import type { Destination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
@@ -18,7 +19,7 @@ import { tenantOf } from "./tenant";
 export interface PublishRequest {
   destination: Destination;
   options: MessageOptions;
-  body: string;
+  body: string | Uint8Array;
   /** /v2/enqueue/{queue}, or a batch item's `queue`. */
   queueName?: string;
   callerIp?: string;
@@ -72,7 +73,8 @@ async function dedupIdOf(request: PublishRequest): Promise<string | undefined> {
   if (options.deduplicationId !== undefined) return `id:${options.deduplicationId}`;
   if (!options.contentBasedDeduplication) return undefined;
   const dest = "url" in request.destination ? request.destination.url : `topic:${request.destination.topic}`;
-  return `content:${await bodyDigest(JSON.stringify([dest, request.options.headers, request.body]))}`;
+  const body = typeof request.body === "string" ? request.body : { base64: base64(request.body) };
+  return `content:${await bodyDigest(JSON.stringify([dest, request.options.headers, body]))}`;
 }
 
 async function plan(env: Env, tenantId: string, request: PublishRequest, now: number): Promise<Planned> {

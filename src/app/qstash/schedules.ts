@@ -19,7 +19,7 @@ import { tenantOf } from "./tenant";
 export interface ScheduleRequest {
   destination: Destination;
   options: MessageOptions;
-  body: string;
+  body: string | Uint8Array;
   callerIp?: string;
 }
 
