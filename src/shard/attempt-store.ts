@@ -3,7 +3,7 @@ import { latestAttemptOf, toAttempt, toRun } from "./rows";
 
 /**
  * The SQL of runs' attempts: the latest on its run's row (the `a_*` columns), earlier ones in
- * `attempts` (moved there when the next begins: `ShardStore.writeRun`), both in the view
+ * `attempts` (moved there when the next begins: `writeRunStep` in run-writes.ts), both in the view
  * `attempt_log`.
  */
 export class AttemptStore {

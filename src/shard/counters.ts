@@ -15,7 +15,7 @@ import type { RunEvent } from "../model/run-states";
 import { countLag } from "../protocol/alarm-lag";
 import type { RunRow } from "../protocol/stored-rows";
 import { addTotals, countFireLag, noTotals, type ShardTotals } from "../protocol/totals";
-import type { AttemptChange, MovedRun } from "./store";
+import type { AttemptChange, MovedRun } from "./run-writes";
 
 export class ShardCounters {
   /** The totals as last written or read back; undefined until read, once per object. */

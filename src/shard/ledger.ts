@@ -2,18 +2,20 @@ import { breakerKey } from "../gate/breaker";
 import { newCompletionToken } from "../model/ids";
 import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "../model/run-states";
-import { type Dispatch, type KeyedDispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
+import { type Dispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
 import { type Answer, done, refuse } from "../protocol/shard-rpc";
 import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import { deliveryAllowance, MAX_REDISPATCHES } from "./leases";
+import type { DispatchOutbox, Settled } from "./ledger-ports";
 import { runOrder, signingOf } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
 import { type RunMoveHooks, RunMoves } from "./run-moves";
 import { stoppedFor, stoppedReason } from "./run-stops";
-import type { AttemptChange, RunChanges, ShardStore } from "./store";
+import type { AttemptChange, RunChanges } from "./run-writes";
+import type { ShardStore } from "./store";
 
 /** The job's timeout when its row is gone (job rows outlive deletion, so this is a fallback only). */
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -24,27 +26,6 @@ const LEASE_ROWS_PER_TICK = 10;
 
 /** What a leased attempt's order is made of. */
 type LeasedRun = Pick<RunRow, "id" | "fence" | "jobId" | "attempt" | "scheduledAt" | "parentRunId">;
-
-/** What a settled outcome says, whoever reported it: the consumer, or the target itself. */
-export interface Settled {
-  ok: boolean;
-  status: number | null;
-  error: string | null;
-  retryAfterMs?: number;
-  result?: string | null;
-  kind?: FailureKind;
-  /** When the consumer started the request (a consumer's report only). */
-  startedAt?: number;
-}
-
-/** What the ledger needs of dispatch (dispatch.ts): to send after commit, and to take back what the Queue has not taken yet. */
-export interface DispatchOutbox {
-  send(dispatch: KeyedDispatch): void;
-  /** The job's dispatches not yet taken by the Queue. */
-  unsentOf(jobId: string): Dispatch[];
-  /** Drops a dispatch not yet taken by the Queue: it will not be sent. */
-  withdraw(dispatch: Dispatch): void;
-}
 
 /**
  * The run ledger: the only writer of run and attempt transitions. Every verb here is one step

@@ -1,6 +1,7 @@
 import { FINAL_STATES, IN_FLIGHT_STATES, type RunEvent, transition } from "../model/run-states";
 import type { RunRow } from "../protocol/stored-rows";
-import type { AttemptChange, MovedRun, RunChanges, ShardStore } from "./store";
+import type { AttemptChange, MovedRun, RunChanges } from "./run-writes";
+import type { ShardStore } from "./store";
 
 /** Who hears of a run's steps, within the step's own transaction, after its row is written. */
 export interface RunMoveHooks {

@@ -1,0 +1,25 @@
+import type { FailureKind } from "../model/run-states";
+import type { Dispatch, KeyedDispatch } from "../protocol/queue-messages";
+
+/** What the run ledger (ledger.ts) takes from the rest of the shard: outcomes as settled, and the outbox dispatches go out through. */
+
+/** What a settled outcome says, whoever reported it: the consumer, or the target itself. */
+export interface Settled {
+  ok: boolean;
+  status: number | null;
+  error: string | null;
+  retryAfterMs?: number;
+  result?: string | null;
+  kind?: FailureKind;
+  /** When the consumer started the request (a consumer's report only). */
+  startedAt?: number;
+}
+
+/** What the ledger needs of dispatch (dispatch.ts): to send after commit, and to take back what the Queue has not taken yet. */
+export interface DispatchOutbox {
+  send(dispatch: KeyedDispatch): void;
+  /** The job's dispatches not yet taken by the Queue. */
+  unsentOf(jobId: string): Dispatch[];
+  /** Drops a dispatch not yet taken by the Queue: it will not be sent. */
+  withdraw(dispatch: Dispatch): void;
+}
