@@ -10,6 +10,7 @@ import { TRIGGER_KEY } from "../model/ids";
 import { BackfillSchema, CreateJobSchema, Instant, JobSchema, PatchJobSchema } from "../model/job";
 import { RunSchema } from "../model/run";
 import { MAX_BACKFILL } from "../protocol/shard-rpc";
+import { viewNotify } from "../security/notify-urls";
 import { viewTarget } from "../security/targets";
 import type { AppContext, AppEnv } from "./context";
 import {
@@ -110,14 +111,18 @@ async function answerJob<S extends 200 | 201>(c: AppContext, state: JobState, st
   return c.json(await present(c, state), status);
 }
 
-/** A job's target (or each step's) is shown with its body opened and header names only (see viewTarget). */
+/**
+ * A job's target (or each step's) is shown with its URL and body opened and header names only
+ * (see viewTarget); its notification URL opened too.
+ */
 export async function present(c: AppContext, { job, runtime }: JobState) {
   const keys = c.env.ENCRYPTION_KEYS;
   const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id));
   const steps =
     job.spec.steps &&
     (await Promise.all(job.spec.steps.map(async (step) => ({ ...step, target: await viewTarget(keys, step.target, job.id) }))));
-  return presentJob(job, { target, steps }, runtime);
+  const notify = job.spec.notify && (await viewNotify(keys, job.spec.notify, job.tenantId));
+  return presentJob(job, { target, steps, notify }, runtime);
 }
 
 // ---- read ----

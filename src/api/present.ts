@@ -1,6 +1,6 @@
 import type { CatalogJob } from "../catalog/jobs";
 import { chainedFromOf } from "../model/ids";
-import type { Job, StepView, TargetView } from "../model/job";
+import type { Job, Notify, StepView, TargetView } from "../model/job";
 import type { Run } from "../model/run";
 import type { RunView } from "../protocol/shard-rpc";
 import type { AttemptRow } from "../protocol/stored-rows";
@@ -10,10 +10,10 @@ import { resultValue } from "../workflow/steps";
 const iso = (ms: number) => new Date(ms).toISOString();
 const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
 
-/** A job as the API shows it: the catalog's definition, its target as shown, and the shard's runtime view. */
+/** A job as the API shows it: the catalog's definition, its sealed parts as shown, and the shard's runtime view. */
 export function presentJob(
   job: CatalogJob,
-  shown: { target?: TargetView; steps?: StepView[] },
+  shown: { target?: TargetView; steps?: StepView[]; notify?: Notify },
   runtime: { nextRunAt: number | null; completed: boolean } | undefined,
 ): Job {
   const nextRunAt = runtime?.nextRunAt ?? null;
@@ -25,6 +25,7 @@ export function presentJob(
     description: describeSchedule(job.spec.schedule),
     target: shown.target,
     steps: shown.steps,
+    notify: shown.notify,
     paused: job.paused,
     pausedReason: job.pausedReason,
     completed: runtime?.completed ?? false,

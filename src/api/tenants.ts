@@ -3,6 +3,7 @@ import { changeTenant, createTenant, listTenants, loadTenant } from "../app/tena
 import type { Tenant } from "../catalog/tenants";
 import { pageOf, Text } from "../model/common";
 import { NotifySchema } from "../model/job";
+import { viewNotify } from "../security/notify-urls";
 import type { AppEnv } from "./context";
 import { AUTHENTICATED, adminOnly, badCursor, idTooLong, invalid, JSON_BODY, tenantNotFound } from "./error-cases";
 import { bearer, errors, json, jsonBody, tenantParam } from "./route-parts";
@@ -53,11 +54,12 @@ const TenantSchema = z
 
 const badId = idTooLong(100);
 
-const presentTenant = (t: Tenant) => ({
+/** A tenant as the API shows it: its notification URL opened (it is sealed at rest). */
+const presentTenant = async (env: Env, t: Tenant) => ({
   id: t.id,
   name: t.name,
   limits: t.limits,
-  notify: t.notify,
+  notify: t.notify && (await viewNotify(env.ENCRYPTION_KEYS, t.notify, t.id)),
   createdAt: new Date(t.createdAt).toISOString(),
 });
 
@@ -92,7 +94,7 @@ tenants.openapi(
   }),
   async (c) => {
     const { tenant, key } = await createTenant(c.env, c.var.caller, c.req.valid("json") ?? {});
-    return c.json({ ...presentTenant(tenant), apiKey: key.apiKey, keyId: key.id }, 201);
+    return c.json({ ...(await presentTenant(c.env, tenant)), apiKey: key.apiKey, keyId: key.id }, 201);
   },
 );
 
@@ -111,7 +113,8 @@ tenants.openapi(
   }),
   async (c) => {
     const page = await listTenants(c.env, c.var.caller, c.req.valid("query"));
-    return c.json({ items: page.items.map(presentTenant), nextCursor: page.nextCursor }, 200);
+    const items = await Promise.all(page.items.map((t) => presentTenant(c.env, t)));
+    return c.json({ items, nextCursor: page.nextCursor }, 200);
   },
 );
 
@@ -125,7 +128,7 @@ tenants.openapi(
     request: { params: tenantParam },
     responses: { 200: json(TenantSchema, "the tenant"), ...errors(badId, tenantNotFound, AUTHENTICATED) },
   }),
-  async (c) => c.json(presentTenant(await loadTenant(c.env, c.var.caller, c.req.valid("param").id)), 200),
+  async (c) => c.json(await presentTenant(c.env, await loadTenant(c.env, c.var.caller, c.req.valid("param").id)), 200),
 );
 
 tenants.openapi(
@@ -159,5 +162,6 @@ tenants.openapi(
       ...errors(invalid("(body)", "give limits or notify"), JSON_BODY, adminOnly, badId, tenantNotFound, AUTHENTICATED),
     },
   }),
-  async (c) => c.json(presentTenant(await changeTenant(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
+  async (c) =>
+    c.json(await presentTenant(c.env, await changeTenant(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
 );

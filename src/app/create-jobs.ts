@@ -194,7 +194,7 @@ async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: numb
       // The schema let exactly one of them through.
       ...(target && { target: await acceptTarget(env, target, id) }),
       ...(steps && { steps: await acceptSteps(env, steps, id) }),
-      ...(fields.notify && { notify: acceptNotify(env, fields.notify) }),
+      ...(fields.notify && { notify: await acceptNotify(env, fields.notify, tenantId) }),
     },
     paused: false,
     pausedReason: null,

@@ -180,7 +180,7 @@ async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<t
     ["flowControl", flowControl],
     ["retention", retention],
     ["pauseAfterFailures", pauseAfterFailures],
-    ["notify", notify && acceptNotify(env, notify)],
+    ["notify", notify && (await acceptNotify(env, notify, current.tenantId))],
     ["onSuccess", onSuccess],
     ["onFailure", onFailure],
   ] as const) {

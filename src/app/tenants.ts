@@ -58,11 +58,12 @@ export async function createTenant(
   input: { name?: string | undefined; limits?: LimitsChange | undefined; notify?: Notify | undefined },
 ): Promise<{ tenant: Tenant; key: MintedKey }> {
   requireAdmin(caller);
+  const id = newTenantId();
   const tenant: Tenant = {
-    id: newTenantId(),
+    id,
     name: input.name ?? null,
     limits: { ...DEFAULT_LIMITS, ...input.limits },
-    notify: input.notify ? acceptNotify(env, input.notify) : null,
+    notify: input.notify ? await acceptNotify(env, input.notify, id) : null,
     signingGeneration: 1,
     // A new tenant's targets are written against V2: the first scheme is for those from before it.
     legacySignature: false,
@@ -97,7 +98,7 @@ export async function changeTenant(
 ): Promise<Tenant> {
   if (change.limits !== undefined) requireAdmin(caller);
   const before = await loadTenant(env, caller, id);
-  const notify = change.notify ? acceptNotify(env, change.notify) : change.notify;
+  const notify = change.notify ? await acceptNotify(env, change.notify, id) : change.notify;
   const entry = entryOf(caller, {
     tenantId: id,
     action: "tenant.update",

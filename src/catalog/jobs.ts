@@ -277,14 +277,24 @@ export async function jobsWithUnsealedTargets(db: D1Database, limit: number): Pr
   return results.map(toJob);
 }
 
-/** A job's sealed targets (its own, or its steps') whose key is not `kid`: SQL over the spec, `?1` the key id. */
+/**
+ * A job's targets (its own, or its steps') and notification receiver sealed under another key
+ * than `kid` or with their URL still in clear (stored before URLs were sealed): SQL over the
+ * spec, `?1` the key id. Mirrors `needsResealing` (src/security/targets.ts) and
+ * `notifyNeedsResealing` (src/security/notify-urls.ts).
+ */
 const SEALED_UNDER_ANOTHER_KEY = `json_extract(spec, '$.target.secrets.kid') != ?1
-  OR EXISTS (SELECT 1 FROM json_each(spec, '$.steps') s WHERE json_extract(s.value, '$.target.secrets.kid') != ?1)`;
+  OR json_type(spec, '$.target.url') IS NOT NULL
+  OR json_extract(spec, '$.notify.secrets.kid') != ?1
+  OR json_type(spec, '$.notify.url') IS NOT NULL
+  OR EXISTS (SELECT 1 FROM json_each(spec, '$.steps') s
+    WHERE json_extract(s.value, '$.target.secrets.kid') != ?1 OR json_type(s.value, '$.target.url') IS NOT NULL)`;
 
 /**
  * Jobs, deleted ones included, with a target sealed under another key than `kid` (the ring's
- * current one): what the re-seal after a key rotation has left. Reads the whole table, which
- * only a sweep during a rotation does (src/reconcile/resealing.ts).
+ * current one), or with its URL in clear: what the re-seal after a key rotation (or after the
+ * release that sealed URLs) has left. Reads the whole table, which only a sweep during a
+ * rotation does (src/reconcile/resealing.ts).
  */
 export async function jobsSealedUnderAnotherKey(db: D1Database, kid: string, limit: number, after = ""): Promise<CatalogJob[]> {
   const { results } = await guard("sealed under another key", () =>
@@ -296,7 +306,7 @@ export async function jobsSealedUnderAnotherKey(db: D1Database, kid: string, lim
   return results.map(toJob);
 }
 
-/** How many jobs hold a target sealed under another key than `kid`: the re-seal's progress. */
+/** How many jobs hold a target sealed under another key than `kid`, or its URL in clear: the re-seal's progress. */
 export async function countSealedUnderAnotherKey(db: D1Database, kid: string): Promise<number> {
   const row = await guard("count sealed under another key", () =>
     db.prepare(`SELECT COUNT(*) AS n FROM jobs WHERE ${SEALED_UNDER_ANOTHER_KEY}`).bind(kid).first<{ n: number }>(),

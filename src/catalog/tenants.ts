@@ -1,4 +1,4 @@
-import type { Notify } from "../model/job";
+import type { StoredNotify } from "../model/job";
 import { ALL_SCOPES, formatScopes, type Grant, parseScopes } from "../model/scopes";
 import type { TenantSettings } from "../protocol/stored-rows";
 import { chunksForStatement, placeholders } from "../sql";
@@ -22,7 +22,7 @@ export interface Tenant {
   name: string | null;
   limits: TenantLimits;
   /** Notifications for its jobs that name none of their own; null: none. */
-  notify: Notify | null;
+  notify: StoredNotify | null;
   signingGeneration: number;
   /** Its requests also carry the first signature scheme, Edgecron-Signature (src/verify.ts). */
   legacySignature: boolean;
@@ -56,7 +56,7 @@ export const toTenant = (r: Row): Tenant => ({
     requestsPerSecond: (r.requests_per_second as number | null) ?? null,
     retentionDays: (r.retention_days as number | null) ?? null,
   },
-  notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as Notify) : null,
+  notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as StoredNotify) : null,
   signingGeneration: r.signing_generation as number,
   legacySignature: r.legacy_signature !== 0,
   version: r.version as number,
@@ -228,7 +228,7 @@ export async function updateTenant(
   db: D1Database,
   id: string,
   /** `notify`: undefined keeps it, null takes it away. */
-  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean; notify?: Notify | null; legacySignature?: boolean },
+  change: { limits?: Partial<TenantLimits>; rotateSigning?: boolean; notify?: StoredNotify | null; legacySignature?: boolean },
   /** Joins the update's batch (the audit entry, written only if the tenant changed). */
   also: D1PreparedStatement[] = [],
 ): Promise<Tenant | null> {
@@ -290,4 +290,40 @@ export async function tenantSettingsByIds(db: D1Database, ids: string[]): Promis
       .all<Row>(),
   );
   return results.map((r) => settingsOf(toTenant(r)));
+}
+
+/**
+ * A tenant's default receiver sealed under another key than `?1`, or with its URL in clear
+ * (stored before URLs were sealed). Mirrors `notifyNeedsResealing` (src/security/notify-urls.ts).
+ */
+const NOTIFY_SEALED_UNDER_ANOTHER_KEY = `notify IS NOT NULL
+  AND (json_type(notify, '$.url') IS NOT NULL OR json_extract(notify, '$.secrets.kid') != ?1)`;
+
+/** Tenants whose default receiver the re-seal after a key rotation has left (src/reconcile/resealing.ts). */
+export async function tenantsSealedUnderAnotherKey(db: D1Database, kid: string, limit: number): Promise<Tenant[]> {
+  const { results } = await guard("tenants sealed under another key", () =>
+    db.prepare(`SELECT * FROM tenants WHERE ${NOTIFY_SEALED_UNDER_ANOTHER_KEY} ORDER BY id LIMIT ?2`).bind(kid, limit).all<Row>(),
+  );
+  return results.map(toTenant);
+}
+
+export async function countTenantsSealedUnderAnotherKey(db: D1Database, kid: string): Promise<number> {
+  const row = await guard("count tenants sealed under another key", () =>
+    db.prepare(`SELECT COUNT(*) AS n FROM tenants WHERE ${NOTIFY_SEALED_UNDER_ANOTHER_KEY}`).bind(kid).first<{ n: number }>(),
+  );
+  return row?.n ?? 0;
+}
+
+/**
+ * Replaces a tenant's default receiver as of the version it was read at (a change made meanwhile
+ * wins, and this one is skipped), bumping the version so that the sweep hands it to the shards.
+ */
+export async function replaceTenantNotify(db: D1Database, tenant: Tenant, notify: StoredNotify): Promise<boolean> {
+  const result = await guard("replace tenant notify", () =>
+    db
+      .prepare("UPDATE tenants SET notify = ?, version = version + 1 WHERE id = ? AND version = ?")
+      .bind(JSON.stringify(notify), tenant.id, tenant.version)
+      .run(),
+  );
+  return result.meta.changes > 0;
 }

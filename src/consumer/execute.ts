@@ -72,7 +72,7 @@ export function edgecronHeaders(order: RunOrder, completionToken: string, public
 
 /**
  * Calls a run's target once, within its timeout, and describes what happened. Never throws.
- * The target's sealed headers and body are opened only here, for the request; the request is
+ * The target's sealed URL, headers and body are opened only here, for the request; the request is
  * signed for the tenant; every hop (redirects included) must pass the SSRF guard.
  * The request waits for one of the invocation's connection slots, and its timeout starts only
  * once it has one: time spent behind other targets is not the target's. Redirect hops reuse
@@ -99,7 +99,7 @@ export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connec
   const decided = qstashOutcome(outcome, meta, order.attempt, request.nonRetryable);
   if ((meta.callback || meta.failureCallback) && ctx.qstashCallback) {
     const answer = request.answer ?? { status: 0, headers: {}, body: outcome.error ?? "" };
-    const sent = { url: order.target.url, method: order.target.method, headers: request.targetHeaders, body: request.body ?? "" };
+    const sent = { url: request.url, method: order.target.method, headers: request.targetHeaders, body: request.body ?? "" };
     await ctx.qstashCallback(order, decided, sent, answer);
   }
   return decided;
@@ -111,7 +111,7 @@ async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedReque
   const refused = (error: string): Outcome => ({ ...base, ok: false, status: null, error, kind: "permanent" });
   const { target } = order;
   const signal = AbortSignal.timeout(order.timeoutMs);
-  let url = target.url;
+  let url = request.url;
   let method: string = target.method;
   const { headers } = request;
   let body = request.body;
@@ -206,6 +206,8 @@ async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
     if (meta) headers.set(UPSTASH_SIGNATURE, await upstashSignature(current, url, sent, now));
   };
   return {
+    /** Sealed at rest with the headers and body, opened here only: the URL may carry a token. */
+    url: secrets.url,
     headers,
     body,
     sign,

@@ -1,5 +1,6 @@
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
 import type { ChainMessage, NotifyMessage, OutboxMessage } from "../protocol/queue-messages";
+import { openNotifyUrl } from "../security/notify-urls";
 import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { targetRefusal } from "../security/target-guard";
@@ -87,14 +88,21 @@ async function triggerChained(env: Env, m: ChainMessage, jobs: Map<string, Catal
 
 /** Sends one notification; null when the receiver took it (2xx), else what went wrong. Never throws. */
 async function deliver(n: NotifyMessage, context: ExecuteContext): Promise<string | null> {
-  const refusal = targetRefusal(n.url, context.policy);
+  let url: string;
+  try {
+    // Sealed at rest and in the queue: opened here only, to send.
+    url = await openNotifyUrl(context.encryptionKeys, n.url, n.tenantId);
+  } catch (err) {
+    return `could not open the receiver's URL: ${(err as Error).message}`;
+  }
+  const refusal = targetRefusal(url, context.policy);
   if (refusal) return `refused: ${refusal}`;
   try {
     const { current, next } = await signingSecrets(context.signingSecret, n.tenantId, n.signingGeneration);
     const now = Date.now();
     // Signed as a job's requests are; the notification's id stands for the run id and the key.
-    const signed = { method: "POST", url: n.url, body: n.body, runId: n.id, idempotencyKey: n.id };
-    const response = await fetch(n.url, {
+    const signed = { method: "POST", url, body: n.body, runId: n.id, idempotencyKey: n.id };
+    const response = await fetch(url, {
       method: "POST",
       headers: {
         "Content-Type": "application/json",

@@ -1,4 +1,4 @@
-import type { JobSpec } from "../model/job";
+import { type JobSpec, originOf, type StoredTarget } from "../model/job";
 import type { BreakerKey } from "../protocol/queue-messages";
 
 /**
@@ -85,12 +85,10 @@ export function record(b: Breaker, ok: boolean | null, now: number): Breaker {
  */
 export function breakerKey(
   job: { tenantId: string; spec: Pick<JobSpec, "breaker"> } | null,
-  target: { url: string } | null,
+  target: StoredTarget | null,
 ): BreakerKey | Record<string, never> {
   if (!job || !target || job.spec.breaker === false) return {};
-  try {
-    return { tenantId: job.tenantId, origin: new URL(target.url).origin };
-  } catch {
-    return {}; // an URL the API accepted always parses; nothing to key a breaker on otherwise
-  }
+  const origin = originOf(target);
+  // An URL the API accepted always has one; nothing to key a breaker on otherwise.
+  return origin === "null" ? {} : { tenantId: job.tenantId, origin };
 }

@@ -3,6 +3,7 @@ import { cronError, isTimeZone } from "../schedule/cron";
 import { parseDuration } from "../schedule/duration";
 import { MISFIRE_POLICIES } from "../schedule/misfire";
 import type { Schedule } from "../schedule/next-fire";
+import type { Sealed } from "../security/sealing";
 import { Text } from "./common";
 import { FlowControlSchema } from "./flow-control";
 import { JOB_ID } from "./ids";
@@ -15,6 +16,7 @@ export { type Step, StepSchema, type StepView, StepViewSchema, type StoredStep }
 export {
   HTTP_METHODS,
   jsonDepth,
+  originOf,
   RESERVED_HEADERS,
   type StoredTarget,
   TARGET_LIMITS,
@@ -138,6 +140,18 @@ export const NotifySchema = z
 
 export type Notify = z.infer<typeof NotifySchema>;
 
+/**
+ * A notification's receiver as stored: its events and origin in the clear, its URL sealed, as a
+ * target's is (src/security/notify-urls.ts). One stored before URLs were sealed is a `Notify`,
+ * its URL in clear, until the sweep seals it (src/reconcile/resealing.ts).
+ */
+export interface SealedNotify {
+  on: NotifyEvent[];
+  origin: string;
+  secrets: Sealed;
+}
+export type StoredNotify = SealedNotify | Notify;
+
 export const OVERLAP_POLICIES = ["allow", "forbid", "buffer_one", "replace"] as const;
 
 /** Everything about a job but its name: what PATCH may change, and what the shard runs. */
@@ -234,7 +248,11 @@ export type CreateJob = z.infer<typeof CreateJobSchema>;
  * What the shard needs to run a job: the accepted definition minus presentation, its target (or
  * each step's) sealed. Exactly one of `target` and `steps` is there.
  */
-export type JobSpec = Omit<CreateJob, "name" | "target" | "steps"> & { target?: StoredTarget; steps?: StoredStep[] };
+export type JobSpec = Omit<CreateJob, "name" | "target" | "steps" | "notify"> & {
+  target?: StoredTarget;
+  steps?: StoredStep[];
+  notify?: StoredNotify;
+};
 
 /** PATCH: any of the fields, replaced whole; the rest stay as they are. */
 export const PatchJobSchema = z

@@ -109,20 +109,47 @@ export type Target = z.infer<typeof TargetSchema>;
 
 /** The secret part of a target, sealed (AES-GCM) in D1 and in shard storage alike. */
 export interface TargetSecrets {
+  /**
+   * The whole URL: paths and queries carry tokens as often as headers do (a chat webhook's
+   * path is its credential). Absent only in what was sealed before URLs were.
+   */
+  url?: string;
   headers?: Record<string, string>;
   body?: Target["body"];
   /** A binary body (`Target.bodyBase64`). */
   bodyBase64?: string;
 }
 
-/** A target as stored: what routing and display need in the clear, the rest sealed. */
+/**
+ * A target as stored: what routing needs in the clear (the origin keys the circuit breaker),
+ * the rest sealed, the URL included. A target stored before URLs were sealed still has `url`
+ * (and no `origin`) until the sweep seals it again (src/reconcile/resealing.ts); read both
+ * through `originOf` and `openTarget` (src/security/targets.ts), never directly.
+ */
 export interface StoredTarget {
-  url: string;
+  /** Scheme, host and port of the URL: what a breaker is keyed on and what a log line may show. */
+  origin?: string;
+  /** Only in a target stored before URLs were sealed. */
+  url?: string;
   method: Target["method"];
   headerNames: string[];
+  /** Null only in a target stored before URLs were sealed that had no headers or body. */
   secrets: Sealed | null;
   /** A message or schedule of the /v2 (QStash) surface: delivered as QStash does (src/qstash/delivery.ts). */
   qstash?: QstashMeta;
+}
+
+/**
+ * The origin of a stored target's URL, which stays readable: the breaker's key, and what logs
+ * show of it. "null" (as URL.origin says of an opaque URL) when there is none to read.
+ */
+export function originOf(target: { origin?: string; url?: string }): string {
+  if (target.origin !== undefined) return target.origin;
+  try {
+    return new URL(target.url ?? "").origin;
+  } catch {
+    return "null";
+  }
 }
 
 /** A target as responses show it: header names, never their values. */

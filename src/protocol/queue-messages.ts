@@ -1,5 +1,6 @@
 import type { NotifyEvent, StoredTarget } from "../model/job";
 import type { FailureKind } from "../model/run-states";
+import type { Sealed } from "../security/sealing";
 
 /**
  * What travels on the Queues between shards and consumers: dispatches (packed, with their
@@ -77,7 +78,8 @@ export interface NotifyMessage {
   shard: string;
   id: string;
   event: NotifyEvent;
-  url: string;
+  /** The receiver's URL, sealed under the tenant (src/security/notify-urls.ts); in clear from a shard of an earlier release. */
+  url: string | Sealed;
   tenantId: string;
   signingGeneration: number;
   /** As a RunOrder's. */

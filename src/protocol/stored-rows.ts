@@ -1,5 +1,5 @@
 import type { AttemptOutcome } from "../model/attempt-states";
-import type { JobSpec, Notify } from "../model/job";
+import type { JobSpec, StoredNotify } from "../model/job";
 import type { RUN_TRIGGERS, RunState } from "../model/run-states";
 
 /**
@@ -39,7 +39,7 @@ export interface TenantSettings {
   /** Days its finished runs stay before the archive; null or absent (a Worker of an earlier release): the default. */
   retentionDays?: number | null;
   /** Notifications for the tenant's jobs that name none of their own; null or absent: none. */
-  notify?: Notify | null;
+  notify?: StoredNotify | null;
 }
 
 export interface RunRow {

@@ -1,6 +1,8 @@
 import { type CatalogJob, countSealedUnderAnotherKey, jobsSealedUnderAnotherKey, replaceSpec } from "../catalog/jobs";
 import type { SweepState } from "../catalog/sweep-state";
+import { countTenantsSealedUnderAnotherKey, replaceTenantNotify, tenantsSealedUnderAnotherKey } from "../catalog/tenants";
 import type { JobSpec } from "../model/job";
+import { resealNotify } from "../security/notify-urls";
 import { currentKeyId, resealTarget } from "../security/targets";
 import type { Meter } from "./budget";
 
@@ -8,24 +10,35 @@ import type { Meter } from "./budget";
 export const RESEAL_PER_SWEEP = 100;
 
 /**
- * After ENCRYPTION_KEYS gets a new first key, every target sealed under an older one is sealed
- * again under the new one, in the background, so that the old key can be dropped without a
- * PATCH of every job (docs/security.md, "Rotating every secret"). Each job is re-sealed at a
- * new version, which the change feed then delivers to its shard.
+ * What a finished round records: the key, and what this release seals. A round finished by a
+ * release that left URLs in clear recorded the key alone, so after the upgrade its mark no longer
+ * matches and one more round seals those URLs.
+ */
+export const roundMark = (kid: string) => `${kid}+url`;
+
+/**
+ * After ENCRYPTION_KEYS gets a new first key, every target and notification receiver sealed
+ * under an older one is sealed again under the new one, in the background, so that the old key
+ * can be dropped without a PATCH of every job (docs/security.md, "Rotating every secret"); one
+ * stored before URLs were sealed has its URL sealed the same way. Each job is re-sealed at a new
+ * version, which the change feed then delivers to its shard; a tenant too, which the
+ * consistency pass hands to its shards.
  *
- * A round goes through the jobs by id, RESEAL_PER_SWEEP per sweep. At its end it counts what is
- * left (GET /metrics: edgecron_targets_sealed_under_old_keys): none, and the state remembers the
- * key, so later sweeps skip the search until the first key changes again; some (a target whose
- * key already left the ring cannot be opened: each is logged), and a new round begins.
+ * A round begins with a page of tenants, then goes through the jobs by id, RESEAL_PER_SWEEP per
+ * sweep. At its end it counts what is left (GET /metrics:
+ * edgecron_targets_sealed_under_old_keys): none, and the state remembers the key, so later
+ * sweeps skip the search until the first key changes again; some (a target whose key already
+ * left the ring cannot be opened: each is logged), and a new round begins.
  */
 export async function resealTargets(env: Env, db: D1Database, meter: Meter, state: SweepState, reserve: number): Promise<number> {
   const kid = await currentKeyId(env.ENCRYPTION_KEYS).catch(() => null);
-  if (kid === null || state.reseal.under === kid) return 0;
-  // One query to find, one to count at a round's end, and a write per job.
-  const room = Math.min(RESEAL_PER_SWEEP, meter.d1Left - reserve - 2);
-  if (room < 1) return 0;
+  if (kid === null || state.reseal.under === roundMark(kid)) return 0;
+  // A round begins with the tenants' default receivers: few, so one page of them.
+  let resealed = state.reseal.after === "" ? await resealTenants(env, db, meter, kid, reserve) : 0;
+  // One query to find, two to count at a round's end, and a write per job.
+  const room = Math.min(RESEAL_PER_SWEEP, meter.d1Left - reserve - 3);
+  if (room < 1) return resealed;
   const jobs = await jobsSealedUnderAnotherKey(db, kid, room, state.reseal.after);
-  let resealed = 0;
   for (const job of jobs) {
     try {
       if (await replaceSpec(db, job, await resealSpec(env, job), Date.now())) resealed++;
@@ -37,14 +50,31 @@ export async function resealTargets(env: Env, db: D1Database, meter: Meter, stat
     state.reseal = { ...state.reseal, under: null, after: jobs.at(-1)!.id };
     return resealed;
   }
-  const remaining = await countSealedUnderAnotherKey(db, kid);
-  state.reseal = { under: remaining === 0 ? kid : null, after: "", remaining };
+  const remaining = (await countSealedUnderAnotherKey(db, kid)) + (await countTenantsSealedUnderAnotherKey(db, kid));
+  state.reseal = { under: remaining === 0 ? roundMark(kid) : null, after: "", remaining };
   return resealed;
 }
 
-/** The job's spec with its target and its steps' targets sealed under the current key. */
+/** Up to a page of tenants' default receivers sealed again under the current key; how many were. */
+async function resealTenants(env: Env, db: D1Database, meter: Meter, kid: string, reserve: number): Promise<number> {
+  // One query to find, a write per tenant; room is kept for the jobs' search and counts.
+  const room = Math.min(RESEAL_PER_SWEEP, meter.d1Left - reserve - 4);
+  if (room < 1) return 0;
+  let resealed = 0;
+  for (const tenant of await tenantsSealedUnderAnotherKey(db, kid, room)) {
+    try {
+      if (await replaceTenantNotify(db, tenant, await resealNotify(env.ENCRYPTION_KEYS, tenant.notify!, tenant.id))) resealed++;
+    } catch (err) {
+      console.error(`tenant ${tenant.id}: notification URL not re-sealed: ${(err as Error).message}`);
+    }
+  }
+  return resealed;
+}
+
+/** The job's spec with its target, its steps' targets and its receiver sealed under the current key. */
 async function resealSpec(env: Env, job: CatalogJob): Promise<JobSpec> {
   const spec = { ...job.spec };
+  if (spec.notify) spec.notify = await resealNotify(env.ENCRYPTION_KEYS, spec.notify, job.tenantId);
   if (spec.target) spec.target = await resealTarget(env.ENCRYPTION_KEYS, spec.target, job.id);
   if (spec.steps) {
     spec.steps = await Promise.all(

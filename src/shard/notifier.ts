@@ -3,6 +3,8 @@ import { chainDepthOf } from "../model/ids";
 import { MAX_CHAIN_DEPTH, type NotifyEvent } from "../model/job";
 import type { OutboxMessage } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
+import { sealedUrlOf } from "../security/notify-urls";
+import type { Sealed } from "../security/sealing";
 import type { NotificationStore } from "./notification-store";
 import { signingOf } from "./orders";
 import type { NotificationRow, ShardJob } from "./rows";
@@ -58,7 +60,10 @@ export class Notifier {
       },
       ...(detail !== undefined && { detail }),
     });
-    this.add({ kind: "notify", id, jobId: job.id, tenantId: job.tenantId, url: notify.url, body, dueAt: now + NOTIFY_RESEND_MS });
+    // The URL goes in as it is stored, sealed: the consumer opens it to send (src/security/notify-urls.ts).
+    const sealed = sealedUrlOf(notify);
+    const url = typeof sealed === "string" ? sealed : JSON.stringify(sealed);
+    this.add({ kind: "notify", id, jobId: job.id, tenantId: job.tenantId, url, body, dueAt: now + NOTIFY_RESEND_MS });
   }
 
   /** Within the step's transaction: the jobs a finished run triggers (onSuccess, onFailure), one message each. */
@@ -91,7 +96,8 @@ export class Notifier {
     const given: string[] = [];
     for (const n of this.outbox.due(now, RESEND_BATCH)) {
       if (n.sends + 1 >= NOTIFY_MAX_SENDS) {
-        const what = n.kind === "chain" ? `chained trigger ${n.id}` : `notification ${n.id} to ${n.url}`;
+        // A receiver's URL may be its credential: the id (the run and the event) says enough.
+        const what = n.kind === "chain" ? `chained trigger ${n.id}` : `notification ${n.id}`;
         console.error(`${what}: not confirmed after ${n.sends + 1} sends, given up`);
         given.push(n.id);
         continue;
@@ -146,7 +152,7 @@ export class Notifier {
       id: n.id,
       // A notification's id ends with its event (`note`).
       event: n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent,
-      url: n.url,
+      url: n.url.startsWith("{") ? (JSON.parse(n.url) as Sealed) : n.url,
       tenantId: n.tenantId,
       ...signingOf(this.store.getTenant(n.tenantId)),
       body: n.body,

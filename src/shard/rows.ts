@@ -40,6 +40,10 @@ export interface NotificationRow {
   id: string;
   jobId: string;
   tenantId: string;
+  /**
+   * A notification's receiver, sealed (the JSON of its `Sealed`; one written before URLs were
+   * sealed holds the URL in clear); a chain's, the chained job's id.
+   */
   url: string;
   body: string;
   dueAt: number;

@@ -13,7 +13,7 @@ import { insertJob } from "../../src/catalog/jobs";
 import { armFault, disarmFault } from "../../src/faults";
 import worker from "../../src/index";
 import { DEFAULT_TENANT, newJobId } from "../../src/model/ids";
-import { CreateJobSchema, type Job, type JobSpec } from "../../src/model/job";
+import { CreateJobSchema, type Job, type JobSpec, type StoredTarget } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import type { JobDefinition } from "../../src/protocol/stored-rows";
 import { sealTarget } from "../../src/security/targets";
@@ -267,15 +267,17 @@ export async function lostJob(shard: string, updatedAt: number) {
 }
 
 /**
- * The spec the API stored for a job (its target sealed as the API seals it), with `schedule`:
- * for definitions applied straight to a shard of a test's own (`definition`).
+ * The spec the API stored for a job, with `schedule`: for definitions applied straight to a
+ * shard of a test's own (`definition`), many jobs to one spec. Its target is in the form a job
+ * stored before sealing has (URL and method in clear, which every release still opens): the
+ * API's sealed one is bound to the template job's id, and would open under no other.
  */
 export async function specLike(schedule: JobSpec["schedule"], url = receiverPath("spec")): Promise<JobSpec> {
   const template = await createJob({ schedule: FAR_CRON, target: { url } });
   const spec = await runInDurableObject(shardOf(template), (_s: Shard, state) =>
     JSON.parse(state.storage.sql.exec("SELECT spec FROM jobs WHERE id = ?", template.id).one().spec as string),
   );
-  return { ...spec, schedule };
+  return { ...spec, schedule, target: { url, method: "POST" } as unknown as StoredTarget };
 }
 
 /** A new job's definition, as the API hands it to its shard. */

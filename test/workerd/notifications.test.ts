@@ -1,4 +1,4 @@
-import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { armFault, disarmFault, disarmFaults } from "../../src/faults";
 import type { Job } from "../../src/model/job";
@@ -166,6 +166,56 @@ describe("notify", () => {
     await runOnce(plain);
     expect(await outbox(plain)).toEqual([]);
     expect(await hitsOf(tenantUrl)).toHaveLength(1);
+  });
+
+  it("a receiver's URL, the job's and the tenant's, is sealed at rest: D1, the shard and its outbox hold only its origin", async () => {
+    const tenant = await createTenant();
+    const ownUrl = receiverPath("notify-sealed", "token=own-secret");
+    const tenantUrl = receiverPath("notify-sealed-tenant", "token=tenant-secret");
+    expect(
+      (await tenant.api(`/v1/tenants/${tenant.id}`, { method: "PATCH", json: { notify: { url: tenantUrl, on: ["dead"] } } })).status,
+    ).toBe(200);
+    const own = await jobWith("500", { url: ownUrl, on: ["dead"] }, {}, tenant.api);
+    const plain = await jobWith("500", undefined as unknown as Record<string, unknown>, {}, tenant.api);
+    // With the Queue refusing, the notifications stay in their outboxes, where the test reads them.
+    armFault("shard.notifySend", Infinity);
+    const jobs = [own, plain];
+    try {
+      for (const job of jobs) await runOnce(job);
+      for (const job of jobs) await vi.waitFor(async () => expect(await outbox(job)).toHaveLength(1), { timeout: 5_000, interval: 50 });
+    } finally {
+      disarmFault("shard.notifySend");
+    }
+    const inShard = (job: Job) =>
+      runInDurableObject(shardOf(job), (_s: Shard, state) => [
+        ...state.storage.sql.exec("SELECT spec AS text FROM jobs WHERE id = ?", job.id).toArray(),
+        ...state.storage.sql.exec("SELECT notify AS text FROM tenants WHERE id = ?", tenant.id).toArray(),
+        ...state.storage.sql.exec("SELECT url AS text FROM notifications WHERE job_id = ?", job.id).toArray(),
+      ]);
+    const stored = [
+      ...(await env.DB.prepare("SELECT spec AS text FROM jobs WHERE id IN (?, ?)").bind(own.id, plain.id).all()).results,
+      ...(await env.DB.prepare("SELECT notify AS text FROM tenants WHERE id = ?").bind(tenant.id).all()).results,
+      ...(await inShard(own)),
+      ...(await inShard(plain)),
+    ].map((r) => String(r.text));
+    expect(stored).toHaveLength(2 + 1 + 3 + 3);
+    const parts = [ownUrl, tenantUrl].flatMap((url) => [new URL(url).pathname, new URL(url).search]);
+    for (const text of stored) for (const part of parts) expect(text).not.toContain(part);
+    // The tenant's row, its shard copies and both outbox rows hold the sealed URL.
+    expect(stored.filter((text) => text.includes('"kid"'))).toHaveLength(stored.length);
+
+    // The API shows both whole, and both are delivered, once the outbox sends again.
+    expect(await (await tenant.api(`/v1/jobs/${own.id}`)).json()).toMatchObject({ notify: { url: ownUrl } });
+    expect(await (await tenant.api(`/v1/tenants/${tenant.id}`)).json()).toMatchObject({ notify: { url: tenantUrl } });
+    for (const job of jobs) {
+      await runInDurableObject(shardOf(job), (_s: Shard, state) => {
+        state.storage.sql.exec("UPDATE notifications SET due_at = ? WHERE job_id = ?", Date.now() - 1, job.id);
+        return state.storage.setAlarm(Date.now() - 1);
+      });
+      await runDurableObjectAlarm(shardOf(job));
+    }
+    await received(ownUrl, 1);
+    await received(tenantUrl, 1);
   });
 
   it.each([

@@ -347,16 +347,18 @@ describe("target secrets at rest", () => {
     expect(createRes.status, createText).toBe(201);
     const job = JSON.parse(createText) as Job;
 
-    // At rest: sealed in both copies, the URL and header names readable.
+    // At rest: sealed in both copies, the URL with them; its origin and the header names readable.
     for (const [where, text] of [
       ["D1", await catalogSpec(job.id)],
       ["shard", await shardSpec(job)],
     ] as const) {
       expectNoSecret(text, [SECRET_TOKEN, SECRET_PASSWORD], `${where} jobs.spec`);
       const spec = JSON.parse(text) as {
-        target: { url: string; headerNames: string[]; secrets: { kid: string; iv: string; data: string } };
+        target: { url?: string; origin: string; headerNames: string[]; secrets: { kid: string; iv: string; data: string } };
       };
-      expect(spec.target.url, where).toBe(url);
+      expect(spec.target.url, where).toBeUndefined();
+      expect(spec.target.origin, where).toBe(new URL(url).origin);
+      expect(text, where).not.toContain(new URL(url).pathname);
       expect(spec.target.headerNames, where).toEqual(["Authorization"]);
       expect(spec.target.secrets, where).toMatchObject({ kid: "t1", iv: expect.any(String), data: expect.any(String) });
       expect(text, where).not.toContain("hunter2");
@@ -427,6 +429,7 @@ describe("target secrets at rest", () => {
     const other = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("bound-other") } });
     const stored = JSON.parse(await catalogSpec(job.id)).target;
     expect(await openTarget(env.ENCRYPTION_KEYS, stored, job.id)).toEqual({
+      url: expect.stringContaining("/hit/bound-"),
       headers: { Authorization: `Bearer ${SECRET_TOKEN}` },
       body: { password: SECRET_PASSWORD },
     });
@@ -439,7 +442,7 @@ describe("target secrets at rest", () => {
     // The same at unit level, from a fresh seal.
     const sealed = await sealTarget(env.ENCRYPTION_KEYS, { url: "https://example.com/", method: "POST", headers: { A: "b" } }, "job_a");
     await expect(openTarget(env.ENCRYPTION_KEYS, sealed, "job_b")).rejects.toThrow(/cannot decrypt/);
-    expect(await openTarget(env.ENCRYPTION_KEYS, sealed, "job_a")).toEqual({ headers: { A: "b" } });
+    expect(await openTarget(env.ENCRYPTION_KEYS, sealed, "job_a")).toEqual({ url: "https://example.com/", headers: { A: "b" } });
   });
 });
 

@@ -5,18 +5,24 @@
  */
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { countSealedUnderAnotherKey } from "../../src/catalog/jobs";
 import { readSweepState } from "../../src/catalog/sweep-state";
+import type { StoredNotify } from "../../src/model/job";
+import { roundMark } from "../../src/reconcile/resealing";
 import { sweep } from "../../src/reconcile/sweep";
+import { viewNotify } from "../../src/security/notify-urls";
+import { loadKeyRing, seal } from "../../src/security/sealing";
 import { openTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, receiverPath, shardOf } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, receiverPath, shardOf } from "./helpers";
 
 /** A fresh 32-byte key under `kid`, as an ENCRYPTION_KEYS entry. */
 function keyEntry(kid: string): string {
   return `${kid}:${btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))}`;
 }
 
-type SealedSpec = { target?: { secrets: { kid: string } | null }; steps?: Array<{ target: { secrets: { kid: string } | null } }> };
+type SealedTarget = { url?: string; origin?: string; secrets: { kid: string } | null };
+type SealedSpec = { target?: SealedTarget; steps?: Array<{ target: SealedTarget }> };
 
 /** The key ids of a job's sealed targets in D1, its version, and its spec. */
 async function stored(jobId: string) {
@@ -30,13 +36,14 @@ const TARGET = { url: receiverPath("reseal"), headers: { Authorization: "Bearer 
 
 describe("re-sealing after a rotation of ENCRYPTION_KEYS", () => {
   it("seals every target and step again under the new first key, a page per sweep, and counts down to 0", async () => {
+    const stepUrl = receiverPath("reseal-a");
     const jobs = [
       await createJob({ schedule: FAR_CRON, target: TARGET }),
       await createJob({ schedule: FAR_CRON, target: { ...TARGET, body: "two" } }),
       await createJob({
         schedule: FAR_CRON,
         steps: [
-          { id: "a", target: { url: receiverPath("reseal-a"), headers: { "X-Key": "step-secret" } } },
+          { id: "a", target: { url: stepUrl, headers: { "X-Key": "step-secret" } } },
           { id: "b", after: ["a"], target: { url: receiverPath("reseal-b"), body: { step: "b" } } },
         ],
       }),
@@ -46,20 +53,20 @@ describe("re-sealing after a rotation of ENCRYPTION_KEYS", () => {
 
     // Nothing to do under the key everything is sealed with: the search runs once, then is skipped.
     await sweep(env);
-    expect((await readSweepState(env.DB)).reseal).toMatchObject({ under: "t1", remaining: 0 });
+    expect((await readSweepState(env.DB)).reseal).toMatchObject({ under: roundMark("t1"), remaining: 0 });
     expect((await sweep(env)).targetsResealed).toBe(0);
 
     const rotated = { ...env, ENCRYPTION_KEYS: `${keyEntry("k2")},${env.ENCRYPTION_KEYS}` };
     // A small budget: a page of jobs per sweep, so the round spans several sweeps.
     let resealed = 0;
     let sweeps = 0;
-    while ((await readSweepState(env.DB)).reseal.under !== "k2") {
+    while ((await readSweepState(env.DB)).reseal.under !== roundMark("k2")) {
       expect(++sweeps, "sweeps").toBeLessThan(20);
       resealed += (await sweep(rotated, { d1Queries: 6, shardCalls: 20 })).targetsResealed;
     }
     expect(sweeps).toBeGreaterThan(1);
     expect(resealed).toBe(jobs.length);
-    expect((await readSweepState(env.DB)).reseal).toMatchObject({ under: "k2", remaining: 0 });
+    expect((await readSweepState(env.DB)).reseal).toMatchObject({ under: roundMark("k2"), remaining: 0 });
 
     for (const [i, job] of jobs.entries()) {
       const after = await stored(job.id);
@@ -69,9 +76,12 @@ describe("re-sealing after a rotation of ENCRYPTION_KEYS", () => {
     // The same secrets, opened with the new key alone.
     const onlyNew = rotated.ENCRYPTION_KEYS.split(",")[0]!;
     const first = (await stored(jobs[0]!.id)).spec.target as Parameters<typeof openTarget>[1];
-    expect(await openTarget(onlyNew, first, jobs[0]!.id)).toEqual({ headers: TARGET.headers, body: TARGET.body });
+    expect(await openTarget(onlyNew, first, jobs[0]!.id)).toEqual({ url: TARGET.url, headers: TARGET.headers, body: TARGET.body });
     const steps = (await stored(jobs[2]!.id)).spec.steps as Array<{ target: Parameters<typeof openTarget>[1] }>;
-    expect(await openTarget(onlyNew, steps[0]!.target, jobs[2]!.id)).toEqual({ headers: { "X-Key": "step-secret" } });
+    expect(await openTarget(onlyNew, steps[0]!.target, jobs[2]!.id)).toEqual({
+      url: stepUrl,
+      headers: { "X-Key": "step-secret" },
+    });
 
     // The change feed hands each new version to its shard.
     await sweep(rotated);
@@ -104,10 +114,80 @@ describe("re-sealing after a rotation of ENCRYPTION_KEYS", () => {
     // With t1 back in the ring, behind k3, this job is re-sealed under k3.
     const k3 = lost.ENCRYPTION_KEYS;
     const fixed = { ...env, ENCRYPTION_KEYS: `${k3},${env.ENCRYPTION_KEYS}` };
-    for (let i = 0; i < 5 && (await readSweepState(env.DB)).reseal.under !== "k3"; i++) await sweep(fixed);
+    for (let i = 0; i < 5 && (await readSweepState(env.DB)).reseal.under !== roundMark("k3"); i++) await sweep(fixed);
     expect((await stored(job.id)).kids).toEqual(["k3"]);
     const after = await readSweepState(env.DB);
     // The first test's jobs are under k2, which this ring lacks: they are what remains.
     expect(after.reseal.remaining).toBeGreaterThan(0);
+  });
+
+  it("a target stored before URLs were sealed has its URL sealed, though a round had finished under the same key", async () => {
+    const url = `${receiverPath("reseal-url")}?token=in-the-query`;
+    const job = await createJob({ schedule: FAR_CRON, target: { ...TARGET, url } });
+    // As the release before stored it: the URL in clear beside headers and body sealed, and its round done under t1.
+    const ring = await loadKeyRing(env.ENCRYPTION_KEYS);
+    const old = {
+      url,
+      method: "POST",
+      headerNames: ["Authorization"],
+      secrets: await seal(ring, { headers: TARGET.headers, body: TARGET.body }, job.id),
+    };
+    const { spec } = await stored(job.id);
+    await env.DB.prepare("UPDATE jobs SET spec = ? WHERE id = ?")
+      .bind(JSON.stringify({ ...spec, target: old }), job.id)
+      .run();
+    await env.DB.prepare("UPDATE sweep_state SET resealed_under = 't1', reseal_after = '' WHERE id = 1").run();
+    expect((await countSealedUnderAnotherKey(env.DB, "t1")) > 0).toBe(true);
+
+    for (let i = 0; i < 5 && (await stored(job.id)).spec.target!.url !== undefined; i++) await sweep(env);
+    const after = (await stored(job.id)).spec.target!;
+    expect(after).not.toHaveProperty("url");
+    expect(after.origin).toBe(new URL(url).origin);
+    expect(JSON.stringify(after)).not.toContain("in-the-query");
+    expect(await openTarget(env.ENCRYPTION_KEYS, after as Parameters<typeof openTarget>[1], job.id)).toEqual({
+      url,
+      headers: TARGET.headers,
+      body: TARGET.body,
+    });
+    // Its shard gets the sealed URL too.
+    await sweep(env);
+    const inShard = await runInDurableObject(
+      shardOf(job),
+      (_s: Shard, state) => state.storage.sql.exec("SELECT spec FROM jobs WHERE id = ?", job.id).one().spec as string,
+    );
+    expect(inShard).not.toContain("in-the-query");
+  });
+
+  it("notification URLs stored in clear, a job's and a tenant's, are sealed by the sweep and still open", async () => {
+    const tenant = await createTenant();
+    const jobUrl = `${receiverPath("reseal-notify")}?token=job-receiver`;
+    const tenantUrl = `${receiverPath("reseal-notify-tenant")}?token=tenant-receiver`;
+    const job = await createJob({ schedule: FAR_CRON, target: TARGET, notify: { url: jobUrl, on: ["dead"] } }, tenant.api);
+    // As the release before stored them: the URLs in clear, and its round done under t1.
+    const { spec } = await stored(job.id);
+    await env.DB.prepare("UPDATE jobs SET spec = ? WHERE id = ?")
+      .bind(JSON.stringify({ ...spec, notify: { url: jobUrl, on: ["dead"] } }), job.id)
+      .run();
+    await env.DB.prepare("UPDATE tenants SET notify = ? WHERE id = ?")
+      .bind(JSON.stringify({ url: tenantUrl, on: ["dead"] }), tenant.id)
+      .run();
+    await env.DB.prepare("UPDATE sweep_state SET resealed_under = 't1', reseal_after = '' WHERE id = 1").run();
+
+    const tenantRow = () => env.DB.prepare("SELECT notify FROM tenants WHERE id = ?").bind(tenant.id).first<{ notify: string }>();
+    for (let i = 0; i < 5 && (await tenantRow())!.notify.includes("tenant-receiver"); i++) await sweep(env);
+    for (let i = 0; i < 5 && JSON.stringify((await stored(job.id)).spec).includes("job-receiver"); i++) await sweep(env);
+    const sealedJob = (await stored(job.id)).spec as unknown as { notify: StoredNotify };
+    const sealedTenant = JSON.parse((await tenantRow())!.notify) as StoredNotify;
+    for (const [notify, url] of [
+      [sealedJob.notify, jobUrl],
+      [sealedTenant, tenantUrl],
+    ] as const) {
+      expect(notify).toMatchObject({ origin: new URL(url).origin, on: ["dead"], secrets: { kid: "t1" } });
+      expect(JSON.stringify(notify)).not.toContain("receiver");
+      expect(await viewNotify(env.ENCRYPTION_KEYS, notify, tenant.id)).toEqual({ url, on: ["dead"] });
+    }
+    // The API shows them whole.
+    expect(await (await tenant.api(`/v1/jobs/${job.id}`)).json()).toMatchObject({ notify: { url: jobUrl } });
+    expect(await (await tenant.api(`/v1/tenants/${tenant.id}`)).json()).toMatchObject({ notify: { url: tenantUrl } });
   });
 });

@@ -36,7 +36,7 @@ it("sweeps 250,000 jobs over many invocations, each within the budget, visiting 
     `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
      INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at, deleted_at)
      SELECT printf('job_%09dseeded0000', i), 'default', NULL, 'shard-' || (i % ?2), 2,
-            '{"target":{"url":"https://example.com/","secrets":{"kid":"t1"}}}', 0, ?3, ?3, ?3 FROM n`,
+            '{"target":{"origin":"https://example.com","secrets":{"kid":"t1"}}}', 0, ?3, ?3, ?3 FROM n`,
   )
     .bind(JOBS, SHARDS, YEAR_AGO)
     .run();

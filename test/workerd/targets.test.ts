@@ -1,17 +1,25 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { Misconfigured } from "../../src/config";
-import type { StoredTarget } from "../../src/model/job";
-import { headerNamesOf, openTarget, sealTarget, viewTarget } from "../../src/security/targets";
+import { originOf, type StoredTarget } from "../../src/model/job";
+import { loadKeyRing, seal } from "../../src/security/sealing";
+import { headerNamesOf, needsResealing, openTarget, resealTarget, sealTarget, viewTarget } from "../../src/security/targets";
 
-const target = { url: "https://example.com/hook", method: "POST" as const, headers: { Authorization: "Bearer s3cret" }, body: { a: 1 } };
+/** A URL that carries its own credential, in its path and its query, as chat webhooks do. */
+const target = {
+  url: "https://example.com/hooks/T0K3N-in-path?sig=query-t0ken",
+  method: "POST" as const,
+  headers: { Authorization: "Bearer s3cret" },
+  body: { a: 1 },
+};
 
 describe("targets at rest", () => {
-  it("seal keeps URL, method and header names readable, and nothing else", async () => {
+  it("seal keeps the origin, method and header names readable, and nothing else: not the URL's path or query", async () => {
     const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
-    expect(stored).toMatchObject({ url: target.url, method: "POST", headerNames: ["Authorization"] });
-    expect(JSON.stringify(stored)).not.toContain("s3cret");
-    expect(await openTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ headers: target.headers, body: target.body });
+    expect(stored).toEqual({ origin: "https://example.com", method: "POST", headerNames: ["Authorization"], secrets: expect.any(Object) });
+    for (const secret of ["s3cret", "T0K3N", "query-t0ken", "/hooks"]) expect(JSON.stringify(stored)).not.toContain(secret);
+    expect(await openTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ url: target.url, headers: target.headers, body: target.body });
+    expect(originOf(stored)).toBe("https://example.com");
   });
 
   it("a sealed target does not open under another job's id", async () => {
@@ -19,7 +27,7 @@ describe("targets at rest", () => {
     await expect(openTarget(env.ENCRYPTION_KEYS, stored, "job_b")).rejects.toThrow(/cannot decrypt/);
   });
 
-  it("the view shows header names and the body, never header values; an unopenable body is left out", async () => {
+  it("the view shows the URL, header names and the body, never header values; an unopenable target shows its origin", async () => {
     const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
     expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({
       url: target.url,
@@ -28,7 +36,7 @@ describe("targets at rest", () => {
       body: { a: 1 },
     });
     expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other")).toEqual({
-      url: target.url,
+      url: "https://example.com",
       method: "POST",
       headerNames: ["Authorization"],
     });
@@ -41,13 +49,35 @@ describe("targets at rest", () => {
     await expect(sealTarget(bad, target, "job_a")).rejects.not.toThrow(/c2VjcmV0/);
   });
 
-  it("a target without headers or body seals to nothing", async () => {
-    expect((await sealTarget(env.ENCRYPTION_KEYS, { url: target.url, method: "GET" }, "job_a")).secrets).toBeNull();
+  it("a target without headers or body still seals its URL", async () => {
+    const stored = await sealTarget(env.ENCRYPTION_KEYS, { url: target.url, method: "GET" }, "job_a");
+    expect(stored.secrets).not.toBeNull();
+    expect(await openTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({ url: target.url });
+  });
+
+  it("a target stored before URLs were sealed opens with its URL in clear, and re-sealing moves the URL in", async () => {
+    // What the release before stored: the URL beside the sealed part, which held headers and body only.
+    const ring = await loadKeyRing(env.ENCRYPTION_KEYS);
+    const secrets = { headers: target.headers, body: target.body };
+    const before = { url: target.url, method: target.method, headerNames: ["Authorization"], secrets: await seal(ring, secrets, "job_a") };
+    expect(await openTarget(env.ENCRYPTION_KEYS, before, "job_a")).toEqual({ url: target.url, ...secrets });
+    expect(originOf(before)).toBe("https://example.com");
+    expect(needsResealing(before, "t1")).toBe(true);
+
+    const after = await resealTarget(env.ENCRYPTION_KEYS, before, "job_a");
+    expect(after).not.toHaveProperty("url");
+    expect(after.origin).toBe("https://example.com");
+    expect(JSON.stringify(after)).not.toContain("T0K3N");
+    expect(await openTarget(env.ENCRYPTION_KEYS, after, "job_a")).toEqual({ url: target.url, headers: target.headers, body: target.body });
+    expect(needsResealing(after, "t1")).toBe(false);
+    // One with no secrets at all gets them: its URL.
+    const bare = await resealTarget(env.ENCRYPTION_KEYS, { url: target.url, method: "GET", headerNames: [], secrets: null }, "job_a");
+    expect(await openTarget(env.ENCRYPTION_KEYS, bare, "job_a")).toEqual({ url: target.url });
   });
 
   it("a job saved before sealing (headers and body in clear) still runs and shows names only", async () => {
     const legacy = target as unknown as StoredTarget;
-    expect(await openTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).toEqual({ headers: target.headers, body: target.body });
+    expect(await openTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).toEqual({ url: target.url, headers: target.headers, body: target.body });
     expect((await viewTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).headerNames).toEqual(["Authorization"]);
     expect(headerNamesOf(legacy)).toEqual(["Authorization"]);
   });

@@ -6,6 +6,7 @@ import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { Caller } from "../caller";
 import { deadLetters, getRun, retryRun } from "../runs";
+import { destinationIn } from "./present";
 
 /**
  * /v2/dlq over edgecron's dead letters (runs that ended dead or failed): a dead letter's id is
@@ -41,7 +42,7 @@ async function visible(env: Env, runs: RunView[]): Promise<DeadLetter[]> {
   });
 }
 
-function matches(d: DeadLetter, f: DeadLetterFilter): boolean {
+async function matches(env: Env, d: DeadLetter, f: DeadLetterFilter): Promise<boolean> {
   const meta = d.job.spec.target!.qstash;
   const any = (values: string[] | undefined, value: string | undefined) =>
     values === undefined || (value !== undefined && values.includes(value));
@@ -50,12 +51,13 @@ function matches(d: DeadLetter, f: DeadLetterFilter): boolean {
     any(f.messageId, messageId) &&
     any(f.topicName, meta?.topicName) &&
     any(f.scheduleId, meta?.scheduleId) &&
-    any(f.url, d.job.spec.target!.url) &&
     any(f.queueName, meta?.queueName) &&
     (f.label === undefined || (meta?.label?.split(",") ?? []).some((l) => f.label!.includes(l))) &&
     (f.responseStatus === undefined || d.run.status === f.responseStatus) &&
     (f.fromDate === undefined || (d.run.finishedAt ?? 0) >= f.fromDate) &&
-    (f.toDate === undefined || (d.run.finishedAt ?? 0) <= f.toDate)
+    (f.toDate === undefined || (d.run.finishedAt ?? 0) <= f.toDate) &&
+    // Last: the URL is sealed, and opened only for a dead letter the other fields kept.
+    (await destinationIn(env, d.job, f.url))
   );
 }
 
@@ -66,7 +68,9 @@ export async function listDeadLetters(
   query: { count: number; cursor?: string; filter: DeadLetterFilter },
 ): Promise<{ items: DeadLetter[]; cursor?: string }> {
   const page = await deadLetters(env, caller, { limit: query.count, ...(query.cursor !== undefined && { cursor: query.cursor }) });
-  const items = (await visible(env, page.items)).filter((d) => matches(d, query.filter));
+  const shown = await visible(env, page.items);
+  const kept = await Promise.all(shown.map((d) => matches(env, d, query.filter)));
+  const items = shown.filter((_, i) => kept[i]);
   return { items, ...(page.nextCursor !== null && { cursor: page.nextCursor }) };
 }
 

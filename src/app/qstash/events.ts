@@ -5,6 +5,7 @@ import { jobIdOfMessage, messageIdOfJob, messageIdOfRun, runIdOfMessage } from "
 import { shardStub } from "../../stubs";
 import { type Caller, scopeOf } from "../caller";
 import { loadJob } from "../jobs";
+import { destinationIn, destinationOf } from "./present";
 
 /**
  * GET /v2/events: the logs of the caller's messages, read from their jobs' runs (nothing is kept
@@ -36,11 +37,11 @@ async function runsOf(env: Env, job: CatalogJob, runId?: string): Promise<RunVie
 async function eventsOfJob(env: Env, job: CatalogJob, runId?: string): Promise<LogEvent[]> {
   const meta = job.spec.target?.qstash;
   if (!meta || !job.spec.target) return [];
-  const runs = await runsOf(env, job, runId);
+  const [runs, url] = await Promise.all([runsOf(env, job, runId), destinationOf(env, job)]);
   return runs.flatMap((run) =>
     eventsOfRun(run, {
       messageId: meta.scheduleId ? messageIdOfRun(run.id) : messageIdOfJob(job.id),
-      url: job.spec.target!.url,
+      url,
       ...(meta.topicName !== undefined && { topicName: meta.topicName }),
       ...(meta.endpointName !== undefined && { endpointName: meta.endpointName }),
       ...(meta.label !== undefined && { label: meta.label }),
@@ -48,17 +49,18 @@ async function eventsOfJob(env: Env, job: CatalogJob, runId?: string): Promise<L
   );
 }
 
-function keep(job: CatalogJob, f: EventFilter): boolean {
+async function keep(env: Env, job: CatalogJob, f: EventFilter): Promise<boolean> {
   const meta = job.spec.target?.qstash;
   if (!meta) return false;
   const any = (values: string[] | undefined, value: string | undefined) =>
     values === undefined || (value !== undefined && values.includes(value));
   return (
-    any(f.url, job.spec.target!.url) &&
     any(f.topicName, meta.topicName) &&
     any(f.scheduleId, meta.scheduleId) &&
     any(f.queueName, meta.queueName) &&
-    (f.label === undefined || (meta.label?.split(",") ?? []).some((l) => f.label!.includes(l)))
+    (f.label === undefined || (meta.label?.split(",") ?? []).some((l) => f.label!.includes(l))) &&
+    // Last: the URL is sealed, and opened only for a job the other fields kept.
+    (await destinationIn(env, job, f.url))
   );
 }
 
@@ -93,7 +95,7 @@ export async function listEvents(
   let last: string | undefined;
   for (const job of jobs) {
     last = job.id;
-    if (keep(job, filter)) events.push(...(await eventsOfJob(env, job)).filter((e) => inWindow(e, filter)));
+    if (await keep(env, job, filter)) events.push(...(await eventsOfJob(env, job)).filter((e) => inWindow(e, filter)));
     if (events.length >= count) break;
   }
   const more = jobs.length === JOBS_PER_PAGE || (last !== undefined && last !== jobs.at(-1)?.id);

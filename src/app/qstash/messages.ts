@@ -4,6 +4,7 @@ import { jobIdOfMessage } from "../../qstash/ids";
 import type { Caller } from "../caller";
 import { scopeOf } from "../caller";
 import { changeJob, loadJob } from "../jobs";
+import { destinationIn } from "./present";
 
 /** Messages: the one-off jobs /v2/publish made (a schedule's fires are runs of its job, not messages to cancel). */
 
@@ -42,7 +43,6 @@ export async function findMessages(env: Env, caller: Caller, filter: MessageFilt
     const any = (values: string[] | undefined, value: string | undefined) =>
       values === undefined || (value !== undefined && values.includes(value));
     return (
-      any(filter.url, job.spec.target!.url) &&
       any(filter.queueName, meta.queueName) &&
       any(filter.topicName, meta.topicName) &&
       (filter.label === undefined || (meta.label?.split(",") ?? []).some((l) => filter.label!.includes(l))) &&
@@ -52,7 +52,10 @@ export async function findMessages(env: Env, caller: Caller, filter: MessageFilt
   };
   for (let before: string | undefined, pages = 0; found.length < count && pages < MAX_PAGES; pages++) {
     const page = await listJobs(env.DB, scopeOf(caller), PAGE, before);
-    found.push(...page.filter(match));
+    // The URL is sealed: opened only for the jobs the other fields kept.
+    const kept = page.filter(match);
+    const urlKept = await Promise.all(kept.map((job) => destinationIn(env, job, filter.url)));
+    found.push(...kept.filter((_, i) => urlKept[i]));
     if (page.length < PAGE) break;
     before = page.at(-1)!.id;
   }

@@ -9,22 +9,35 @@ import { cronText } from "./cron";
 
 const NO_META: QstashMeta = { retries: 2 };
 
-/** The target's headers as QStash lists them (each name to its values) and its body. */
+/** The URL a message is delivered to, sealed at rest with its headers and body. */
+export async function destinationOf(env: Env, job: CatalogJob): Promise<string> {
+  return (await openTarget(env.ENCRYPTION_KEYS, job.spec.target!, job.id)).url;
+}
+
+/**
+ * Whether a job's destination is one of `urls` (a list's `url` filter; no filter, every job). A
+ * target that cannot be opened (its key left ENCRYPTION_KEYS) matches no URL.
+ */
+export async function destinationIn(env: Env, job: CatalogJob, urls: string[] | undefined): Promise<boolean> {
+  if (urls === undefined) return true;
+  const url = await destinationOf(env, job).catch(() => null);
+  return url !== null && urls.includes(url);
+}
+
+/** The target's URL, its headers as QStash lists them (each name to its values) and its body. */
 async function opened(env: Env, job: CatalogJob) {
-  const target = job.spec.target!;
-  const secrets = await openTarget(env.ENCRYPTION_KEYS, target, job.id);
+  const { url, ...secrets } = await openTarget(env.ENCRYPTION_KEYS, job.spec.target!, job.id);
   const header = Object.fromEntries(Object.entries(secrets.headers ?? {}).map(([k, v]) => [k, [v]]));
   // A binary body shows as QStash shows one: base64, in `bodyBase64`.
-  if (secrets.bodyBase64 !== undefined) return { header, bodyBase64: secrets.bodyBase64 };
+  if (secrets.bodyBase64 !== undefined) return { url, header, bodyBase64: secrets.bodyBase64 };
   const body = secrets.body === undefined ? undefined : typeof secrets.body === "string" ? secrets.body : JSON.stringify(secrets.body);
-  return { header, body };
+  return { url, header, body };
 }
 
 function common(job: CatalogJob) {
   const target = job.spec.target!;
   const meta = target.qstash ?? { ...NO_META, retries: job.spec.retry.maxAttempts - 1 };
   return {
-    url: target.url,
     method: target.method,
     maxRetries: meta.retries,
     ...(meta.retryDelay !== undefined && { retryDelayExpression: meta.retryDelay }),
@@ -52,15 +65,16 @@ export async function presentMessage(env: Env, job: CatalogJob) {
 }
 
 export async function presentSchedule(env: Env, scheduleId: string, job: CatalogJob, createdAt: number, nextRunAt: number | null) {
-  const { url, ...rest } = common(job);
+  const shared = common(job);
+  const { url, ...target } = await opened(env, job);
   return {
     scheduleId,
     cron: cronText(job.spec.schedule),
     createdAt,
     destination: url,
-    ...rest,
-    retries: rest.maxRetries,
-    ...(await opened(env, job)),
+    ...shared,
+    retries: shared.maxRetries,
+    ...target,
     isPaused: job.paused,
     ...(nextRunAt !== null && { nextScheduleTime: nextRunAt }),
   };
