@@ -7,6 +7,7 @@ import type { Outcome, RunOrder } from "../protocol/queue-messages";
 import { callbackBody, callbackFor, type DeliveredAnswer } from "../qstash/callback-body";
 import { messageIdOfClaim } from "../qstash/delivery";
 import { DEFAULT_RETRIES } from "../qstash/headers";
+import { openCallback } from "../qstash/sealed-callbacks";
 
 /** Who publishes a callback, for the audit log: edgecron itself, on the message's tenant's behalf. */
 const CALLBACK_KEY = { id: "edgecron:qstash-callback", scopes: ALL_SCOPES, jobPrefix: null };
@@ -56,7 +57,7 @@ async function publishCallback(
   answer: DeliveredAnswer,
 ) {
   const meta = claim.target.qstash!;
-  const callback = meta[which]!;
+  const callback = await openCallback(env.ENCRYPTION_KEYS, meta[which]!, claim.tenantId);
   const tenant = await getTenant(env.DB, claim.tenantId);
   if (!tenant) return;
   const messageId = messageIdOfClaim(meta, claim);

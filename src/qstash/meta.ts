@@ -1,7 +1,10 @@
+import type { Sealed } from "../security/sealing";
+
 /**
- * What a QStash message carries besides its target: kept beside the target (in the clear: none
- * of it is a secret), so that the consumer delivers it as QStash does (src/qstash/delivery.ts)
- * without asking D1. A job whose target has it is a message or a schedule of the /v2 surface.
+ * What a QStash message carries besides its target: kept beside the target, so that the
+ * consumer delivers it as QStash does (src/qstash/delivery.ts) without asking D1. A job whose
+ * target has it is a message or a schedule of the /v2 surface. In the clear but for its
+ * callbacks, whose URLs and forwarded headers are sealed (src/qstash/sealed-callbacks.ts).
  */
 export interface CallbackOptions {
   url: string;
@@ -13,13 +16,20 @@ export interface CallbackOptions {
   headers?: Record<string, string>;
 }
 
+/** A callback as stored: the origin of its URL readable, the rest sealed under its tenant. */
+export interface SealedCallback {
+  origin: string;
+  secrets: Sealed;
+}
+
 export interface QstashMeta {
   /** Retries after the first attempt (Upstash-Retries; QStash's default is 3). */
   retries: number;
   /** Upstash-Retry-Delay's expression; absent: QStash's exponential default. */
   retryDelay?: string;
-  callback?: CallbackOptions;
-  failureCallback?: CallbackOptions;
+  /** As published; once stored, sealed (a message stored before callbacks were sealed: in clear). */
+  callback?: CallbackOptions | SealedCallback;
+  failureCallback?: CallbackOptions | SealedCallback;
   scheduleId?: string;
   topicName?: string;
   endpointName?: string;

@@ -5,9 +5,11 @@ import { base64 } from "../../qstash/callback-body";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
 import type { QstashMeta } from "../../qstash/meta";
+import { sealCallbacks } from "../../qstash/sealed-callbacks";
 import type { Caller } from "../caller";
 import { type BatchOutcome, createJobs } from "../create-jobs";
 import { queueGroup } from "./queue-groups";
+import { tenantOf } from "./tenant";
 
 /**
  * A message or a schedule as the edgecron job that runs it: its target (forwarded headers,
@@ -119,10 +121,12 @@ function qstashError(err: ApiError): Error {
 /** Creates the jobs of `drafts`, all or none: the first refusal is thrown, in QStash's terms. */
 export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraft[]): Promise<CatalogJob[]> {
   const inputs = drafts.map(jobInput);
+  const tenantId = tenantOf(caller);
+  const metas = await Promise.all(drafts.map((d) => sealCallbacks(env.ENCRYPTION_KEYS, d.meta, tenantId)));
   const outcomes: BatchOutcome[] = await createJobs(env, caller, inputs, {
     allOrNothing: true,
     decorate: (job, index) => {
-      if (job.spec.target) job.spec.target.qstash = drafts[index]!.meta;
+      if (job.spec.target) job.spec.target.qstash = metas[index]!;
       if (drafts[index]!.shard !== undefined) job.shard = drafts[index]!.shard!;
     },
   });

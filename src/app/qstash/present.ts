@@ -2,6 +2,7 @@ import type { CatalogJob } from "../../catalog/jobs";
 import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { QstashMeta } from "../../qstash/meta";
+import { openCallback } from "../../qstash/sealed-callbacks";
 import { openTarget } from "../../security/targets";
 import { cronText } from "./cron";
 
@@ -24,14 +25,20 @@ export async function destinationIn(env: Env, job: CatalogJob, urls: string[] | 
   return url !== null && urls.includes(url);
 }
 
-/** The target's URL, its headers as QStash lists them (each name to its values) and its body. */
+/** What is sealed of a message: its URL, headers as QStash lists them (each name to its values), body and callback URLs. */
 async function opened(env: Env, job: CatalogJob) {
-  const { url, ...secrets } = await openTarget(env.ENCRYPTION_KEYS, job.spec.target!, job.id);
+  const keys = env.ENCRYPTION_KEYS;
+  const { url, ...secrets } = await openTarget(keys, job.spec.target!, job.id);
+  const meta = job.spec.target!.qstash;
+  const callbacks = {
+    ...(meta?.callback && { callback: (await openCallback(keys, meta.callback, job.tenantId)).url }),
+    ...(meta?.failureCallback && { failureCallback: (await openCallback(keys, meta.failureCallback, job.tenantId)).url }),
+  };
   const header = Object.fromEntries(Object.entries(secrets.headers ?? {}).map(([k, v]) => [k, [v]]));
   // A binary body shows as QStash shows one: base64, in `bodyBase64`.
-  if (secrets.bodyBase64 !== undefined) return { url, header, bodyBase64: secrets.bodyBase64 };
+  if (secrets.bodyBase64 !== undefined) return { url, header, bodyBase64: secrets.bodyBase64, ...callbacks };
   const body = secrets.body === undefined ? undefined : typeof secrets.body === "string" ? secrets.body : JSON.stringify(secrets.body);
-  return { url, header, body };
+  return { url, header, body, ...callbacks };
 }
 
 function common(job: CatalogJob) {
@@ -41,8 +48,6 @@ function common(job: CatalogJob) {
     method: target.method,
     maxRetries: meta.retries,
     ...(meta.retryDelay !== undefined && { retryDelayExpression: meta.retryDelay }),
-    ...(meta.callback && { callback: meta.callback.url }),
-    ...(meta.failureCallback && { failureCallback: meta.failureCallback.url }),
     ...(meta.queueName !== undefined && { queueName: meta.queueName }),
     ...(meta.scheduleId !== undefined && { scheduleId: meta.scheduleId }),
     ...(meta.topicName !== undefined && { topicName: meta.topicName }),
