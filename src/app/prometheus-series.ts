@@ -142,7 +142,7 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       : [
           gauge(
             "edgecron_targets_sealed_under_old_keys",
-            "Jobs whose target was still sealed under another key than ENCRYPTION_KEYS' first when the sweep's re-seal last went through them all: 0 once a rotation's old key may be dropped.",
+            "Jobs, tenants and URL groups with a secret (a target, a notification URL, endpoints) still sealed under another key than ENCRYPTION_KEYS' first, or a URL in clear, when the sweep's re-seal last went through them all: 0 once a rotation's old key may be dropped.",
             admin.sweep.reseal.remaining,
           ),
         ]),

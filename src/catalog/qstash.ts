@@ -1,3 +1,4 @@
+import type { Sealed } from "../security/sealing";
 import { guard } from "./d1";
 
 /** The /v2 (QStash) surface's tables (migrations/0014_qstash.sql); every call is scoped to one tenant. */
@@ -27,6 +28,12 @@ export interface TopicRow {
   createdAt: number;
   updatedAt: number;
 }
+
+/**
+ * A URL group as stored: its endpoints sealed (src/qstash/sealed-urls.ts); a group written
+ * before endpoints were sealed holds them in clear until the sweep seals them.
+ */
+export type StoredTopicRow = Omit<TopicRow, "endpoints"> & { endpoints: Endpoint[] | Sealed };
 
 type Row = Record<string, unknown>;
 
@@ -79,6 +86,7 @@ export async function deleteScheduleRow(db: D1Database, tenantId: string, schedu
 
 // ---- deduplication ----
 
+/** The remembered answers of `ids`; their `url` as stored, sealed (src/qstash/sealed-urls.ts). */
 export async function dedupHits(
   db: D1Database,
   tenantId: string,
@@ -158,25 +166,25 @@ export async function deleteQueueRow(db: D1Database, tenantId: string, name: str
 
 // ---- URL groups ----
 
-const toTopic = (r: Row): TopicRow => ({
+const toTopic = (r: Row): StoredTopicRow => ({
   name: r.name as string,
-  endpoints: JSON.parse(r.endpoints as string) as Endpoint[],
+  endpoints: JSON.parse(r.endpoints as string) as Endpoint[] | Sealed,
   createdAt: r.created_at as number,
   updatedAt: r.updated_at as number,
 });
 
-export async function getTopicRow(db: D1Database, tenantId: string, name: string): Promise<TopicRow | null> {
+export async function getTopicRow(db: D1Database, tenantId: string, name: string): Promise<StoredTopicRow | null> {
   const rows = await all("read url group", db.prepare("SELECT * FROM qstash_topics WHERE tenant_id = ? AND name = ?").bind(tenantId, name));
   return rows[0] ? toTopic(rows[0]) : null;
 }
 
-export async function listTopicRows(db: D1Database, tenantId: string): Promise<TopicRow[]> {
+export async function listTopicRows(db: D1Database, tenantId: string): Promise<StoredTopicRow[]> {
   return (await all("list url groups", db.prepare("SELECT * FROM qstash_topics WHERE tenant_id = ? ORDER BY name").bind(tenantId))).map(
     toTopic,
   );
 }
 
-export async function putTopicRow(db: D1Database, tenantId: string, name: string, endpoints: Endpoint[], now: number): Promise<void> {
+export async function putTopicRow(db: D1Database, tenantId: string, name: string, endpoints: Sealed, now: number): Promise<void> {
   await run(
     "write url group",
     db
@@ -186,6 +194,43 @@ export async function putTopicRow(db: D1Database, tenantId: string, name: string
       )
       .bind(tenantId, name, JSON.stringify(endpoints), now),
   );
+}
+
+/** A URL group's endpoints in clear (written before they were sealed), or sealed under another key than `?1`. */
+const ENDPOINTS_SEALED_UNDER_ANOTHER_KEY = "json_type(endpoints) = 'array' OR json_extract(endpoints, '$.kid') != ?1";
+
+/** URL groups, of every tenant, whose endpoints the re-seal after a key rotation has left (src/reconcile/resealing.ts). */
+export async function topicsSealedUnderAnotherKey(
+  db: D1Database,
+  kid: string,
+  limit: number,
+): Promise<Array<StoredTopicRow & { tenantId: string }>> {
+  const rows = await all(
+    "url groups sealed under another key",
+    db
+      .prepare(`SELECT * FROM qstash_topics WHERE ${ENDPOINTS_SEALED_UNDER_ANOTHER_KEY} ORDER BY tenant_id, name LIMIT ?2`)
+      .bind(kid, limit),
+  );
+  return rows.map((r) => ({ ...toTopic(r), tenantId: r.tenant_id as string }));
+}
+
+export async function countTopicsSealedUnderAnotherKey(db: D1Database, kid: string): Promise<number> {
+  const rows = await all(
+    "count url groups sealed under another key",
+    db.prepare(`SELECT COUNT(*) AS n FROM qstash_topics WHERE ${ENDPOINTS_SEALED_UNDER_ANOTHER_KEY}`).bind(kid),
+  );
+  return (rows[0]?.n as number | undefined) ?? 0;
+}
+
+/** Replaces a URL group's endpoints with `sealed`, if they are still `was` (a change made meanwhile wins). */
+export async function resealTopicRow(db: D1Database, tenantId: string, topic: StoredTopicRow, sealed: Sealed): Promise<boolean> {
+  const result = await run(
+    "reseal url group",
+    db
+      .prepare("UPDATE qstash_topics SET endpoints = ? WHERE tenant_id = ? AND name = ? AND endpoints = ?")
+      .bind(JSON.stringify(sealed), tenantId, topic.name, JSON.stringify(topic.endpoints)),
+  );
+  return result.meta.changes > 0;
 }
 
 export async function deleteTopicRow(db: D1Database, tenantId: string, name: string): Promise<boolean> {

@@ -1,7 +1,8 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { tenantOf } from "../../app/qstash/tenant";
-import { deleteTopicRow, type Endpoint, getTopicRow, listTopicRows, putTopicRow, type TopicRow } from "../../catalog/qstash";
+import { deleteUrlGroup, listUrlGroups, readUrlGroup, writeUrlGroup } from "../../app/qstash/url-groups";
+import type { Endpoint, TopicRow } from "../../catalog/qstash";
 import { QstashInputError } from "../../qstash/errors";
 import type { AppContext, AppEnv } from "../context";
 import { bodyText } from "./request";
@@ -44,7 +45,7 @@ topics.post("/topics/:name/endpoints", async (c) => {
   const missing = added.findIndex((e) => e.url === undefined);
   if (missing >= 0) throw new QstashInputError(`endpoints.${missing}.url`, "required");
   const tenantId = tenantOf(c.var.caller);
-  const current = (await getTopicRow(c.env.DB, tenantId, name))?.endpoints ?? [];
+  const current = (await readUrlGroup(c.env, tenantId, name))?.endpoints ?? [];
   const merged: Endpoint[] = [...current];
   for (const e of added as Endpoint[]) {
     const at = merged.findIndex((m) => m.url === e.url || (e.name !== undefined && m.name === e.name));
@@ -52,7 +53,7 @@ topics.post("/topics/:name/endpoints", async (c) => {
     else merged.push(e);
   }
   if (merged.length > MAX_ENDPOINTS) throw new QstashInputError("endpoints", `a URL group has at most ${MAX_ENDPOINTS} endpoints`);
-  await putTopicRow(c.env.DB, tenantId, name, merged, Date.now());
+  await writeUrlGroup(c.env, tenantId, name, merged, Date.now());
   return c.json({}, 200);
 });
 
@@ -60,25 +61,25 @@ topics.delete("/topics/:name/endpoints", async (c) => {
   const name = c.req.param("name");
   const removed = await endpointsOf(c);
   const tenantId = tenantOf(c.var.caller);
-  const topic = await getTopicRow(c.env.DB, tenantId, name);
+  const topic = await readUrlGroup(c.env, tenantId, name);
   if (!topic) throw new QstashInputError("name", `no URL group named ${name}`, 404);
   const kept = topic.endpoints.filter(
     (e) => !removed.some((r) => (r.url !== undefined && r.url === e.url) || (r.name !== undefined && r.name === e.name)),
   );
-  await putTopicRow(c.env.DB, tenantId, name, kept, Date.now());
+  await writeUrlGroup(c.env, tenantId, name, kept, Date.now());
   return c.json({}, 200);
 });
 
-topics.get("/topics", async (c) => c.json((await listTopicRows(c.env.DB, tenantOf(c.var.caller))).map(present), 200));
+topics.get("/topics", async (c) => c.json((await listUrlGroups(c.env, tenantOf(c.var.caller))).map(present), 200));
 
 topics.get("/topics/:name", async (c) => {
-  const topic = await getTopicRow(c.env.DB, tenantOf(c.var.caller), c.req.param("name"));
+  const topic = await readUrlGroup(c.env, tenantOf(c.var.caller), c.req.param("name"));
   if (!topic) throw new QstashInputError("name", `no URL group named ${c.req.param("name")}`, 404);
   return c.json(present(topic), 200);
 });
 
 topics.delete("/topics/:name", async (c) => {
-  if (!(await deleteTopicRow(c.env.DB, tenantOf(c.var.caller), c.req.param("name")))) {
+  if (!(await deleteUrlGroup(c.env, tenantOf(c.var.caller), c.req.param("name")))) {
     throw new QstashInputError("name", `no URL group named ${c.req.param("name")}`, 404);
   }
   return c.json({}, 200);

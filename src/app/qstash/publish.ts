@@ -1,14 +1,16 @@
-import { dedupHits, getQueueRow, getTopicRow, recordDedup } from "../../catalog/qstash";
+import { dedupHits, getQueueRow, recordDedup } from "../../catalog/qstash";
 import { base64 } from "../../qstash/callback-body";
 import type { Destination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
 import { messageIdOfJob } from "../../qstash/ids";
 import type { QstashMeta } from "../../qstash/meta";
+import { openDedupUrl, sealDedupUrl } from "../../qstash/sealed-urls";
 import { bodyDigest } from "../../security/request-signature";
 import type { Caller } from "../caller";
 import { createQstashJobs, type JobDraft } from "./jobs";
 import { tenantOf } from "./tenant";
+import { readUrlGroup } from "./url-groups";
 
 /**
  * Publishing: POST /v2/publish, /v2/enqueue and /v2/batch. Each message is a one-off edgecron
@@ -96,7 +98,7 @@ async function plan(env: Env, tenantId: string, request: PublishRequest, now: nu
   });
   const dedupId = await dedupIdOf(request);
   if ("url" in destination) return { request, dedupId, drafts: [draft(destination.url, {})], topic: false };
-  const topic = await getTopicRow(env.DB, tenantId, destination.topic);
+  const topic = await readUrlGroup(env, tenantId, destination.topic);
   if (!topic || topic.endpoints.length === 0) {
     throw new QstashInputError("destination", `no URL group named ${destination.topic} with endpoints`, 404);
   }
@@ -114,6 +116,8 @@ export async function publish(env: Env, caller: Caller, requests: PublishRequest
     planned.flatMap((p) => (p.dedupId ? [p.dedupId] : [])),
     now,
   );
+  // A remembered answer's URL is sealed: opened for the hits only.
+  for (const hit of hits.values()) hit.url = await openDedupUrl(env.ENCRYPTION_KEYS, hit.url, tenantId);
   // A duplicate within the call is answered with the first one's message, as a later call would be.
   const fresh = planned.filter((p, i) => !(p.dedupId && (hits.has(p.dedupId) || planned.findIndex((q) => q.dedupId === p.dedupId) < i)));
   const jobs = await createQstashJobs(
@@ -131,12 +135,16 @@ export async function publish(env: Env, caller: Caller, requests: PublishRequest
   }
   const firsts = new Map<string, Published[]>();
   for (const p of fresh) if (p.dedupId) firsts.set(p.dedupId, made.get(p)!);
-  await recordDedup(
-    env.DB,
-    tenantId,
-    fresh.flatMap((p) => (p.dedupId ? [{ dedupId: p.dedupId, messageId: made.get(p)![0]!.messageId, url: made.get(p)![0]!.url }] : [])),
-    now + DEDUP_WINDOW_MS,
+  const remembered = await Promise.all(
+    fresh.flatMap((p) => {
+      if (!p.dedupId) return [];
+      const [first] = made.get(p)!;
+      return [
+        sealDedupUrl(env.ENCRYPTION_KEYS, first!.url, tenantId).then((url) => ({ dedupId: p.dedupId!, messageId: first!.messageId, url })),
+      ];
+    }),
   );
+  await recordDedup(env.DB, tenantId, remembered, now + DEDUP_WINDOW_MS);
   return planned.map((p) => {
     const own = made.get(p);
     if (own) return p.topic ? own : own[0]!;
