@@ -6,6 +6,7 @@ import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { watchesOpenRuns } from "./admission";
+import type { ShardHost } from "./host";
 import type { RunLedger } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
@@ -32,6 +33,7 @@ export const FIRE_CHUNK = 200;
  */
 export class Firing {
   constructor(
+    private readonly host: Pick<ShardHost, "claimTimeoutMs">,
     private readonly store: ShardStore,
     private readonly ledger: RunLedger,
     private readonly workflows: Pick<Workflows, "jobChanged">,
@@ -88,7 +90,7 @@ export class Firing {
     const { ready, next } = this.readyFires(job, now);
     const nextDue = next === null ? null : next + jitterOf(job, next);
     // Due again within a claim timeout: the job is frequent (frequent-jobs.ts).
-    const frequent = nextDue !== null && nextDue - now <= this.ledger.claimTimeoutMs();
+    const frequent = nextDue !== null && nextDue - now <= this.host.claimTimeoutMs();
     // Nothing more to fire and no fire count to keep: the row is left as it is (fired-through.ts).
     const kept = next === null && !job.frequent && job.spec.schedule.maxRuns === undefined;
     // A next fire: the fire's last run carries it, with the fire count (in runs_next), and the

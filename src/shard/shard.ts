@@ -1,5 +1,4 @@
 import { DurableObject } from "cloudflare:workers";
-import { writeArchive } from "../archive/run-archive";
 import { config } from "../config";
 import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
@@ -21,20 +20,20 @@ import {
 import type { JobDefinition, JobRuntime, TenantSettings } from "../protocol/stored-rows";
 import { dispatchQueue } from "../queues";
 import { gateStub } from "../stubs";
-import { Admitter } from "./admitter";
-import { Completions } from "./completion";
-import { Dispatcher } from "./dispatch";
-import { FIRE_CHUNK, Firing } from "./firing";
-import { HistoryStore } from "./history-store";
-import { RunLedger, TICK_BATCH } from "./ledger";
+import type { Admitter } from "./admitter";
+import { makeCapabilities } from "./capabilities";
+import type { Completions } from "./completion";
+import type { Dispatcher } from "./dispatch";
+import { FIRE_CHUNK, type Firing } from "./firing";
+import type { ShardHost } from "./host";
+import { type RunLedger, TICK_BATCH } from "./ledger";
 import { ALARM, SETTLE, ShardMeter } from "./meter";
 import { migrateShard, ShardSchemaTooNew } from "./migrations";
-import { Outcomes } from "./outcomes";
-import { Retention } from "./retention";
-import { ShardStore } from "./store";
-import { ViewStore } from "./view-store";
-import { Views } from "./views";
-import { Workflows } from "./workflows";
+import type { Outcomes } from "./outcomes";
+import type { Retention } from "./retention";
+import type { ShardStore } from "./store";
+import type { Views } from "./views";
+import type { Workflows } from "./workflows";
 
 /** A shard with nothing due within this long counts as going idle (see `metered`). */
 const IDLE_AFTER_MS = 5_000;
@@ -48,6 +47,7 @@ const IDLE_AFTER_MS = 5_000;
  * completion, outcomes, views, retention, the cost meter).
  */
 export class Shard extends DurableObject<Env> implements ShardApi {
+  private readonly meter: ShardMeter;
   private readonly store: ShardStore;
   private readonly ledger: RunLedger;
   private readonly firing: Firing;
@@ -55,7 +55,6 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   private readonly dispatcher: Dispatcher;
   private readonly completions: Completions;
   private readonly views: Views;
-  private readonly meter: ShardMeter;
   private readonly retention: Retention;
   private readonly outcomes: Outcomes;
   private readonly workflows: Workflows;
@@ -64,77 +63,43 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    const sql = ctx.storage.sql;
     // One transaction: a shard an earlier release created is upgraded all at once or not at all.
     try {
-      ctx.storage.transactionSync(() => migrateShard(sql));
+      ctx.storage.transactionSync(() => migrateShard(ctx.storage.sql));
     } catch (err) {
       if (!(err instanceof ShardSchemaTooNew)) throw err;
       // Logged once per instance, not per call; the calls' own errors say it each time.
       console.error(`shard ${ctx.id.name ?? ctx.id.toString()}: ${err.message}`);
       this.refusal = err;
     }
-    const name = () => this.name;
-    const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
-    this.meter = new ShardMeter(sql);
+    const meter = new ShardMeter(ctx.storage.sql);
+    this.meter = meter;
     // This design's leader election: a new instance becomes the shard's single writer (created,
     // or again after an eviction, a restart or a deploy).
-    this.meter.countStart();
-    const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
-    const counters = this.meter.counters;
-    this.store = new ShardStore(this.meter.sql);
-    const queue = (shard: string) => dispatchQueue(this.env, shard);
-    this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
-    this.ledger = new RunLedger(
-      this.store,
-      claimTimeoutMs,
-      name,
-      (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
-      {
-        send: (dispatch) => {
-          counters.dispatched();
-          this.dispatcher.send(dispatch);
-        },
-        unsentOf: (jobId) => this.dispatcher.unsentOf(jobId),
-        withdraw: (dispatch) => this.dispatcher.withdraw(dispatch),
-      },
-      {
-        moved: (before, events, after, attempt) => counters.moved(before, events, after, attempt),
-        finished: (run, now) => {
-          // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
-          if (this.workflows.ended(run, now) === "step") return;
-          this.meter.count("runsFinished");
-          counters.finished(run);
-          this.outcomes.noteFinished(run);
-        },
-      },
-    );
-    this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
-    this.firing = new Firing(this.store, this.ledger, this.workflows);
-    this.outcomes = new Outcomes(
-      this.store,
-      this.meter.sql,
-      () => this.env.DB,
-      queue,
-      name,
-      (definition, then) =>
-        this.change((now) => {
-          this.firing.applyJobs([definition], [], now);
-          then(now);
-        }),
-    );
-    this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
-    this.completions = new Completions(this.store, this.ledger, this.workflows);
-    this.views = new Views(this.store, new ViewStore(this.meter.sql), this.workflows.steps);
-    // Without a bucket bound, expired history is only deleted.
-    const bucket = (env as Partial<Env>).ARCHIVE;
-    const history = new HistoryStore(this.meter.sql, () => this.store.firedThrough.passedThrough());
-    this.retention = new Retention(
-      history,
-      (tenantId) => this.store.getTenant(tenantId),
-      bucket ? (shard, runs) => writeArchive(bucket, shard, runs, Date.now()) : null,
-      name,
-    );
+    meter.countStart();
+    // The one place each setting and binding is read for the capabilities (host.ts).
+    const host: ShardHost = {
+      name: () => this.name,
+      claimTimeoutMs: () => config(env).claimTimeoutMs,
+      change: (apply) => this.change(apply),
+      gateOf: (tenantId) => countingStub(gateStub(env, tenantId), () => meter.count("gateRequests")),
+      queueOf: (shard) => dispatchQueue(env, shard),
+      catalog: () => env.DB,
+      sql: meter.sql,
+      meter,
+    };
+    ({
+      store: this.store,
+      ledger: this.ledger,
+      firing: this.firing,
+      admitter: this.admitter,
+      dispatcher: this.dispatcher,
+      completions: this.completions,
+      views: this.views,
+      retention: this.retention,
+      outcomes: this.outcomes,
+      workflows: this.workflows,
+    } = makeCapabilities(host, (env as Partial<Env>).ARCHIVE));
   }
 
   // ---- the alarm ----
@@ -196,7 +161,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     await Promise.all(sending);
     await this.settle();
     // After the due work, never before it: a pass is bounded and re-arms for what is left.
-    if (await this.retention.pass(Date.now(), (remove) => this.change(() => this.store.beforeRemoval(remove)))) await this.armAlarm();
+    if (await this.retention.pass(Date.now())) await this.armAlarm();
   }
 
   /** One of the alarm's transactions, charged to the alarm even after an await (meter.ts, `during`). */
