@@ -44,7 +44,7 @@ export class Admitter {
       this.again = true;
       return this.running;
     }
-    if (!this.store.hasDueWaiting(Date.now())) return;
+    if (!this.store.admission.hasDueWaiting(Date.now())) return;
     // The loop's last check and the release happen in one synchronous step, so a call that
     // joins can never land after the check and be left out.
     this.running = (async () => {
@@ -62,15 +62,15 @@ export class Admitter {
 
   /** A tenant's gate says capacity freed: every waiting run is looked at now. */
   wakeAll(now: number): void {
-    this.store.dueAllWaiting(now);
+    this.store.admission.dueAllWaiting(now);
   }
 
   private async admitDue(): Promise<void> {
     const now = Date.now();
-    const waiting = this.store.waitingRuns(now, TICK_BATCH);
+    const waiting = this.store.admission.waitingRuns(now, TICK_BATCH);
     if (waiting.length === 0) return;
     const jobs = new Map(this.store.getJobs([...new Set(waiting.map((r) => r.jobId))]).map((j) => [j.id, j]));
-    const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS, stoppedFor);
+    const plan = planAdmission(waiting, jobs, (jobId) => this.store.admission.inFlightCount(jobId), now, ADMISSION_RECHECK_MS, stoppedFor);
     // A permit is granted for one admission of one run: the fence makes a later admission's
     // permit a different one, so a late release of the earlier cannot take it away. Its key
     // names what it holds (permit-keys.ts): the tenant's permit, its group's, or both.
@@ -118,7 +118,7 @@ export class Admitter {
           continue;
         }
         this.ledger.admit(run, job, permit, now);
-        if (job.spec.ratePerSecond !== undefined) this.store.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
+        if (job.spec.ratePerSecond !== undefined) this.store.admission.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
       }
       for (const { run, dueAt } of plan.deferred) {
         if (this.store.getRun(run.id)?.state === "waiting") this.store.setDueAt(run.id, dueAt);

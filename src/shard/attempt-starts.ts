@@ -85,7 +85,7 @@ export class AttemptStarts {
     const fence = run.fence ?? 1;
     const completionToken = newCompletionToken(this.host.name(), fence);
     const leaseUntil = now + this.leaseMs(job, run.id, 0);
-    const created = this.store.createRun(run, now, { state: "running", leaseUntil, completionToken });
+    const created = this.store.fires.createRun(run, now, { state: "running", leaseUntil, completionToken });
     if (!created) return false;
     this.moves.bornDispatched(run, now);
     const leased = { id: run.id, fence, jobId: run.jobId, attempt: 1, scheduledAt: run.scheduledAt, parentRunId: run.parentRunId ?? null };

@@ -72,11 +72,11 @@ export class RunLedger {
     now: number,
     as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
-    if (as.state !== "queued") return this.store.createRun(run, now, as);
+    if (as.state !== "queued") return this.store.fires.createRun(run, now, as);
     const job = as.job;
     const target = targetOfRun(job.spec, run.id);
     if (isWorkflowRun(job.spec, run.id) || !target) {
-      const created = this.store.createRun(run, now, { state: "queued" });
+      const created = this.store.fires.createRun(run, now, { state: "queued" });
       const row = created ? this.store.getRun(run.id) : null;
       if (row) this.starts.start(row, [], {}, job, now);
       return created;
@@ -140,7 +140,7 @@ export class RunLedger {
   cancelPending(jobId: string, reason: string, now: number): void {
     const deleted = this.store.getJob(jobId)?.deleted ?? true;
     const cancels = (run: RunRow) => deleted || run.parentRunId === null;
-    for (const run of this.store.pendingRuns(jobId)) if (cancels(run)) this.cancel(run, reason, now);
+    for (const run of this.store.fires.pendingRuns(jobId)) if (cancels(run)) this.cancel(run, reason, now);
     // A dispatch the Queue has not taken yet reached no consumer: its attempt has not really
     // begun, so it is withdrawn and its run ends with the others. (Should this change roll back,
     // the withdrawn dispatch is lost like one a crash loses, and its lease sends it again.)
@@ -163,7 +163,7 @@ export class RunLedger {
   }
 
   extendLease(run: RunRow, until: number, permitLeaseMs: number): void {
-    this.store.extendLease(run.id, until);
+    this.store.attempts.extendLease(run.id, until);
     this.starts.renewCover(run, permitLeaseMs);
   }
 
