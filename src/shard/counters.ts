@@ -8,7 +8,7 @@
  *
  * The hook points are the run's own steps (`RunMoves.move`, which every transition takes:
  * docs/architecture.md, invariant 1), its end (the moves' `finished` hook), a dispatch made
- * (the ledger's `send`), and the object's start and alarms (meter.ts).
+ * (`Dispatcher.send`), and the object's start and alarms (meter.ts).
  */
 
 import type { RunEvent } from "../model/run-states";

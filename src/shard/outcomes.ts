@@ -30,15 +30,12 @@ export class Outcomes {
       () => host.name(),
     );
     // The pause is applied, and told of, as one change of the shard.
-    this.autoPause = new AutoPause(
-      store,
-      () => host.catalog(),
-      (definition, reason) =>
-        host.change((now) => {
-          firing.applyJobs([definition], [], now);
-          const job = store.getJob(definition.id);
-          if (job) this.notifier.note("paused", job, null, now, reason);
-        }),
+    this.autoPause = new AutoPause(store, host, (definition, reason) =>
+      host.change((now) => {
+        firing.applyJobs([definition], [], now);
+        const job = store.getJob(definition.id);
+        if (job) this.notifier.note("paused", job, null, now, reason);
+      }),
     );
   }
 
