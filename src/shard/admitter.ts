@@ -4,6 +4,7 @@ import { groupLimits } from "../model/flow-control";
 import { LEASE_GRACE_MS } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
 import { planAdmission } from "./admission";
+import type { ShardHost } from "./host";
 import { type RunLedger, TICK_BATCH } from "./ledger";
 import type { ShardJob } from "./rows";
 import { stoppedFor } from "./run-stops";
@@ -15,16 +16,6 @@ import type { ShardStore } from "./store";
  * for a wake-up that was lost.
  */
 const ADMISSION_RECHECK_MS = 15_000;
-
-/** What admission needs of a tenant's gate (a TenantGate Durable Object). */
-export interface PermitGate {
-  admit(
-    shard: string,
-    asks: PermitAsk[],
-    tenantLimit: number | null,
-    leaseMs: number,
-  ): Promise<{ granted: string[]; retryAt: Record<string, number> }>;
-}
 
 /**
  * Admission: waiting runs start as far as flow control allows. The jobs' own limits are decided
@@ -38,12 +29,9 @@ export class Admitter {
   private again = false;
 
   constructor(
+    private readonly host: Pick<ShardHost, "change" | "gateOf" | "name" | "claimTimeoutMs">,
     private readonly store: ShardStore,
     private readonly ledger: RunLedger,
-    private readonly transaction: <T>(change: () => T) => T,
-    private readonly gateOf: (tenantId: string) => PermitGate,
-    private readonly shardName: () => string,
-    private readonly claimTimeoutMs: () => number,
   ) {}
 
   /**
@@ -56,7 +44,7 @@ export class Admitter {
       this.again = true;
       return this.running;
     }
-    if (!this.store.hasDueWaiting(Date.now())) return;
+    if (!this.store.admission.hasDueWaiting(Date.now())) return;
     // The loop's last check and the release happen in one synchronous step, so a call that
     // joins can never land after the check and be left out.
     this.running = (async () => {
@@ -74,15 +62,15 @@ export class Admitter {
 
   /** A tenant's gate says capacity freed: every waiting run is looked at now. */
   wakeAll(now: number): void {
-    this.store.dueAllWaiting(now);
+    this.store.admission.dueAllWaiting(now);
   }
 
   private async admitDue(): Promise<void> {
     const now = Date.now();
-    const waiting = this.store.waitingRuns(now, TICK_BATCH);
+    const waiting = this.store.admission.waitingRuns(now, TICK_BATCH);
     if (waiting.length === 0) return;
     const jobs = new Map(this.store.getJobs([...new Set(waiting.map((r) => r.jobId))]).map((j) => [j.id, j]));
-    const plan = planAdmission(waiting, jobs, (jobId) => this.store.inFlightCount(jobId), now, ADMISSION_RECHECK_MS, stoppedFor);
+    const plan = planAdmission(waiting, jobs, (jobId) => this.store.admission.inFlightCount(jobId), now, ADMISSION_RECHECK_MS, stoppedFor);
     // A permit is granted for one admission of one run: the fence makes a later admission's
     // permit a different one, so a late release of the earlier cannot take it away. Its key
     // names what it holds (permit-keys.ts): the tenant's permit, its group's, or both.
@@ -98,13 +86,13 @@ export class Admitter {
     const answers = await Promise.all(
       [...gated].map(async ([tenantId, runs]) => {
         const limit = this.tenantLimit(tenantId);
-        const leaseMs = this.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
+        const leaseMs = this.host.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
         // No more than the tenant's limit can be granted: asking for more only makes the gate work.
         const asks = admissionAsks(runs.slice(0, limit ?? runs.length), jobs, limit !== null, permitOf);
         try {
-          return { asks, ...(await this.gateOf(tenantId).admit(this.shardName(), asks, limit, leaseMs)) };
+          return { asks, ...(await this.host.gateOf(tenantId).admit(this.host.name(), asks, limit, leaseMs)) };
         } catch (err) {
-          console.error(`shard ${this.shardName()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
+          console.error(`shard ${this.host.name()}: gate of tenant ${tenantId} unreachable; its runs wait`, err);
           return { asks, granted: [] as string[], retryAt: {} as Record<string, number> };
         }
       }),
@@ -112,7 +100,7 @@ export class Admitter {
     const asked = new Set(answers.flatMap((a) => a.asks.map((x) => x.permit)));
     const granted = new Set(answers.flatMap((a) => a.granted));
     const retryAt = new Map(answers.flatMap((a) => Object.entries(a.retryAt)));
-    this.transaction(() => {
+    this.host.change(() => {
       for (const candidate of plan.candidates) {
         const job = jobs.get(candidate.jobId)!;
         const permit = gatedAtGate(job, this.tenantLimit(job.tenantId)) ? permitOf(candidate) : null;
@@ -130,7 +118,7 @@ export class Admitter {
           continue;
         }
         this.ledger.admit(run, job, permit, now);
-        if (job.spec.ratePerSecond !== undefined) this.store.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
+        if (job.spec.ratePerSecond !== undefined) this.store.admission.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
       }
       for (const { run, dueAt } of plan.deferred) {
         if (this.store.getRun(run.id)?.state === "waiting") this.store.setDueAt(run.id, dueAt);

@@ -2,8 +2,10 @@ import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { latestAttemptOf, toAttempt, toRun } from "./rows";
 
 /**
- * The SQL of runs' attempts: the latest on its run's row (the `a_*` columns), earlier ones in
- * `attempts` (moved there when the next begins: `writeRunStep` in run-writes.ts), both in the view
+ * The SQL of an attempt's outcome (completion.ts, and the ledger's lease ends): a report's read
+ * of its run and attempt, a 202, a heartbeat, a late answer. The latest attempt is on its run's
+ * row (the `a_*` columns), earlier ones in `attempts` (moved there when the next begins:
+ * `writeRunStep` in run-writes.ts, which also writes the outcome itself), both in the view
  * `attempt_log`.
  */
 export class AttemptStore {
@@ -18,6 +20,11 @@ export class AttemptStore {
       runId,
       fence,
     );
+  }
+
+  /** A running attempt's lease moves (a heartbeat came): an unindexed column, one row written. */
+  extendLease(runId: string, until: number): void {
+    this.sql.exec("UPDATE runs SET lease_until = ? WHERE id = ? AND state = 'running'", until, runId);
   }
 
   /** Keeps a late outcome on the attempt it belongs to, so the run shows it happened. */

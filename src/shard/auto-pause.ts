@@ -1,5 +1,6 @@
 import { autoPauseJob, toDefinition } from "../catalog/jobs";
 import type { JobDefinition, RunRow } from "../protocol/stored-rows";
+import type { ShardHost } from "./host";
 import type { ShardJob } from "./rows";
 import { stoppedReason } from "./run-stops";
 import type { ShardStore } from "./store";
@@ -24,7 +25,7 @@ export class AutoPause {
 
   constructor(
     private readonly store: ShardStore,
-    private readonly catalog: () => D1Database,
+    private readonly host: Pick<ShardHost, "catalog">,
     /** Applies a catalog version of a job to the shard, as one change, and tells of the pause. */
     private readonly apply: (definition: JobDefinition, reason: string) => void,
   ) {}
@@ -58,7 +59,7 @@ export class AutoPause {
       if (!job || limit === undefined || job.failureStreak < limit || stoppedReason(job)) continue;
       try {
         const reason = pausedReason(job.failureStreak, trigger);
-        const paused = await autoPauseJob(this.catalog(), jobId, reason, Date.now());
+        const paused = await autoPauseJob(this.host.catalog(), jobId, reason, Date.now());
         // Null: a person paused or deleted it meanwhile, and that change reaches the shard as usual.
         if (paused) this.apply(toDefinition(paused), reason);
       } catch (err) {

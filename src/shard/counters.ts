@@ -8,7 +8,7 @@
  *
  * The hook points are the run's own steps (`RunMoves.move`, which every transition takes:
  * docs/architecture.md, invariant 1), its end (the moves' `finished` hook), a dispatch made
- * (the ledger's `send`), and the object's start and alarms (meter.ts).
+ * (`Dispatcher.send`), and the object's start and alarms (meter.ts).
  */
 
 import type { RunEvent } from "../model/run-states";
@@ -22,24 +22,19 @@ export class ShardCounters {
   private stored: ShardTotals | undefined;
   /** Counted since, committed. */
   private added = noTotals();
-  /** Counts made inside a change, kept apart until it commits (`inChange`). */
+  /** Counts made inside a change, kept apart until it commits (`release`); null outside a change. */
   private pending: Array<(t: ShardTotals) => void> | null = null;
 
-  /**
-   * Runs `change` (the shard's transaction) so that what it counts stands only if it commits,
-   * as the meter's own counts do: a change rolled back and made again counts once.
-   */
-  inChange<T>(change: () => T): T {
-    const pending: Array<(t: ShardTotals) => void> = [];
-    this.pending = pending;
-    try {
-      const result = change();
-      this.pending = null;
-      for (const count of pending) count(this.added);
-      return result;
-    } finally {
-      this.pending = null;
-    }
+  /** A change of the shard's state begins (the meter's `beginChange`): what it counts stands only if it commits. */
+  hold(): void {
+    this.pending = [];
+  }
+
+  /** The change ended: committed, what it counted is added; rolled back, it is dropped. */
+  release(committed: boolean): void {
+    const pending = this.pending ?? [];
+    this.pending = null;
+    if (committed) for (const count of pending) count(this.added);
   }
 
   /** A run moved along `events`, taken as one write (its row before and after; `attempt`, what the step did to its latest attempt). */

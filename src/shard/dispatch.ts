@@ -1,19 +1,14 @@
 import { failpoint } from "../faults";
 import { jobIdOfRun } from "../model/ids";
-import type { Dispatch, DispatchesMessage, KeyedDispatch } from "../protocol/queue-messages";
+import type { Dispatch, KeyedDispatch } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
 import { packDispatches } from "./dispatch-packs";
+import type { ShardHost } from "./host";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
 
 /** How long unsent dispatches wait after the Queue refused a send. */
 const SEND_RETRY_MS = 2_000;
-
-/** What dispatch needs of a tenant's gate (a TenantGate Durable Object). */
-export interface PermitKeeper {
-  renew(permits: string[], leaseMs: number, shard: string): Promise<unknown>;
-  release(permits: string[]): Promise<unknown>;
-}
 
 /**
  * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches are
@@ -43,13 +38,9 @@ export class Dispatcher {
   private withdrawn = new Set<string>();
 
   constructor(
+    /** The queue is asked at each send, so a misconfigured one is a refused send. */
+    private readonly host: Pick<ShardHost, "queueOf" | "gateOf" | "name" | "meter">,
     private readonly store: ShardStore,
-    /** The shard's dispatch queue (src/queues.ts); asked at each send, so a misconfigured one is a refused send. */
-    private readonly queueOf: (shard: string) => Queue<DispatchesMessage>,
-    private readonly gateOf: (tenantId: string) => PermitKeeper,
-    private readonly shardName: () => string,
-    /** Hears of each batch the Queue took, for the cost meter. */
-    private readonly onSent: (messages: number) => void = () => {},
   ) {}
 
   /**
@@ -79,8 +70,9 @@ export class Dispatcher {
     return this.flushing;
   }
 
-  /** A run's dispatch, to send once the change that made it commits. */
+  /** A run's dispatch, to send once the change that made it commits (counted with it: the meter holds a change's counts). */
   send(dispatch: KeyedDispatch): void {
+    this.host.meter.counters.dispatched();
     this.unsent.push(dispatch);
   }
 
@@ -132,7 +124,7 @@ export class Dispatcher {
 
   /** Returns false when the Queue refused a send; the dispatches stay for the next alarm. */
   private async sendDispatches(): Promise<boolean> {
-    const shard = this.shardName();
+    const shard = this.host.name();
     if (this.lastSendFailed) this.unsent = this.stillLeased(this.unsent);
     for (;;) {
       // Taken off the list while they are sent; a refused batch's dispatches go back.
@@ -147,12 +139,15 @@ export class Dispatcher {
       const sent = await Promise.allSettled(
         batches.map(async (batch) => {
           failpoint("shard.queueSend", shard);
-          await this.queueOf(shard).sendBatch(batch.map((body) => ({ body, contentType: "json" })));
+          await this.host.queueOf(shard).sendBatch(batch.map((body) => ({ body, contentType: "json" })));
           failpoint("shard.queueSendAnswer", shard);
         }),
       );
       const refused = batches.filter((_, i) => sent[i]?.status !== "fulfilled");
-      this.onSent(batches.reduce((n, batch, i) => (sent[i]?.status === "fulfilled" ? n + batch.length : n), 0));
+      this.host.meter.count(
+        "queueMessages",
+        batches.reduce((n, batch, i) => (sent[i]?.status === "fulfilled" ? n + batch.length : n), 0),
+      );
       if (refused.length > 0) {
         const kept = refused.flat().flatMap((pack) => pack.dispatches);
         this.unsent.unshift(...kept);
@@ -184,17 +179,17 @@ export class Dispatcher {
     const groups = [...Map.groupBy(renewals, (r) => r.tenantId)];
     const results = await Promise.allSettled(
       groups.map(async ([tenantId, list]) => {
-        failpoint("shard.permitRenew", this.shardName());
-        return this.gateOf(tenantId).renew(
+        failpoint("shard.permitRenew", this.host.name());
+        return this.host.gateOf(tenantId).renew(
           list.map((r) => r.permit),
           Math.max(...list.map((r) => r.leaseMs)),
-          this.shardName(),
+          this.host.name(),
         );
       }),
     );
     const failed = groups.filter((_, i) => results[i]!.status === "rejected").flatMap(([, list]) => list);
     if (failed.length === 0) return true;
-    console.error(`shard ${this.shardName()}: ${failed.length} permit renewals failed, kept for the next flush`);
+    console.error(`shard ${this.host.name()}: ${failed.length} permit renewals failed, kept for the next flush`);
     this.permitRenewals.unshift(...failed);
     return false;
   }
@@ -206,7 +201,7 @@ export class Dispatcher {
     const results = await Promise.allSettled(
       [...Map.groupBy(pending, (p) => p.tenantId)].map(async ([tenantId, list]) => {
         const permits = list.map((p) => p.permit);
-        await this.gateOf(tenantId).release(permits);
+        await this.host.gateOf(tenantId).release(permits);
         return permits;
       }),
     );

@@ -6,6 +6,7 @@ import { jitterOffset } from "../schedule/jitter";
 import { type DueFire, planDueFires } from "../schedule/misfire";
 import { firesBetween, firstFire } from "../schedule/next-fire";
 import { watchesOpenRuns } from "./admission";
+import type { ShardHost } from "./host";
 import type { RunLedger } from "./ledger";
 import { decideOverlap } from "./overlap";
 import type { NewRun, ShardJob } from "./rows";
@@ -32,6 +33,7 @@ export const FIRE_CHUNK = 200;
  */
 export class Firing {
   constructor(
+    private readonly host: Pick<ShardHost, "claimTimeoutMs">,
     private readonly store: ShardStore,
     private readonly ledger: RunLedger,
     private readonly workflows: Pick<Workflows, "jobChanged">,
@@ -51,7 +53,7 @@ export class Firing {
       const next = nextFireOnChange(held, def, now);
       this.store.putJob(def, next, next === null ? null : next + jitterOf(def, next), held?.fires ?? 0);
       const tenant = this.store.getTenant(def.tenantId);
-      if (held && watchesOpenRuns(def.spec, tenant) && !watchesOpenRuns(held.spec, tenant)) this.store.watchOpenRuns(def.id);
+      if (held && watchesOpenRuns(def.spec, tenant) && !watchesOpenRuns(held.spec, tenant)) this.store.fires.watchOpenRuns(def.id);
       const stopped = stoppedReason(def);
       if (stopped) this.ledger.cancelPending(def.id, stopped, now);
       // A resume starts the count of failures in a row again (pauseAfterFailures).
@@ -70,7 +72,7 @@ export class Firing {
    * (docs/architecture.md, invariant 2).
    */
   fireDue(now: number, limit: number): number {
-    const jobs = this.store.dueJobs(now, limit);
+    const jobs = this.store.fires.dueJobs(now, limit);
     let kept = 0;
     for (const job of jobs) if (this.store.firedThrough.superseded(job) || this.fireJob(job, now) === "kept") kept++;
     // The jobs taken from jobs_next_due are a prefix of it after the position (frequent ones are not in it).
@@ -88,7 +90,7 @@ export class Firing {
     const { ready, next } = this.readyFires(job, now);
     const nextDue = next === null ? null : next + jitterOf(job, next);
     // Due again within a claim timeout: the job is frequent (frequent-jobs.ts).
-    const frequent = nextDue !== null && nextDue - now <= this.ledger.claimTimeoutMs();
+    const frequent = nextDue !== null && nextDue - now <= this.host.claimTimeoutMs();
     // Nothing more to fire and no fire count to keep: the row is left as it is (fired-through.ts).
     const kept = next === null && !job.frequent && job.spec.schedule.maxRuns === undefined;
     // A next fire: the fire's last run carries it, with the fire count (in runs_next), and the
@@ -119,7 +121,7 @@ export class Firing {
       return "kept";
     } else {
       this.store.frequent.leave(job);
-      this.store.setNextFire(job.id, next, nextDue, fires);
+      this.store.fires.setNextFire(job.id, next, nextDue, fires);
     }
     return "moved";
   }
@@ -192,14 +194,14 @@ export class Firing {
 
   /** buffer_one: a buffered fire starts once its job has no unfinished run left. */
   startBuffered(now: number): void {
-    for (const run of this.store.bufferedRuns()) {
-      if (this.store.unfinishedRuns(run.jobId).length === 0) this.ledger.sendOn(run, "start", {}, now);
+    for (const run of this.store.fires.bufferedRuns()) {
+      if (this.store.fires.unfinishedRuns(run.jobId).length === 0) this.ledger.sendOn(run, "start", {}, now);
     }
   }
 
   /** When firing next has work: the earliest due fire of a live job. */
   nextDue(): number | null {
-    return this.store.earliestFire();
+    return this.store.fires.earliestFire();
   }
 
   /** Creates a run as the job's overlap policy decides (backfills always start). False if it existed. */
@@ -208,8 +210,8 @@ export class Firing {
     const watched = job.spec.steps !== undefined || watchesOpenRuns(job.spec, this.store.getTenant(job.tenantId));
     const run = { ...newRun, watched };
     const policy = run.trigger === "backfill" ? "allow" : (job.spec.overlap ?? "allow");
-    const unfinished = policy === "allow" ? [] : this.store.unfinishedRuns(job.id);
-    const decision = decideOverlap(policy, unfinished, policy === "buffer_one" && this.store.bufferedRuns(job.id).length > 0);
+    const unfinished = policy === "allow" ? [] : this.store.fires.unfinishedRuns(job.id);
+    const decision = decideOverlap(policy, unfinished, policy === "buffer_one" && this.store.fires.bufferedRuns(job.id).length > 0);
     if (decision.run === "skipped") return this.ledger.create(run, now, { state: "skipped", reason: decision.reason });
     if (decision.run === "buffered") return this.ledger.create(run, now, { state: "buffered" });
     if (decision.cancel.length > 0) {

@@ -1,5 +1,6 @@
 import type { FailureKind } from "../model/run-states";
 import type { Dispatch, KeyedDispatch } from "../protocol/queue-messages";
+import type { RunRow } from "../protocol/stored-rows";
 
 /** What the run ledger (ledger.ts) takes from the rest of the shard: outcomes as settled, and the outbox dispatches go out through. */
 
@@ -15,11 +16,16 @@ export interface Settled {
   startedAt?: number;
 }
 
-/** What the ledger needs of dispatch (dispatch.ts): to send after commit, and to take back what the Queue has not taken yet. */
+/**
+ * What the ledger needs of dispatch (dispatch.ts, kept in memory: invariant 3): to send after
+ * commit, to take back what the Queue has not taken yet, and to extend a tenant permit.
+ */
 export interface DispatchOutbox {
   send(dispatch: KeyedDispatch): void;
   /** The job's dispatches not yet taken by the Queue. */
   unsentOf(jobId: string): Dispatch[];
   /** Drops a dispatch not yet taken by the Queue: it will not be sent. */
   withdraw(dispatch: Dispatch): void;
+  /** Extends a run's tenant permit at the next flush. */
+  renewPermitLater(run: Pick<RunRow, "permit" | "jobId">, leaseMs: number): void;
 }

@@ -1,16 +1,15 @@
-import { breakerKey } from "../gate/breaker";
-import { newCompletionToken } from "../model/ids";
-import { DEFAULT_RETRY, type StoredTarget } from "../model/job";
-import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind, type RunEvent } from "../model/run-states";
+import { DEFAULT_RETRY } from "../model/job";
+import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "../model/run-states";
 import { type Dispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
 import { type Answer, done, refuse } from "../protocol/shard-rpc";
 import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
-import { deliveryAllowance, MAX_REDISPATCHES } from "./leases";
+import { AttemptStarts, type WorkflowSteps } from "./attempt-starts";
+import type { ShardHost } from "./host";
+import { MAX_REDISPATCHES } from "./leases";
 import type { DispatchOutbox, Settled } from "./ledger-ports";
-import { runOrder, signingOf } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
 import { type RunMoveHooks, RunMoves } from "./run-moves";
 import { stoppedFor, stoppedReason } from "./run-stops";
@@ -24,9 +23,6 @@ export const TICK_BATCH = 2_000;
 /** Lease rows looked at per alarm: a row lists the leases one change took in one second, up to FIRE_CHUNK (200) runs of a burst. */
 const LEASE_ROWS_PER_TICK = 10;
 
-/** What a leased attempt's order is made of. */
-type LeasedRun = Pick<RunRow, "id" | "fence" | "jobId" | "attempt" | "scheduledAt" | "parentRunId">;
-
 /**
  * The run ledger: the only writer of run and attempt transitions. Every verb here is one step
  * of the state table (`run-states.ts`) applied inside the caller's transaction, through
@@ -35,30 +31,25 @@ type LeasedRun = Pick<RunRow, "id" | "fence" | "jobId" | "attempt" | "scheduledA
  * completion, workflows); this module is *how* it is written down.
  */
 export class RunLedger {
-  /**
-   * Begins a workflow run's steps where another run would be dispatched (workflows.ts); set by
-   * the shard once its workflows exist, since they write their step runs through this ledger.
-   */
-  beginSteps: (runId: string, now: number) => void = () => {};
-  /** A workflow step's input, for its order (workflows.ts); set with `beginSteps`. */
-  inputOf: (step: Pick<RunRow, "id" | "scheduledAt">, job: ShardJob) => string | null = () => null;
+  private readonly moves: RunMoves;
+  private readonly starts: AttemptStarts;
 
   constructor(
+    host: Pick<ShardHost, "name" | "claimTimeoutMs">,
     private readonly store: ShardStore,
-    readonly claimTimeoutMs: () => number,
-    /** The shard's name, which a completion token carries. */
-    private readonly shardName: () => string,
-    /** Extends a run's tenant permit at the next flush (dispatch's, kept in memory). */
-    private readonly renewPermit: (run: Pick<RunRow, "permit" | "jobId">, leaseMs: number) => void,
-    /** Where dispatches go out once the change commits (dispatch.ts, kept in memory: invariant 3). */
+    /** Where dispatches go out once the change commits (dispatch.ts). */
     private readonly outbox: DispatchOutbox,
     /** Who hears of each run's steps and ends (counters, workflows, outcomes). */
     hooks: RunMoveHooks,
   ) {
     this.moves = new RunMoves(store, hooks);
+    this.starts = new AttemptStarts(host, store, this.moves, outbox);
   }
 
-  private readonly moves: RunMoves;
+  /** Workflow runs begin their steps where another run is dispatched (workflows.ts): set once workflows exist, which write their step runs through this ledger. */
+  useWorkflows(steps: WorkflowSteps): void {
+    this.starts.steps = steps;
+  }
 
   /** A workflow run begins its steps: it is running, with no attempt of its own (workflows.ts). */
   beginWorkflow(run: RunRow, now: number): RunRow {
@@ -72,56 +63,6 @@ export class RunLedger {
   }
 
   /**
-   * A run due to start (`queued`, or a step of `events` leading there) starts its attempt: the
-   * run is dispatched with the attempt's order and leased in this one write (there is no claim:
-   * docs/architecture.md, invariant 5). A workflow run begins its steps instead; a step a PATCH
-   * took out of its job's graph has nothing to call, and ends cancelled.
-   */
-  private start(run: RunRow, events: RunEvent[], changes: RunChanges, job: ShardJob | null, now: number): void {
-    if (job && isWorkflowRun(job.spec, run.id)) {
-      // To `queued`, from which the workflow run begins its steps in this same transaction.
-      if (events.length > 0) this.moves.move(run, events, { ...changes, dueAt: null }, now);
-      this.beginSteps(run.id, now);
-      return;
-    }
-    const target = job && targetOfRun(job.spec, run.id);
-    if (!job || !target) {
-      const error = "its step is no longer in the job's steps";
-      this.moves.move(run, [...events, "cancel"], { ...changes, dueAt: null, finishedAt: now, error }, now);
-      return;
-    }
-    const fence = changes.fence ?? run.fence;
-    const attempt = changes.attempt ?? run.attempt;
-    const completionToken = newCompletionToken(this.shardName(), fence);
-    const leaseUntil = now + this.leaseMs(job, run.id, 0);
-    const next = this.moves.move(
-      run,
-      [...events, "dispatch"],
-      // The run executes the job as it is now; it records that version (a PATCH may have come).
-      { ...changes, dueAt: null, leaseUntil, redispatches: 0, startedAt: run.startedAt ?? now, jobVersion: job.version },
-      now,
-      { start: { attempt, fence, startedAt: now, completionToken } },
-    );
-    this.sendLeased(next, job, target, completionToken, leaseUntil);
-    // A run's own permit was leased for its first attempt when it was admitted; a workflow run
-    // holds one while its steps run, so each step's dispatch extends it by that step's lease.
-    if (run.parentRunId !== null) this.renewCover(run, leaseUntil - now);
-  }
-
-  /** A leased attempt's dispatch, with its order, goes out after commit; its lease is listed for the alarm (leases.ts). */
-  private sendLeased(run: LeasedRun, job: ShardJob, target: StoredTarget, token: string, until: number): void {
-    const signing = signingOf(this.store.getTenant(job.tenantId));
-    const order = runOrder(run, job, target, signing, token, run.parentRunId === null ? null : this.inputOf(run, job));
-    this.store.leases.lease(run.id, run.fence, until);
-    this.outbox.send({ runId: run.id, fence: run.fence, ...breakerKey(job, target), order });
-  }
-
-  /** How long a lease taken now lasts: the dispatch's time to reach a consumer (doubling with each resend), the attempt's timeout, a grace. */
-  private leaseMs(job: Pick<ShardJob, "spec">, runId: string, redispatches: number): number {
-    return deliveryAllowance(this.claimTimeoutMs(), redispatches) + stepPolicy(job.spec, runId).timeoutMs + LEASE_GRACE_MS;
-  }
-
-  /**
    * A new run, as `as` says; false (nothing written) when it exists: run ids are derived, so
    * this is what makes a repeated fire harmless (docs/architecture.md, invariant 2). A run
    * created to start is dispatched and leased by its insert.
@@ -131,25 +72,16 @@ export class RunLedger {
     now: number,
     as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
   ): boolean {
-    if (as.state !== "queued") return this.store.createRun(run, now, as);
+    if (as.state !== "queued") return this.store.fires.createRun(run, now, as);
     const job = as.job;
     const target = targetOfRun(job.spec, run.id);
     if (isWorkflowRun(job.spec, run.id) || !target) {
-      const created = this.store.createRun(run, now, { state: "queued" });
+      const created = this.store.fires.createRun(run, now, { state: "queued" });
       const row = created ? this.store.getRun(run.id) : null;
-      if (row) this.start(row, [], {}, job, now);
+      if (row) this.starts.start(row, [], {}, job, now);
       return created;
     }
-    const fence = run.fence ?? 1;
-    const completionToken = newCompletionToken(this.shardName(), fence);
-    const leaseUntil = now + this.leaseMs(job, run.id, 0);
-    const created = this.store.createRun(run, now, { state: "running", leaseUntil, completionToken });
-    if (!created) return false;
-    this.moves.bornDispatched(run, now);
-    const leased = { id: run.id, fence, jobId: run.jobId, attempt: 1, scheduledAt: run.scheduledAt, parentRunId: run.parentRunId ?? null };
-    this.sendLeased(leased, job, target, completionToken, leaseUntil);
-    if (leased.parentRunId !== null) this.renewCover({ ...leased, permit: null }, leaseUntil - now);
-    return true;
+    return this.starts.createDispatched(run, job, target, now);
   }
 
   /** A new run for a job, held for admission when the job is under flow control. */
@@ -168,7 +100,7 @@ export class RunLedger {
       this.moves.move(run, "hold", { ...changes, dueAt: now }, now);
       return;
     }
-    this.start(run, [event], changes, job, now);
+    this.starts.start(run, [event], changes, job, now);
   }
 
   /**
@@ -176,7 +108,7 @@ export class RunLedger {
    * its tenant has a limit. Why it waited (`error`, for a breaker) is no longer so.
    */
   admit(run: RunRow, job: ShardJob, permit: string | null, now: number): void {
-    this.start(run, ["admit"], { permit, error: null }, job, now);
+    this.starts.start(run, ["admit"], { permit, error: null }, job, now);
   }
 
   /**
@@ -208,7 +140,7 @@ export class RunLedger {
   cancelPending(jobId: string, reason: string, now: number): void {
     const deleted = this.store.getJob(jobId)?.deleted ?? true;
     const cancels = (run: RunRow) => deleted || run.parentRunId === null;
-    for (const run of this.store.pendingRuns(jobId)) if (cancels(run)) this.cancel(run, reason, now);
+    for (const run of this.store.fires.pendingRuns(jobId)) if (cancels(run)) this.cancel(run, reason, now);
     // A dispatch the Queue has not taken yet reached no consumer: its attempt has not really
     // begun, so it is withdrawn and its run ends with the others. (Should this change roll back,
     // the withdrawn dispatch is lost like one a crash loses, and its lease sends it again.)
@@ -221,24 +153,18 @@ export class RunLedger {
     }
   }
 
-  /** Extends the tenant permit that covers `run`: its own, or a step's workflow run's. */
-  private renewCover(run: Pick<RunRow, "parentRunId" | "permit" | "jobId">, leaseMs: number): void {
-    const holder = run.parentRunId === null ? run : this.store.getRun(run.parentRunId);
-    if (holder?.permit) this.renewPermit(holder, leaseMs);
-  }
-
   /** The target answered 202: the lease restarts from its answer, and heartbeats extend it. */
   accept(run: RunRow, status: number, now: number): void {
     const leaseMs = this.timeoutOf(run) + LEASE_GRACE_MS;
     this.store.attempts.accept(run.id, run.fence, status, now + leaseMs);
     // Likely sooner than the dispatch's lease, which allowed for the queue: looked at then.
     this.store.leases.lease(run.id, run.fence, now + leaseMs);
-    this.renewCover(run, leaseMs);
+    this.starts.renewCover(run, leaseMs);
   }
 
   extendLease(run: RunRow, until: number, permitLeaseMs: number): void {
-    this.store.extendLease(run.id, until);
-    this.renewCover(run, permitLeaseMs);
+    this.store.attempts.extendLease(run.id, until);
+    this.starts.renewCover(run, permitLeaseMs);
   }
 
   /** The outcome of the running attempt: success ends the run; a failure retries or ends it. */
@@ -264,7 +190,7 @@ export class RunLedger {
    */
   abandon(run: RunRow, now: number): void {
     const error = `the queue dead-lettered this attempt's dispatch after repeated delivery failures; sent again (${run.redispatches + 1} redispatches)`;
-    this.redispatch(run, "abandon", { error }, now);
+    this.starts.redispatch(run, "abandon", { error }, now);
   }
 
   /** A dead or failed run of a live job gets a fresh set of attempts. */
@@ -334,32 +260,16 @@ export class RunLedger {
       this.store.leases.lease(run.id, fence, run.leaseUntil);
       // What moved the lease on (a 202, a heartbeat) renewed the permit from memory; this renews
       // it from storage, so a renewal lost with the object's memory is made up here.
-      this.renewCover(run, run.leaseUntil - now);
+      this.starts.renewCover(run, run.leaseUntil - now);
       return;
     }
     const { attempt } = this.store.attempts.runAndAttempt(run.id, fence);
     if (attempt?.outcome === "running" && run.redispatches < MAX_REDISPATCHES && !stoppedFor(run, this.store.getJob(run.jobId))) {
-      this.redispatch(run, "redispatch", {}, now);
+      this.starts.redispatch(run, "redispatch", {}, now);
     } else if (attempt && (attempt.outcome === "running" || attempt.outcome === "accepted")) {
       const error = "timed out: no outcome before the lease expired";
       this.fail(run, finished("timed_out", now, null, error), null, error, now);
     }
-  }
-
-  /**
-   * A leased attempt whose dispatch is lost goes out again: the same fence and attempt, the
-   * completion token its dispatch carried, and a lease whose allowance for the queue doubles.
-   */
-  private redispatch(run: RunRow, event: "redispatch" | "abandon", changes: RunChanges, now: number): void {
-    const job = this.store.getJob(run.jobId);
-    const { attempt } = this.store.attempts.runAndAttempt(run.id, run.fence);
-    const target = job && targetOfRun(job.spec, run.id);
-    if (!job || !target || !attempt) return;
-    const redispatches = run.redispatches + 1;
-    const leaseMs = this.leaseMs(job, run.id, redispatches);
-    const next = this.moves.move(run, event, { ...changes, leaseUntil: now + leaseMs, redispatches }, now);
-    this.sendLeased(next, job, target, attempt.completionToken, now + leaseMs);
-    this.renewCover(run, leaseMs);
   }
 
   /**
@@ -372,7 +282,7 @@ export class RunLedger {
       // Normally cancelled when the pause or delete arrived; this catches any that slipped by.
       this.cancel(run, stopped, now);
     } else if (run.state === "queued") {
-      this.start(run, [], {}, job, now);
+      this.starts.start(run, [], {}, job, now);
     } else if (run.state === "retry_wait") {
       this.sendOn(run, "requeue", { attempt: run.attempt + 1, fence: run.fence + 1 }, now);
     } else if (run.state === "running") {

@@ -136,24 +136,25 @@ export class ShardMeter {
     }
   }
 
-  /** Counts made inside a change of the shard's state: kept apart until it commits (`inChange`). */
+  /** Counts made inside a change of the shard's state, kept apart until it commits (`endChange`); null outside a change. */
   private pending: Array<[Counter, number, string]> | null = null;
 
   /**
-   * Runs `change` (the shard's transaction) so that what it counts stands only if it commits: a
-   * run that ended in a transaction that rolled back and then ends again is counted once.
+   * A change of the shard's state (its transaction) begins: what it counts, here and in the
+   * counters, stands only if it commits, so a run that ended in a transaction that rolled back
+   * and then ends again is counted once.
    */
-  inChange<T>(change: () => T): T {
-    const pending: Array<[Counter, number, string]> = [];
-    this.pending = pending;
-    try {
-      const result = this.counters.inChange(change);
-      this.pending = null;
-      for (const [counter, n, operation] of pending) this.count(counter, n, operation);
-      return result;
-    } finally {
-      this.pending = null;
-    }
+  beginChange(): void {
+    this.pending = [];
+    this.counters.hold();
+  }
+
+  /** The change ended: committed, what it counted is added; rolled back, it is dropped. */
+  endChange(committed: boolean): void {
+    const pending = this.pending ?? [];
+    this.pending = null;
+    this.counters.release(committed);
+    if (committed) for (const [counter, n, operation] of pending) this.count(counter, n, operation);
   }
 
   /** Adds to a counter of the operation running now (or `operation`). */

@@ -1,6 +1,7 @@
-import type { OutboxMessage } from "../protocol/queue-messages";
-import type { JobDefinition, RunRow } from "../protocol/stored-rows";
+import type { RunRow } from "../protocol/stored-rows";
 import { AutoPause } from "./auto-pause";
+import type { Firing } from "./firing";
+import type { ShardHost } from "./host";
 import { NotificationStore } from "./notification-store";
 import { Notifier } from "./notifier";
 import type { ShardStore } from "./store";
@@ -17,17 +18,21 @@ export class Outcomes {
   readonly notifier: Notifier;
 
   constructor(
+    host: Pick<ShardHost, "sql" | "catalog" | "queueOf" | "name" | "change">,
     private readonly store: ShardStore,
-    sql: Pick<SqlStorage, "exec">,
-    catalog: () => D1Database,
-    queueOf: (shard: string) => Queue<OutboxMessage>,
-    shardName: () => string,
-    /** Applies an auto-paused job's new catalog version as one change of the shard, in which `then` runs too. */
-    applyPause: (definition: JobDefinition, then: (now: number) => void) => void,
+    /** An auto-paused job's new catalog version is applied like any other. */
+    firing: Pick<Firing, "applyJobs">,
   ) {
-    this.notifier = new Notifier(store, new NotificationStore(sql), queueOf, shardName);
-    this.autoPause = new AutoPause(store, catalog, (definition, reason) =>
-      applyPause(definition, (now) => {
+    this.notifier = new Notifier(
+      store,
+      new NotificationStore(host.sql),
+      (shard) => host.queueOf(shard),
+      () => host.name(),
+    );
+    // The pause is applied, and told of, as one change of the shard.
+    this.autoPause = new AutoPause(store, host, (definition, reason) =>
+      host.change((now) => {
+        firing.applyJobs([definition], [], now);
         const job = store.getJob(definition.id);
         if (job) this.notifier.note("paused", job, null, now, reason);
       }),

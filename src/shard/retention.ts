@@ -1,8 +1,10 @@
 import type { ArchivedRun } from "../archive/run-archive";
 import type { ArchiveHealth } from "../protocol/shard-rpc";
-import type { RunRow, TenantSettings } from "../protocol/stored-rows";
+import type { RunRow } from "../protocol/stored-rows";
 import type { HistoryStore } from "./history-store";
+import type { ShardHost } from "./host";
 import type { ShardJob } from "./rows";
+import type { ShardStore } from "./store";
 
 /** Finished runs stay this long unless the job says otherwise. */
 const DEFAULT_RETENTION_DAYS = 7;
@@ -44,10 +46,10 @@ export type Archive = ((shard: string, runs: ArchivedRun[]) => Promise<void>) | 
  */
 export class Retention {
   constructor(
+    private readonly host: Pick<ShardHost, "name" | "change">,
     private readonly history: HistoryStore,
-    private readonly tenantOf: (tenantId: string) => TenantSettings | null,
+    private readonly store: Pick<ShardStore, "getTenant" | "beforeRemoval">,
     private readonly archive: Archive,
-    private readonly shardName: () => string,
   ) {}
 
   /**
@@ -56,6 +58,11 @@ export class Retention {
    * it wrong only until that pass: `pass` reads storage itself.
    */
   #nextAt: number | null | undefined;
+
+  /** A change of the shard's state that may remove runs: the alarm's position is written first (`ShardStore.beforeRemoval`). */
+  private transaction<T>(apply: () => T): T {
+    return this.host.change(() => this.store.beforeRemoval(apply));
+  }
 
   /** A shard that holds jobs looks for expired history from now on. */
   schedule(now: number): void {
@@ -82,7 +89,7 @@ export class Retention {
    * in one transaction. A crash between the archive and the removal archives them again on
    * the next pass; readers of the archive keep one copy per run id.
    */
-  async pass(now: number, transaction: <T>(change: () => T) => T): Promise<{ removed: number } | null> {
+  async pass(now: number): Promise<{ removed: number } | null> {
     const due = this.storedNextPass();
     this.#nextAt = due;
     if (due === null || due > now) return null;
@@ -91,7 +98,7 @@ export class Retention {
     const expired: RunRow[] = [];
     let reached = cursor;
     for (const job of jobs) {
-      const tenant = this.tenantOf(job.tenantId);
+      const tenant = this.store.getTenant(job.tenantId);
       expired.push(...this.expiredRuns(job, tenant?.retentionDays ?? null, now, RETENTION_CHUNK - expired.length));
       if (expired.length >= RETENTION_CHUNK) break; // this job may hold more: the next pass starts at it again
       reached = job.id;
@@ -100,13 +107,13 @@ export class Retention {
     const failures = this.archiveFailures();
     if (expired.length > 0 && this.archive) {
       try {
-        await this.archive(this.shardName(), this.withAttempts(expired));
+        await this.archive(this.host.name(), this.withAttempts(expired));
       } catch (err) {
-        this.archiveFailed(failures + 1, err, now, transaction);
+        this.archiveFailed(failures + 1, err, now);
         return { removed: 0 };
       }
     }
-    const removed = transaction(() => {
+    const removed = this.transaction(() => {
       if (failures > 0) {
         this.history.deleteMeta(ARCHIVE_FAILURES);
         this.history.deleteMeta(ARCHIVE_ERROR);
@@ -129,16 +136,16 @@ export class Retention {
    * alarm that never stops while the archive is down. The rest of the alarm's work is done by
    * then; the failure is not thrown, so the runtime does not retry the alarm for it either.
    */
-  private archiveFailed(failures: number, err: unknown, now: number, transaction: <T>(change: () => T) => T): void {
+  private archiveFailed(failures: number, err: unknown, now: number): void {
     const retryAt = now + archiveRetryDelay(failures);
     const message = err instanceof Error ? err.message : String(err);
-    transaction(() => {
+    this.transaction(() => {
       this.history.setMeta(ARCHIVE_FAILURES, String(failures));
       this.history.setMeta(ARCHIVE_ERROR, message);
       this.setNextPass(retryAt);
     });
     console.error(
-      `shard ${this.shardName()}: archive write failed (${failures} in a row), nothing removed; next try at ${new Date(retryAt).toISOString()}: ${message}`,
+      `shard ${this.host.name()}: archive write failed (${failures} in a row), nothing removed; next try at ${new Date(retryAt).toISOString()}: ${message}`,
     );
   }
 
@@ -166,7 +173,7 @@ export class Retention {
 
   private withAttempts(runs: RunRow[]): ArchivedRun[] {
     const attempts = Map.groupBy(this.history.attemptsOf(runs.map((r) => r.id)), (a) => a.runId);
-    const shard = this.shardName();
+    const shard = this.host.name();
     return runs.map((run) => ({
       ...run,
       shard,

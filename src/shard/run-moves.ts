@@ -46,7 +46,7 @@ export class RunMoves {
         this.store.permitReleases.addForJob(run.permit, run.jobId);
         next.permit = null;
       }
-      this.store.wakeWaiting(run.jobId, now);
+      this.store.admission.wakeWaiting(run.jobId, now);
     }
     this.store.writeRun(run, next, attempt);
     // After the row is written, so that whoever hears of it (a workflow reading its steps) reads it

@@ -1,7 +1,4 @@
 import { DurableObject } from "cloudflare:workers";
-import { writeArchive } from "../archive/run-archive";
-import { config } from "../config";
-import { countingStub } from "../cost/counting-stub";
 import { failpoint } from "../faults";
 import type { Dispatch, Outcome } from "../protocol/queue-messages";
 import {
@@ -19,122 +16,59 @@ import {
   type TriggeredBy,
 } from "../protocol/shard-rpc";
 import type { JobDefinition, JobRuntime, TenantSettings } from "../protocol/stored-rows";
-import { dispatchQueue } from "../queues";
-import { gateStub } from "../stubs";
-import { Admitter } from "./admitter";
-import { Completions } from "./completion";
-import { Dispatcher } from "./dispatch";
-import { FIRE_CHUNK, Firing } from "./firing";
-import { HistoryStore } from "./history-store";
-import { RunLedger, TICK_BATCH } from "./ledger";
-import { ALARM, SETTLE, ShardMeter } from "./meter";
-import { migrateShard, ShardSchemaTooNew } from "./migrations";
-import { Outcomes } from "./outcomes";
-import { Retention } from "./retention";
-import { ShardStore } from "./store";
-import { ViewStore } from "./view-store";
-import { Views } from "./views";
-import { Workflows } from "./workflows";
-
-/** A shard with nothing due within this long counts as going idle (see `metered`). */
-const IDLE_AFTER_MS = 5_000;
+import type { Admitter } from "./admitter";
+import type { Completions } from "./completion";
+import type { Dispatcher } from "./dispatch";
+import { FIRE_CHUNK, type Firing } from "./firing";
+import { type RunLedger, TICK_BATCH } from "./ledger";
+import { ALARM, SETTLE, type ShardMeter } from "./meter";
+import type { Outcomes } from "./outcomes";
+import type { Retention } from "./retention";
+import { ShardRuntime } from "./runtime";
+import type { ShardStore } from "./store";
+import type { Views } from "./views";
+import type { Workflows } from "./workflows";
 
 /**
  * One shard: the single writer of its jobs' runtime state (docs/architecture.md, invariant 1).
- * The class only wires its capabilities: each RPC method is one transaction over them, then
- * `settle`; all timing goes through the one alarm, pointed at the earliest thing any
- * capability has to do. What each capability owns, and what it offers the alarm:
+ * The class is the RPC surface and the alarm over its capabilities (made and wired in
+ * capabilities.ts, hosted by runtime.ts): each RPC method is one invocation (`metered`) holding
+ * one transaction over them (`change`), then `settle`; all timing goes through the one alarm,
+ * pointed at the earliest thing any capability has to do. What each capability owns, and what it offers the alarm:
  * docs/architecture.md, "The shard's capabilities" (firing, ledger, admission, dispatch,
  * completion, outcomes, views, retention, the cost meter).
  */
 export class Shard extends DurableObject<Env> implements ShardApi {
+  /** The host of the capabilities, and each invocation's steps around them (runtime.ts). */
+  private readonly runtime: ShardRuntime;
+  private readonly meter: ShardMeter;
   private readonly store: ShardStore;
   private readonly ledger: RunLedger;
   private readonly firing: Firing;
-  private readonly admitter: Admitter;
   private readonly dispatcher: Dispatcher;
   private readonly completions: Completions;
   private readonly views: Views;
-  private readonly meter: ShardMeter;
   private readonly retention: Retention;
   private readonly outcomes: Outcomes;
   private readonly workflows: Workflows;
-  /** Set when the storage is newer than this code: every call and the alarm throw it, and nothing is written. */
-  private readonly refusal: ShardSchemaTooNew | null = null;
+  private readonly admitter: Admitter;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    const sql = ctx.storage.sql;
-    // One transaction: a shard an earlier release created is upgraded all at once or not at all.
-    try {
-      ctx.storage.transactionSync(() => migrateShard(sql));
-    } catch (err) {
-      if (!(err instanceof ShardSchemaTooNew)) throw err;
-      // Logged once per instance, not per call; the calls' own errors say it each time.
-      console.error(`shard ${ctx.id.name ?? ctx.id.toString()}: ${err.message}`);
-      this.refusal = err;
-    }
-    const name = () => this.name;
-    const claimTimeoutMs = () => config(this.env).claimTimeoutMs;
-    this.meter = new ShardMeter(sql);
-    // This design's leader election: a new instance becomes the shard's single writer (created,
-    // or again after an eviction, a restart or a deploy).
-    this.meter.countStart();
-    const gate = (tenantId: string) => countingStub(gateStub(this.env, tenantId), () => this.meter.count("gateRequests"));
-    const counters = this.meter.counters;
-    this.store = new ShardStore(this.meter.sql);
-    const queue = (shard: string) => dispatchQueue(this.env, shard);
-    this.dispatcher = new Dispatcher(this.store, queue, gate, name, (messages) => this.meter.count("queueMessages", messages));
-    this.ledger = new RunLedger(
-      this.store,
-      claimTimeoutMs,
-      name,
-      (run, leaseMs) => this.dispatcher.renewPermitLater(run, leaseMs),
-      {
-        send: (dispatch) => {
-          counters.dispatched();
-          this.dispatcher.send(dispatch);
-        },
-        unsentOf: (jobId) => this.dispatcher.unsentOf(jobId),
-        withdraw: (dispatch) => this.dispatcher.withdraw(dispatch),
-      },
-      {
-        moved: (before, events, after, attempt) => counters.moved(before, events, after, attempt),
-        finished: (run, now) => {
-          // A workflow's step moves its run on: the run, not each step, is what finished (cost, outcomes).
-          if (this.workflows.ended(run, now) === "step") return;
-          this.meter.count("runsFinished");
-          counters.finished(run);
-          this.outcomes.noteFinished(run);
-        },
-      },
-    );
-    this.workflows = new Workflows(this.store, this.meter.sql, this.ledger);
-    this.firing = new Firing(this.store, this.ledger, this.workflows);
-    this.outcomes = new Outcomes(
-      this.store,
-      this.meter.sql,
-      () => this.env.DB,
-      queue,
-      name,
-      (definition, then) =>
-        this.change((now) => {
-          this.firing.applyJobs([definition], [], now);
-          then(now);
-        }),
-    );
-    this.admitter = new Admitter(this.store, this.ledger, (change) => this.change(change), gate, name, claimTimeoutMs);
-    this.completions = new Completions(this.store, this.ledger, this.workflows);
-    this.views = new Views(this.store, new ViewStore(this.meter.sql), this.workflows.steps);
-    // Without a bucket bound, expired history is only deleted.
-    const bucket = (env as Partial<Env>).ARCHIVE;
-    const history = new HistoryStore(this.meter.sql, () => this.store.firedThrough.passedThrough());
-    this.retention = new Retention(
-      history,
-      (tenantId) => this.store.getTenant(tenantId),
-      bucket ? (shard, runs) => writeArchive(bucket, shard, runs, Date.now()) : null,
-      name,
-    );
+    this.runtime = new ShardRuntime(ctx, env);
+    this.meter = this.runtime.meter;
+    ({
+      store: this.store,
+      ledger: this.ledger,
+      firing: this.firing,
+      admitter: this.admitter,
+      dispatcher: this.dispatcher,
+      completions: this.completions,
+      views: this.views,
+      retention: this.retention,
+      outcomes: this.outcomes,
+      workflows: this.workflows,
+    } = this.runtime.parts);
   }
 
   // ---- the alarm ----
@@ -147,9 +81,9 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * throw would lose the runtime's retry.
    */
   override async alarm(info?: AlarmInvocationInfo): Promise<void> {
-    this.refuseIfTooNew();
+    this.runtime.refuseIfTooNew();
     this.meter.alarmStarted(Date.now(), info);
-    return this.metered(ALARM, () => this.runAlarm());
+    return this.runtime.metered(ALARM, () => this.runAlarm());
   }
 
   /**
@@ -164,21 +98,21 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * that `advanceDue` reads and leaves due.
    */
   private async runAlarm(): Promise<void> {
-    failpoint("shard.alarmStart", this.name);
+    failpoint("shard.alarmStart", this.runtime.name());
     const sending: Promise<void>[] = [];
     try {
       for (let fired = 0; fired < TICK_BATCH; ) {
         const limit = Math.min(FIRE_CHUNK, TICK_BATCH - fired);
         const made = this.alarmChange((now) => {
           const count = this.firing.fireDue(now, limit);
-          failpoint("shard.inFireChunk", this.name);
+          failpoint("shard.inFireChunk", this.runtime.name());
           return count;
         });
         sending.push(this.sendCommitted());
         fired += made;
         if (made < limit || fired >= TICK_BATCH) break;
         await nextTurn();
-        failpoint("shard.betweenChunks", this.name);
+        failpoint("shard.betweenChunks", this.runtime.name());
       }
       this.alarmChange((now) => {
         this.ledger.advanceDue(now);
@@ -194,15 +128,15 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     // Whoever starts a flush re-arms the alarm once it ends (dispatch.ts, `flush`): here that
     // is `settle`, so it comes after the sends this alarm started.
     await Promise.all(sending);
-    await this.settle();
+    await this.runtime.settle();
     // After the due work, never before it: a pass is bounded and re-arms for what is left.
-    if (await this.retention.pass(Date.now(), (remove) => this.change(() => this.store.beforeRemoval(remove)))) await this.armAlarm();
+    if (await this.retention.pass(Date.now())) await this.runtime.armAlarm();
   }
 
   /** One of the alarm's transactions, charged to the alarm even after an await (meter.ts, `during`). */
   private alarmChange<T>(apply: (now: number) => T): T {
-    const result = this.meter.during(ALARM, () => this.change(apply));
-    failpoint("shard.afterCommit", this.name);
+    const result = this.meter.during(ALARM, () => this.runtime.change(apply));
+    failpoint("shard.afterCommit", this.runtime.name());
     return result;
   }
 
@@ -214,52 +148,52 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: jobs and tenants ----
 
   async applyJobs(definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
-    return this.metered("applyJobs", async (here) => {
-      this.change((now) => {
+    return this.runtime.metered("applyJobs", async (here) => {
+      this.runtime.change((now) => {
         this.firing.applyJobs(definitions, tenants, now);
         this.retention.schedule(now);
       });
-      await this.settle();
+      await this.runtime.settle();
       return here(() => this.views.jobRuntimes(definitions.map((d) => d.id)));
     });
   }
 
   /** A raised runs-in-flight limit may let waiting runs start: they are looked at now. */
   async applyTenants(tenants: TenantSettings[]): Promise<void> {
-    return this.metered("applyTenants", async () => {
-      this.change((now) => {
+    return this.runtime.metered("applyTenants", async () => {
+      this.runtime.change((now) => {
         for (const tenant of tenants) this.store.putTenant(tenant);
         this.admitter.wakeAll(now);
       });
-      await this.settle();
+      await this.runtime.settle();
     });
   }
 
   /** Called by a tenant gate when capacity freed (and harmless at any other time). */
   async admitWaiting(): Promise<void> {
-    return this.metered("admitWaiting", async () => {
-      this.change((now) => this.admitter.wakeAll(now));
-      await this.settle();
+    return this.runtime.metered("admitWaiting", async () => {
+      this.runtime.change((now) => this.admitter.wakeAll(now));
+      await this.runtime.settle();
     });
   }
 
   async jobRuntimes(ids: string[]): Promise<JobRuntime[]> {
-    return this.metered("jobRuntimes", async () => this.views.jobRuntimes(ids));
+    return this.runtime.metered("jobRuntimes", async () => this.views.jobRuntimes(ids));
   }
 
   async trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
-    return this.metered("trigger", async (here) => {
-      const answer = this.change((now) => this.firing.trigger(jobId, by, now));
+    return this.runtime.metered("trigger", async (here) => {
+      const answer = this.runtime.change((now) => this.firing.trigger(jobId, by, now));
       if (!answer.ok) return answer;
-      await this.settle();
+      await this.runtime.settle();
       return here(() => done(this.views.run(answer.value)!));
     });
   }
 
   async backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">> {
-    return this.metered("backfill", async () => {
-      const answer = this.change((now) => this.firing.backfill(jobId, from, to, now));
-      if (answer.ok) await this.settle();
+    return this.runtime.metered("backfill", async () => {
+      const answer = this.runtime.change((now) => this.firing.backfill(jobId, from, to, now));
+      if (answer.ok) await this.runtime.settle();
       return answer;
     });
   }
@@ -267,52 +201,52 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: the consumer's side and long-running targets ----
 
   async open(dispatches: Dispatch[]): Promise<OpenResult[]> {
-    return this.metered("open", async () => this.completions.open(dispatches));
+    return this.runtime.metered("open", async () => this.completions.open(dispatches));
   }
 
   async report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">> {
-    return this.metered("report", async () => {
-      const results = this.change((now) => this.completions.report(outcomes, now));
-      await this.settle();
+    return this.runtime.metered("report", async () => {
+      const results = this.runtime.change((now) => this.completions.report(outcomes, now));
+      await this.runtime.settle();
       return results;
     });
   }
 
   async complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>> {
-    return this.metered("complete", async (here) => {
-      const answer = this.change((now) => this.completions.complete(runId, token, completion, now));
+    return this.runtime.metered("complete", async (here) => {
+      const answer = this.runtime.change((now) => this.completions.complete(runId, token, completion, now));
       if (!answer.ok) return answer;
-      await this.settle();
+      await this.runtime.settle();
       return here(() => done(this.views.run(runId)!));
     });
   }
 
   async heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>> {
-    return this.metered("heartbeat", async () => {
-      const answer = this.change((now) => this.completions.heartbeat(runId, token, extendMs, now));
-      if (answer.ok) await this.settle();
+    return this.runtime.metered("heartbeat", async () => {
+      const answer = this.runtime.change((now) => this.completions.heartbeat(runId, token, extendMs, now));
+      if (answer.ok) await this.runtime.settle();
       return answer;
     });
   }
 
   async holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">> {
-    return this.metered("holdDispatches", async () => {
-      const results = this.change((now) => this.completions.hold(holds, now));
-      await this.settle();
+    return this.runtime.metered("holdDispatches", async () => {
+      const results = this.runtime.change((now) => this.completions.hold(holds, now));
+      await this.runtime.settle();
       return results;
     });
   }
 
   async notificationsDelivered(ids: string[]): Promise<void> {
-    return this.metered("notificationsDelivered", async () => {
-      this.change(() => this.outcomes.notifier.delivered(ids));
+    return this.runtime.metered("notificationsDelivered", async () => {
+      this.runtime.change(() => this.outcomes.notifier.delivered(ids));
     });
   }
 
   async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">> {
-    return this.metered("abandonDispatches", async () => {
-      const results = this.change((now) => this.completions.abandon(dispatches, now));
-      await this.settle();
+    return this.runtime.metered("abandonDispatches", async () => {
+      const results = this.runtime.change((now) => this.completions.abandon(dispatches, now));
+      await this.runtime.settle();
       return results;
     });
   }
@@ -321,10 +255,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   /** Gives a dead or failed run of a live job a fresh set of attempts. */
   async retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">> {
-    return this.metered("retryRun", async (here) => {
-      const answer = this.change((now) => this.workflows.revive(runId, now));
+    return this.runtime.metered("retryRun", async (here) => {
+      const answer = this.runtime.change((now) => this.workflows.revive(runId, now));
       if (!answer.ok) return answer;
-      await this.settle();
+      await this.runtime.settle();
       return here(() => done(this.views.run(runId)!));
     });
   }
@@ -332,11 +266,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: reads ----
 
   async getRun(runId: string): Promise<RunView | null> {
-    return this.metered("getRun", async () => this.views.run(runId));
+    return this.runtime.metered("getRun", async () => this.views.run(runId));
   }
 
   async listRuns(jobId: string, limit: number, before?: { scheduledAt: number; id: string }): Promise<RunView[]> {
-    return this.metered("listRuns", async () => this.views.runs(jobId, limit, before));
+    return this.runtime.metered("listRuns", async () => this.views.runs(jobId, limit, before));
   }
 
   async deadLetters(
@@ -344,12 +278,12 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     limit: number,
     before?: { finishedAt: number; id: string },
   ): Promise<RunView[]> {
-    return this.metered("deadLetters", async () => this.views.deadLetters(scope, limit, before));
+    return this.runtime.metered("deadLetters", async () => this.views.deadLetters(scope, limit, before));
   }
 
   /** The meter's tally is written first, so the window holds everything counted until now. */
   async metrics(windowMs: number, tenantId: string | null = null): Promise<ShardMetrics> {
-    return this.metered("metrics", async () => {
+    return this.runtime.metered("metrics", async () => {
       const now = Date.now();
       return {
         ...this.views.metrics(windowMs, tenantId, now),
@@ -363,7 +297,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: the sweep ----
 
   async compareJobs(entries: CatalogEntry[]): Promise<JobComparison> {
-    return this.metered("compareJobs", async () => this.views.compareJobs(entries));
+    return this.runtime.metered("compareJobs", async () => this.views.compareJobs(entries));
   }
 
   /**
@@ -371,112 +305,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    * sweep calls this: work already due runs now, otherwise the alarm is set again.
    */
   async assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }> {
-    return this.metered("assertAlarm", async () => {
+    return this.runtime.metered("assertAlarm", async () => {
       const now = Date.now();
-      const due = this.nextDue(now);
+      const due = this.runtime.nextDue(now);
       const ranDueWork = due !== null && due <= now;
       if (ranDueWork) await this.runAlarm();
-      else await this.armAlarm();
+      else await this.runtime.armAlarm();
       return { ranDueWork, alarmAt: await this.ctx.storage.getAlarm() };
     });
-  }
-
-  // ---- the one change, the one settle, the meter ----
-
-  /**
-   * One invocation (an RPC call or the alarm: one billed request) as `operation`: its
-   * synchronous part, and whatever it wraps in `here`, is charged to it; the rest to `settle`.
-   * What it counted is written once, at its end.
-   */
-  private async metered<T>(operation: string, work: (here: <R>(part: () => R) => R) => Promise<T>): Promise<T> {
-    this.refuseIfTooNew();
-    this.meter.count("calls", 1, operation);
-    try {
-      return await this.meter.during(operation, () => work((part) => this.meter.during(operation, part)));
-    } finally {
-      // An object left idle may be evicted, and its unwritten tally with it: when nothing is
-      // due soon, the tally is written now; a busy shard writes it every few seconds.
-      const now = Date.now();
-      const due = this.nextDue(now);
-      this.meter.persist(now, due === null || due > now + IDLE_AFTER_MS);
-    }
-  }
-
-  /** Before anything is read or written (the meter's tally included): storage newer than the code is not touched. */
-  private refuseIfTooNew(): void {
-    if (this.refusal) throw this.refusal;
-  }
-
-  /** One atomic change of the shard's state: the single writer's transaction; dispatches it made go with it if it throws. */
-  private change<T>(apply: (now: number) => T): T {
-    const mark = this.dispatcher.mark();
-    const notifications = this.outcomes.notifier.mark();
-    try {
-      return this.meter.inChange(() =>
-        this.ctx.storage.transactionSync(() => {
-          const result = apply(Date.now());
-          // The leases the change took are written with it (leases.ts).
-          this.store.leases.write();
-          return result;
-        }),
-      );
-    } catch (err) {
-      this.dispatcher.rollBack(mark);
-      this.outcomes.notifier.rollBack(notifications);
-      this.store.forgetKept();
-      throw err;
-    }
-  }
-
-  /**
-   * After every change: buffered fires whose turn came start, waiting runs are admitted, jobs
-   * whose failures in a row reached their limit are paused, what was committed is sent, and the
-   * alarm is pointed at the earliest remaining work.
-   */
-  private settle(): Promise<void> {
-    return this.meter.during(SETTLE, () => this.settleNow());
-  }
-
-  private async settleNow(): Promise<void> {
-    this.change((now) => this.firing.startBuffered(now));
-    await this.admitter.admit();
-    await this.outcomes.autoPause.flush();
-    await Promise.all([this.dispatcher.flush(), this.outcomes.notifier.flush()]);
-    await this.armAlarm();
-  }
-
-  /** The earliest thing any capability has to do (admission's and completion's waits are runs' due times). */
-  private nextDue(now: number): number | null {
-    const times = [
-      this.firing.nextDue(),
-      this.ledger.nextDue(),
-      this.dispatcher.nextDue(now),
-      this.outcomes.notifier.nextDue(now),
-      this.retention.nextDue(),
-    ].filter((t) => t !== null);
-    return times.length === 0 ? null : Math.min(...times);
-  }
-
-  private async armAlarm(): Promise<void> {
-    const at = this.nextDue(Date.now());
-    const current = await this.ctx.storage.getAlarm();
-    // Before the write: an alarm set for a time already past may start before the write returns.
-    this.meter.alarmSet(at, Date.now());
-    if (at === null) {
-      if (current !== null) await this.ctx.storage.deleteAlarm();
-    } else if (current !== at) {
-      await this.ctx.storage.setAlarm(at);
-    }
-  }
-
-  /**
-   * The shard's own name (every shard is reached through `idFromName`), for the dispatches it
-   * sends and the completion tokens it issues; faults armed for one shard name it too.
-   */
-  private get name(): string {
-    const name = this.ctx.id.name;
-    if (name === undefined) throw new Error("a shard must be reached by name (idFromName)");
-    return name;
   }
 }
 

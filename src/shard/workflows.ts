@@ -4,6 +4,7 @@ import type { Answer } from "../protocol/shard-rpc";
 import type { RunRow } from "../protocol/stored-rows";
 import { advance, runOutcome, type StepStatus, stepsToRerun, topologicalOrder } from "../workflow/graph";
 import { SKIPPED_CONDITION, SKIPPED_UPSTREAM_FAILED, statusOfStepRun, upstreamInput } from "../workflow/steps";
+import type { ShardHost } from "./host";
 import type { RunLedger } from "./ledger";
 import type { RunToWrite, ShardJob } from "./rows";
 import { stoppedReason } from "./run-stops";
@@ -30,13 +31,12 @@ export class Workflows {
   readonly steps: StepStore;
 
   constructor(
+    host: Pick<ShardHost, "sql">,
     private readonly store: ShardStore,
-    sql: Pick<SqlStorage, "exec">,
     private readonly ledger: RunLedger,
   ) {
-    this.steps = new StepStore(sql);
-    ledger.beginSteps = (runId, now) => this.begin(runId, now);
-    ledger.inputOf = (step, job) => this.inputOf(step, job);
+    this.steps = new StepStore(host.sql);
+    ledger.useWorkflows(this);
   }
 
   /** A workflow run the ledger would dispatch begins its steps instead: no dispatch, no attempt of its own. */

@@ -63,7 +63,7 @@ describe("shard migrations", () => {
       const again = storage.transactionSync(() => migrateShard(sql));
       const store = new ShardStore(sql);
       const created = storage.transactionSync(() =>
-        store.createRun(
+        store.fires.createRun(
           { id: "run_new", jobId: "job_old", jobVersion: 3, trigger: "manual", scheduledAt: 7, catchUp: false, watched: true },
           7,
           {
@@ -81,7 +81,7 @@ describe("shard migrations", () => {
         attempts: new ViewStore(sql).attempts("run_old"),
         job: store.getJob("job_old"),
         pausedDue: sql.exec("SELECT next_fire_at, next_due_at FROM jobs WHERE id = 'job_paused'").one(),
-        waiting: store.waitingRuns(10, 10).map((r) => r.id),
+        waiting: store.admission.waitingRuns(10, 10).map((r) => r.id),
         schema: schemaOf(sql),
       };
     });
