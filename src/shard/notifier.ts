@@ -5,6 +5,7 @@ import type { OutboxMessage } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
 import { sealedUrlOf } from "../security/notify-urls";
 import type { Sealed } from "../security/sealing";
+import type { ShardHost } from "./host";
 import type { NotificationStore } from "./notification-store";
 import { signingOf } from "./orders";
 import type { NotificationRow, ShardJob } from "./rows";
@@ -33,10 +34,9 @@ export class Notifier {
   #unsent: OutboxMessage[] = [];
 
   constructor(
+    private readonly host: Pick<ShardHost, "queueOf" | "name">,
     private readonly store: ShardStore,
     private readonly outbox: NotificationStore,
-    private readonly queueOf: (shard: string) => Queue<OutboxMessage>,
-    private readonly shardName: () => string,
   ) {}
 
   /** Within the step's transaction: the notification of `event`, if the job asks for it. */
@@ -119,10 +119,10 @@ export class Notifier {
     for (let i = 0; i < pending.length; i += QUEUE_BATCH) {
       const chunk = pending.slice(i, i + QUEUE_BATCH);
       try {
-        failpoint("shard.notifySend", this.shardName());
-        await this.queueOf(this.shardName()).sendBatch(chunk.map((body) => ({ body, contentType: "json" as const })));
+        failpoint("shard.notifySend", this.host.name());
+        await this.host.queueOf(this.host.name()).sendBatch(chunk.map((body) => ({ body, contentType: "json" as const })));
       } catch (err) {
-        console.error(`shard ${this.shardName()}: ${chunk.length} notifications not sent now; they go again at their resend time`, err);
+        console.error(`shard ${this.host.name()}: ${chunk.length} notifications not sent now; they go again at their resend time`, err);
       }
     }
   }
@@ -144,11 +144,11 @@ export class Notifier {
   private message(n: Omit<NotificationRow, "sends">): OutboxMessage {
     if (n.kind === "chain") {
       const fromRunId = n.id.slice(0, n.id.indexOf(":chain:"));
-      return { kind: "chain", shard: this.shardName(), id: n.id, tenantId: n.tenantId, jobId: n.url, fromRunId };
+      return { kind: "chain", shard: this.host.name(), id: n.id, tenantId: n.tenantId, jobId: n.url, fromRunId };
     }
     return {
       kind: "notify",
-      shard: this.shardName(),
+      shard: this.host.name(),
       id: n.id,
       // A notification's id ends with its event (`note`).
       event: n.id.slice(n.id.lastIndexOf(":") + 1) as NotifyEvent,

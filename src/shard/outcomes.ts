@@ -23,12 +23,7 @@ export class Outcomes {
     /** An auto-paused job's new catalog version is applied like any other. */
     firing: Pick<Firing, "applyJobs">,
   ) {
-    this.notifier = new Notifier(
-      store,
-      new NotificationStore(host.sql),
-      (shard) => host.queueOf(shard),
-      () => host.name(),
-    );
+    this.notifier = new Notifier(host, store, new NotificationStore(host.sql));
     // The pause is applied, and told of, as one change of the shard.
     this.autoPause = new AutoPause(store, host, (definition, reason) =>
       host.change((now) => {

@@ -24,6 +24,8 @@ type Page = { items: Entry[]; nextCursor: string | null };
 const HEADER_SECRET = `hdr-${crypto.randomUUID()}`;
 const BODY_SECRET = `body-${crypto.randomUUID()}`;
 const QUERY_SECRET = `qs-${crypto.randomUUID()}`;
+/** A credential in a URL's path, as a chat webhook carries its own: the URL is sealed whole. */
+const PATH_SECRET = `ps-${crypto.randomUUID()}`;
 const ADDRESS = "192.0.2.44";
 
 let tenant: Awaited<ReturnType<typeof createTenant>>;
@@ -69,7 +71,7 @@ describe("the audit log", () => {
         name: "audited",
         schedule: { cron: "0 0 1 1 *" },
         target: {
-          url: `${receiverPath("audit")}?token=${QUERY_SECRET}`,
+          url: `${receiverPath(`audit-${PATH_SECRET}`)}?token=${QUERY_SECRET}`,
           method: "POST",
           headers: { Authorization: `Bearer ${HEADER_SECRET}` },
           body: { secret: BODY_SECRET },
@@ -174,7 +176,7 @@ describe("the audit log", () => {
     }
     // A job's body is shown to its own tenant with the job (it is the tenant's); never in the log or the audit.
     const audit = JSON.stringify(await auditOf("limit=200"));
-    for (const secret of [BODY_SECRET, QUERY_SECRET]) {
+    for (const secret of [BODY_SECRET, QUERY_SECRET, PATH_SECRET]) {
       expect([audit, ...logLines].join("\n").includes(secret), `${secret.slice(0, 6)}… in the audit log or a log line`).toBe(false);
     }
   });
