@@ -100,7 +100,10 @@ export class Admitter {
     const asked = new Set(answers.flatMap((a) => a.asks.map((x) => x.permit)));
     const granted = new Set(answers.flatMap((a) => a.granted));
     const retryAt = new Map(answers.flatMap((a) => Object.entries(a.retryAt)));
-    this.host.change(() => {
+    // The admitted runs start at the change's clock, after the gate answered: a start recorded
+    // at `now`, before the gate's await, could fall in a rate window before the one the gate
+    // counted it in.
+    this.host.change((admittedAt) => {
       for (const candidate of plan.candidates) {
         const job = jobs.get(candidate.jobId)!;
         const permit = gatedAtGate(job, this.tenantLimit(job.tenantId)) ? permitOf(candidate) : null;
@@ -117,8 +120,8 @@ export class Admitter {
           }
           continue;
         }
-        this.ledger.admit(run, job, permit, now);
-        if (job.spec.ratePerSecond !== undefined) this.store.admission.setRateNext(job.id, now + 1000 / job.spec.ratePerSecond);
+        this.ledger.admit(run, job, permit, admittedAt);
+        if (job.spec.ratePerSecond !== undefined) this.store.admission.setRateNext(job.id, admittedAt + 1000 / job.spec.ratePerSecond);
       }
       for (const { run, dueAt } of plan.deferred) {
         if (this.store.getRun(run.id)?.state === "waiting") this.store.setDueAt(run.id, dueAt);

@@ -61,10 +61,16 @@ describe("a flow-control group", () => {
     for (const id of ids) await waitForRun(id, ["succeeded"], 12_000);
     const starts = (await attemptSpans(jobs)).map(([a]) => a).sort((a, b) => a - b);
     expect(starts).toHaveLength(6);
-    // Two per one-second window, windows from the epoch: six starts cover three windows.
-    const windows = Map.groupBy(starts, (t) => Math.floor(t / 1000));
+    // Two per one-second window, windows from the epoch, counted by the gate when it grants. A
+    // start is recorded when the shard's change commits, after the grant and at most RECORDED
+    // later (a loaded machine's await), so only a start that far into its window is surely in
+    // that window's count. Six grants cover three windows: the first and the sixth are over a
+    // second apart, their records at least a second less RECORDED.
+    const RECORDED = 250;
+    const sure = starts.filter((t) => t % 1000 >= RECORDED);
+    const windows = Map.groupBy(sure, (t) => Math.floor(t / 1000));
     expect(Math.max(...[...windows.values()].map((w) => w.length))).toBeLessThanOrEqual(2);
-    expect(starts.at(-1)! - starts[0]!).toBeGreaterThanOrEqual(1_000);
+    expect(starts.at(-1)! - starts[0]!).toBeGreaterThan(1_000 - RECORDED);
   });
 
   it("gives a run's place back when its attempt fails, for a retry or for good, and takes it again for the retry", async () => {
