@@ -2,10 +2,11 @@ import { ApiError, issuesOf } from "../api/errors";
 import { guard } from "../catalog/d1";
 import { inserted, insertJobsStatement, ROWS_PER_INSERT, tenantAndLiveJobsOf, tenantWithLiveJobs } from "../catalog/insert-jobs";
 import { type CatalogJob, toDefinition } from "../catalog/jobs";
-import { settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
+import { registerShards } from "../catalog/shards";
+import { getTenant, settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
-import { DEFAULT_TENANT, newJobId, shardFor } from "../model/ids";
+import { DEFAULT_TENANT, newJobId, newJobIdIn, shardFor } from "../model/ids";
 import { type CreateJob, CreateJobSchema, canonicalSchedule } from "../model/job";
 import type { JobRuntime } from "../protocol/stored-rows";
 import { firstFire } from "../schedule/next-fire";
@@ -56,6 +57,13 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
 export interface CreateOptions {
   decorate?: (job: CatalogJob, index: number) => void;
   allOrNothing?: boolean;
+  /**
+   * QStash messages: held by their shards alone (`standalone`, docs/qstash.md), with no catalog
+   * row, so no quota and no audit entry (a message is data, not configuration: docs/security.md).
+   * `shardOf` may name an item's shard (a callback's, beside its message); its id is drawn to
+   * land there, since the id is all that finds it later.
+   */
+  standalone?: { shardOf?: (index: number) => string | undefined };
 }
 
 /** Each item of a batch: created, or why not (a 4xx naming the item, and its field if it was one). */
@@ -82,7 +90,8 @@ export async function createJobs(
   const tenantId = tenantIdOf(caller);
   const outcomes: BatchOutcome[] = [];
   const accepted: Accepted[] = [];
-  const checked = await Promise.all(items.map((item, index) => acceptItem(env, caller, tenantId, item, index, now)));
+  const placeOf = (index: number) => options.standalone?.shardOf?.(index);
+  const checked = await Promise.all(items.map((item, index) => acceptItem(env, caller, tenantId, item, index, now, placeOf(index))));
   for (const c of checked) {
     if ("job" in c) accepted.push(c);
     else outcomes[c.index] = c;
@@ -91,6 +100,7 @@ export async function createJobs(
   // All or nothing: one item refused creates none of them.
   if (options.allOrNothing && accepted.length < items.length) return outcomes;
   for (const { index, job } of accepted) options.decorate?.(job, index);
+  if (options.standalone) return handOverStandalone(env, caller, accepted, outcomes);
 
   // The tenant, and its room under the quota: what finds none is refused without a write.
   let tenant = caller.admin ? null : caller.tenant;
@@ -144,12 +154,13 @@ async function acceptItem(
   item: unknown,
   index: number,
   now: number,
+  place?: string,
 ): Promise<Accepted | BatchOutcome> {
   const parsed = CreateJobSchema.safeParse(item);
   if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
   try {
     checkJobName(caller, parsed.data.name);
-    return { index, job: await acceptJob(env, tenantId, parsed.data, now) };
+    return { index, job: await acceptJob(env, tenantId, parsed.data, now, place) };
   } catch (err) {
     // Anything else (D1 unreachable while checking chains) fails the whole call.
     if (err instanceof ApiError) return { index, error: itemError(index, err) };
@@ -178,15 +189,16 @@ function itemError(index: number, err: ApiError): ApiError {
   return new ApiError(err.status, err.code, issues.map((i) => `${i.path}: ${i.message}`).join("; "), {}, issues);
 }
 
-/** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen. */
-async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number): Promise<CatalogJob> {
+/** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen (in `place`, when it can be). */
+async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number, place?: string): Promise<CatalogJob> {
   const { name, target, steps, ...fields } = input;
-  const id = newJobId(now);
+  const { shardCount } = config(env);
+  const id = (place !== undefined && newJobIdIn(place, shardCount, now)) || newJobId(now);
   const job: CatalogJob = {
     id,
     tenantId,
     name: name ?? null,
-    shard: shardFor(id, config(env).shardCount),
+    shard: shardFor(id, shardCount),
     version: 1,
     spec: {
       ...fields,
@@ -204,6 +216,38 @@ async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: numb
   };
   await checkChains(env.DB, job, job.spec);
   return job;
+}
+
+/**
+ * Standalone jobs (QStash messages) go to their shards and nowhere else: the shards are
+ * registered as the tenant's first (so the sweep and the /v2 listings reach them), then each
+ * shard takes its jobs in one call before the answer. The sweep never learns of these jobs, so
+ * a shard that cannot take them fails the call (503, to be retried) instead of being left to it;
+ * a call over several shards may then have handed some of its messages over.
+ */
+async function handOverStandalone(env: Env, caller: Caller, accepted: Accepted[], outcomes: BatchOutcome[]): Promise<BatchOutcome[]> {
+  const tenant = caller.admin ? tenantOf((await getTenant(env.DB, DEFAULT_TENANT)) ?? undefined) : caller.tenant;
+  const jobs = accepted.map((a) => ({ ...a.job, standalone: true as const }));
+  await registerShards(
+    env.DB,
+    tenant.id,
+    jobs.map((j) => j.shard),
+  );
+  const settings = [settingsOf(tenant)];
+  const answers = await Promise.all(
+    [...Map.groupBy(jobs, (j) => j.shard)].map(async ([shard, list]) => {
+      try {
+        return await shardStub(env, shard).applyJobs(list.map(toDefinition), settings);
+      } catch (err) {
+        console.error(`${list.length} message(s): shard ${shard} unreachable, refused`, err);
+        throw new ApiError(503, "shard_unavailable", "a shard could not take the message; retry the request", { "Retry-After": "5" });
+      }
+    }),
+  );
+  const runtimes = new Map(answers.flat().map((r) => [r.id, r]));
+  for (const [i, job] of jobs.entries())
+    outcomes[accepted[i]!.index] = { index: accepted[i]!.index, state: { job, runtime: runtimes.get(job.id) } };
+  return outcomes;
 }
 
 /**

@@ -10,12 +10,13 @@ import { entryOf, recordAfter } from "./audit";
 import { type Caller, scopeOf } from "./caller";
 import { loadJob } from "./jobs";
 import { deadLetterCursor, type Page, paged, runCursor } from "./pagination";
+import { loadAnyJob } from "./standalone-jobs";
 
-/** The job a run belongs to (deleted jobs included: their runs stay readable), or 404. */
+/** The job a run belongs to (deleted jobs included: their runs stay readable; a message's, from its shard), or 404. */
 async function jobOfRun(env: Env, caller: Caller, runId: string): Promise<CatalogJob> {
   const jobId = jobIdOfRun(runId);
   if (!jobId) throw notFound("run", runId);
-  return loadJob(env, caller, jobId, { includeDeleted: true }).catch((err: unknown) => {
+  return loadAnyJob(env, caller, jobId, { includeDeleted: true }).catch((err: unknown) => {
     // Only "no such job" becomes "no such run"; anything else (D1 down: 503) stays what it is.
     throw err instanceof ApiError && err.status === 404 ? notFound("run", runId) : err;
   });

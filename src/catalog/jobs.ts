@@ -23,6 +23,8 @@ export interface CatalogJob {
   createdAt: number;
   updatedAt: number;
   deletedAt: number | null;
+  /** Held by its shard alone, with no catalog row: a QStash message (src/app/standalone-jobs.ts). */
+  standalone?: true;
 }
 
 type Row = Record<string, unknown>;
@@ -51,6 +53,7 @@ export function toDefinition(job: CatalogJob): JobDefinition {
     paused: job.paused,
     deleted: job.deletedAt !== null,
     createdAt: job.createdAt,
+    ...(job.standalone && { standalone: true }),
   };
 }
 

@@ -24,3 +24,13 @@ export async function nextShardInUse(db: D1Database, after: string): Promise<str
   const row = await guard("shards", () => db.prepare(NEXT_SHARD_SQL).bind(after).first<{ shard: string | null }>());
   return row?.shard ?? null;
 }
+
+/**
+ * Records that `tenantId` has jobs in `shards`, for jobs no catalog row lists (standalone ones:
+ * QStash messages), whose insert trigger would have done it. A pair already there writes no row
+ * (billed as none): after a tenant's first message in a shard, this costs a round trip and nothing else.
+ */
+export async function registerShards(db: D1Database, tenantId: string, shards: string[]): Promise<void> {
+  const insert = db.prepare("INSERT OR IGNORE INTO shard_tenants (shard, tenant_id) VALUES (?, ?)");
+  await guard("register shards", () => db.batch([...new Set(shards)].map((s) => insert.bind(s, tenantId))));
+}

@@ -15,6 +15,19 @@ export function newJobId(nowMs: number): string {
   return `job_${nowMs.toString(36).padStart(9, "0")}${randomChars(10)}`;
 }
 
+/**
+ * A new job id that `shardFor` places in `shard`: a job no catalog row records the shard of (a
+ * QStash message's callback, kept beside its message) is found by its id alone. About
+ * `shardCount` draws; null if none lands there (a shard beyond today's count).
+ */
+export function newJobIdIn(shard: string, shardCount: number, nowMs: number): string | null {
+  for (let i = 0; i < shardCount * 64; i++) {
+    const id = newJobId(nowMs);
+    if (shardFor(id, shardCount) === shard) return id;
+  }
+  return null;
+}
+
 export const JOB_ID = /^job_[0-9a-z]{19}$/;
 
 const jobPart = (jobId: string) => jobId.slice("job_".length);

@@ -156,6 +156,10 @@ export interface ShardApi {
   /** A tenant gate says capacity freed: waiting runs are looked at now. */
   admitWaiting(): Promise<void>;
   jobRuntimes(ids: string[]): Promise<JobRuntime[]>;
+  /** Of these ids, the jobs this shard holds alone (`standalone`: QStash messages), deleted ones included; reads only. */
+  standaloneJobs(ids: string[]): Promise<JobDefinition[]>;
+  /** Up to `limit` of a tenant's live standalone jobs (every tenant's: null), newest first, before `beforeId`; reads only. */
+  listStandaloneJobs(tenantId: string | null, limit: number, beforeId?: string): Promise<JobDefinition[]>;
   /**
    * One extra run now, by hand (the same trigger key always names the same run) or chained: the
    * run a run of another job of the tenant that ended triggers (onSuccess/onFailure), one per

@@ -17,6 +17,11 @@ export interface JobDefinition {
   paused: boolean;
   deleted: boolean;
   createdAt: number;
+  /**
+   * Held by its shard alone, with no catalog row: a QStash message (docs/qstash.md). The API
+   * hands it to its shard directly; retention removes it once its run has left. Absent: false.
+   */
+  standalone?: boolean;
 }
 
 /** What a shard knows of a job that the catalog does not: where its schedule stands. */

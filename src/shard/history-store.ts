@@ -135,6 +135,17 @@ export class HistoryStore {
     return removed;
   }
 
+  /** A standalone job that has fired, once its runs are gone: it is not in the catalog, so it leaves entirely. */
+  purgeFinishedStandaloneJob(jobId: string): boolean {
+    return (
+      this.sql.exec(
+        "DELETE FROM jobs WHERE id = ?1 AND standalone = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE id > ?2 AND id < ?3)",
+        jobId,
+        ...runKeyRange(jobId),
+      ).rowsWritten > 0
+    );
+  }
+
   /** A deleted job whose runs are all gone leaves the shard. */
   purgeDeletedJob(jobId: string): boolean {
     return (

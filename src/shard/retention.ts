@@ -48,7 +48,7 @@ export class Retention {
   constructor(
     private readonly host: Pick<ShardHost, "name" | "change">,
     private readonly history: HistoryStore,
-    private readonly store: Pick<ShardStore, "getTenant" | "beforeRemoval">,
+    private readonly store: Pick<ShardStore, "getTenant" | "beforeRemoval" | "firedThrough">,
     private readonly archive: Archive,
   ) {}
 
@@ -119,7 +119,12 @@ export class Retention {
         this.history.deleteMeta(ARCHIVE_ERROR);
       }
       const gone = this.history.removeFinishedRuns(expired.map((r) => r.id));
-      for (const job of jobs) if (job.deleted && job.id <= reached) this.history.purgeDeletedJob(job.id);
+      for (const job of jobs) {
+        if (job.id > reached) break;
+        if (job.deleted) this.history.purgeDeletedJob(job.id);
+        // A message (held by its shard alone) leaves with its run: nothing else remembers it.
+        else if (job.standalone && this.store.firedThrough.live(job).nextFireAt === null) this.history.purgeFinishedStandaloneJob(job.id);
+      }
       const wrapped = !full && jobs.length < JOBS_PER_PASS;
       this.history.setMeta(CURSOR, wrapped ? "" : reached);
       // More to do: the next pass comes shortly; done: in a while.

@@ -81,6 +81,7 @@ export const toJob = (r: Row): ShardJob => ({
   paused: r.paused === 1,
   deleted: r.deleted === 1,
   createdAt: r.created_at as number,
+  ...(r.standalone === 1 && { standalone: true }),
   nextFireAt: r.next_fire_at as number | null,
   fires: r.fires as number,
   rateNextAt: r.rate_next_at as number | null,

@@ -181,6 +181,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.runtime.metered("jobRuntimes", async () => this.views.jobRuntimes(ids));
   }
 
+  async standaloneJobs(ids: string[]): Promise<JobDefinition[]> {
+    return this.runtime.metered("standaloneJobs", async () => this.views.standaloneJobs(ids));
+  }
+
+  async listStandaloneJobs(tenantId: string | null, limit: number, beforeId?: string): Promise<JobDefinition[]> {
+    return this.runtime.metered("listStandaloneJobs", async () => this.views.listStandaloneJobs(tenantId, limit, beforeId ?? null));
+  }
+
   async trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
     return this.runtime.metered("trigger", async (here) => {
       const answer = this.runtime.change((now) => this.firing.trigger(jobId, by, now));

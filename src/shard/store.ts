@@ -80,8 +80,8 @@ export class ShardStore {
     const watches = watchesOutcomes(job.spec) || Boolean(this.getTenant(job.tenantId)?.notify);
     this.watching?.[watches ? "add" : "delete"](job.id);
     this.sql.exec(
-      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, watches_outcomes, fires)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO jobs (id, tenant_id, version, spec, paused, deleted, created_at, next_fire_at, next_due_at, watches_outcomes, fires, standalone)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET version = excluded.version, spec = excluded.spec, paused = excluded.paused,
          deleted = excluded.deleted, next_fire_at = excluded.next_fire_at, next_due_at = excluded.next_due_at,
          watches_outcomes = excluded.watches_outcomes, fires = excluded.fires`,
@@ -96,6 +96,7 @@ export class ShardStore {
       this.firedThrough.dueTimeOf(job, nextDueAt),
       watches ? 1 : 0,
       fires,
+      job.standalone ? 1 : 0,
     );
   }
 

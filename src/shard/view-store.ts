@@ -1,11 +1,15 @@
 import { runKeyRange } from "../model/ids";
 import { DEAD_LETTER_STATES, sqlList } from "../model/run-states";
 import type { ShardMetrics } from "../protocol/shard-rpc";
-import type { AttemptRow, RunRow } from "../protocol/stored-rows";
+import type { AttemptRow, JobDefinition, RunRow } from "../protocol/stored-rows";
 import { rowsForList } from "../sql";
-import { toAttempt, toRun } from "./rows";
+import { toAttempt, toJob, toRun } from "./rows";
 
 const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
+
+/** A page of a tenant's live standalone jobs, newest first: a range of `jobs_standalone` (the plan is tested). */
+export const STANDALONE_OF_TENANT_SQL =
+  "SELECT * FROM jobs WHERE standalone = 1 AND deleted = 0 AND tenant_id = ? AND id < ? ORDER BY id DESC LIMIT ?";
 
 /**
  * The statements of views (`views.ts`): pages of a job's runs, dead letters, attempt logs,
@@ -15,6 +19,24 @@ const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
 export class ViewStore {
   /** Over the same storage as the shard's store (its meter's, so these rows are counted too). */
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
+
+  /** Of these ids, the jobs this shard holds alone (QStash messages, step 22), deleted ones included. */
+  standaloneJobs(ids: string[]): JobDefinition[] {
+    return rowsForList(this.sql, ids, (list) => `SELECT * FROM jobs WHERE id IN (${list}) AND standalone = 1`).map(toDefinition);
+  }
+
+  /**
+   * A tenant's live standalone jobs, newest first (ids sort by creation), from `jobs_standalone`.
+   * Of every tenant (null, the admin's view): the jobs' key read backwards, which no index spares.
+   */
+  listStandaloneJobs(tenantId: string | null, limit: number, beforeId: string | null): JobDefinition[] {
+    const before = beforeId ?? "~"; // after every job id
+    const rows =
+      tenantId === null
+        ? this.sql.exec("SELECT * FROM jobs WHERE standalone = 1 AND deleted = 0 AND id < ? ORDER BY id DESC LIMIT ?", before, limit)
+        : this.sql.exec(STANDALONE_OF_TENANT_SQL, tenantId, before, limit);
+    return rows.toArray().map(toDefinition);
+  }
 
   /** The versions the shard holds of these jobs (the sweep's comparison): their rows' alone. */
   jobVersions(ids: string[]): Map<string, number> {
@@ -142,4 +164,10 @@ export class ViewStore {
       oldestAwaitingClaimMs: oldest === null ? null : now - oldest,
     };
   }
+}
+
+/** A job's row as its definition: what the API is handed of a standalone job. */
+function toDefinition(row: Record<string, SqlStorageValue>): JobDefinition {
+  const { id, tenantId, version, spec, paused, deleted, createdAt, standalone } = toJob(row);
+  return { id, tenantId, version, spec, paused, deleted, createdAt, ...(standalone && { standalone }) };
 }

@@ -1,6 +1,6 @@
 import { stepRunId } from "../model/ids";
 import type { CatalogEntry, JobComparison, RunView, ShardMetrics, StepRunView } from "../protocol/shard-rpc";
-import type { JobRuntime, RunRow } from "../protocol/stored-rows";
+import type { JobDefinition, JobRuntime, RunRow } from "../protocol/stored-rows";
 import type { StepStore } from "./step-store";
 import type { ShardStore } from "./store";
 import type { ViewStore } from "./view-store";
@@ -62,6 +62,14 @@ export class Views {
     before?: { finishedAt: number; id: string },
   ): RunView[] {
     return this.withAttemptCounts(this.reads.deadLetters(scope, limit, before));
+  }
+
+  standaloneJobs(ids: string[]): JobDefinition[] {
+    return this.reads.standaloneJobs(ids);
+  }
+
+  listStandaloneJobs(tenantId: string | null, limit: number, beforeId: string | null): JobDefinition[] {
+    return this.reads.listStandaloneJobs(tenantId, limit, beforeId);
   }
 
   jobRuntimes(ids: string[]): JobRuntime[] {

@@ -12,6 +12,7 @@ import {
   jobIdOfRun,
   MAX_RUN_ID_LENGTH,
   newJobId,
+  newJobIdIn,
   runKeyRange,
   scheduledRunId,
   shardFor,
@@ -164,6 +165,21 @@ describe("ids", () => {
     }
     expect(counts.size).toBe(16);
     for (const n of counts.values()) expect(n).toBeGreaterThan(700);
+  });
+
+  it("a job id drawn for a shard lands in it, still a job id of its instant; none for a shard beyond the count", () => {
+    const at = 1_700_000_000_000;
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 256 }), fc.nat(), (count, pick) => {
+        const shard = `shard-${pick % count}`;
+        const id = newJobIdIn(shard, count, at)!;
+        expect(shardFor(id, count)).toBe(shard);
+        expect(id).toMatch(JOB_ID);
+        expect(id.slice(0, 13)).toBe(newJobId(at).slice(0, 13));
+      }),
+      { numRuns: 200 },
+    );
+    expect(newJobIdIn("shard-16", 16, at)).toBeNull();
   });
 });
 

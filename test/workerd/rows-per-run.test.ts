@@ -1,9 +1,10 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { scheduledRunId } from "../../src/model/ids";
+import { scheduledRunId, shardFor } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { ShardCost } from "../../src/protocol/shard-rpc";
 import type { JobDefinition } from "../../src/protocol/stored-rows";
+import { jobIdOfMessage } from "../../src/qstash/ids";
 import type { Shard } from "../../src/shard/shard";
 import { makeDue } from "./entries";
 import { api, createJob, createTenant, definition, FAR_CRON, receiverPath, specLike } from "./helpers";
@@ -103,6 +104,33 @@ describe("D1 rows written per job created and changed (docs/cost.md)", () => {
     expect(rows["POST /v1/jobs"]! * 5).toBe(5 * 3 + shards.size * 2);
   });
 
+  it("a QStash message writes none: no catalog row, no audit entry, its shard already registered for its tenant", async () => {
+    const tenant = await createTenant();
+    const ids: string[] = [];
+    const rows = await rowsPerCall({ "POST /v2/publish/*": 5 }, async () => {
+      // As for a tenant with messages on every shard already (the test above says why, and
+      // what a first one costs): the registry holds its pairs meanwhile.
+      await env.DB.prepare(
+        `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+         INSERT OR IGNORE INTO shard_tenants (shard, tenant_id) SELECT 'shard-' || i, ?2 FROM n`,
+      )
+        .bind(Number(env.SHARD_COUNT), tenant.id)
+        .run();
+      for (let i = 0; i < 5; i++) {
+        const res = await tenant.api(`/v2/publish/${receiverPath("rows-d1")}`, {
+          method: "POST",
+          headers: { "Upstash-Delay": "1h" },
+          body: "x",
+        });
+        expect(res.status, await res.clone().text()).toBe(200);
+        ids.push(((await res.json()) as { messageId: string }).messageId);
+      }
+      const kept = ids.map((id) => `'${shardFor(jobIdOfMessage(id)!, Number(env.SHARD_COUNT))}'`).join(", ");
+      await env.DB.prepare(`DELETE FROM shard_tenants WHERE tenant_id = ? AND shard NOT IN (${kept})`).bind(tenant.id).run();
+    });
+    expect(rows).toEqual({ "POST /v2/publish/*": 0 });
+  });
+
   it("a change: PATCH, pause, resume and delete each write the row, its entry in jobs_changed and the audit entry", async () => {
     const jobs: Job[] = [];
     for (let i = 0; i < 3; i++) jobs.push(await createJob({ schedule: FAR_CRON, target: { url: receiverPath("rows-d1") } }));
@@ -127,23 +155,28 @@ describe("D1 rows written per job created and changed (docs/cost.md)", () => {
   });
 });
 
+/**
+ * `count` one-off jobs applied to `shard` one call each, fired together and run to success.
+ * Due a moment after they are all created (20 calls take well under a second), so that one
+ * alarm fires them together: the runtime's own, or this test's if it comes first.
+ */
+async function oneOffRuns(shard: DurableObjectStub<Shard>, count: number, standalone = false): Promise<void> {
+  const at = Date.now() + 3_000;
+  const spec = await specLike({ at: new Date(at).toISOString() });
+  const jobs = Array.from({ length: count }, () => ({ ...definition(spec, Date.now()), ...(standalone && { standalone }) }));
+  for (const job of jobs) await shard.applyJobs([job]); // one creation, one call
+  await new Promise((resolve) => setTimeout(resolve, at - Date.now()));
+  await runDurableObjectAlarm(shard);
+  await runsSucceeded(
+    shard,
+    jobs.map((j) => scheduledRunId(j.id, at)),
+  );
+}
+
 describe("rows written per successful run", () => {
   it("a one-off job's run: create, fire, claim and report", async () => {
     const shard = env.SHARD.get(env.SHARD.idFromName("shard-900001"));
-    const oneOff = async (count: number) => {
-      // Due a moment after they are all created (20 calls take well under a second), so that
-      // one alarm fires them together: the runtime's own, or this test's if it comes first.
-      const at = Date.now() + 3_000;
-      const spec = await specLike({ at: new Date(at).toISOString() });
-      const jobs = Array.from({ length: count }, () => definition(spec, Date.now()));
-      for (const job of jobs) await shard.applyJobs([job]); // one creation, one call
-      await new Promise((resolve) => setTimeout(resolve, at - Date.now()));
-      await runDurableObjectAlarm(shard);
-      await runsSucceeded(
-        shard,
-        jobs.map((j) => scheduledRunId(j.id, at)),
-      );
-    };
+    const oneOff = (count: number) => oneOffRuns(shard, count);
     await oneOff(1); // the shard's first job
     const before = await costOf(shard);
     await oneOff(20);
@@ -158,6 +191,17 @@ describe("rows written per successful run", () => {
     const alone = perRun(beforeAlone, await costOf(shard), 1);
     console.log(`one-off run fired alone: ${alone.all.toFixed(2)} SQLite rows written`, alone.byOperation);
     expect(alone.all).toBeLessThanOrEqual(5);
+  });
+
+  it("a QStash message's run (held by its shard alone): the one-off's rows and its entry in jobs_standalone", async () => {
+    const shard = env.SHARD.get(env.SHARD.idFromName("shard-900004"));
+    await oneOffRuns(shard, 1, true); // the shard's first job
+    const before = await costOf(shard);
+    await oneOffRuns(shard, 20, true);
+    const { all, byOperation } = perRun(before, await costOf(shard), 20);
+    console.log(`message run, 20 fired together: ${all.toFixed(2)} SQLite rows written`, byOperation);
+    // One more than a one-off job's: the index a tenant's messages are listed by.
+    expect(all).toBeLessThanOrEqual(6);
   });
 
   it("a run of a recurring job, fired alone or with others: fire, claim and report", async () => {

@@ -6,6 +6,7 @@ import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { Caller } from "../caller";
 import { deadLetters, getRun, retryRun } from "../runs";
+import { standaloneJobsByIds } from "../standalone-jobs";
 import { destinationIn } from "./present";
 
 /**
@@ -35,7 +36,14 @@ async function visible(env: Env, runs: RunView[]): Promise<DeadLetter[]> {
     env.DB,
     runs.map((r) => r.id),
   );
-  const jobs = new Map((await getJobsByIds(env.DB, [...new Set(runs.map((r) => r.jobId))])).map((j) => [j.id, j]));
+  const ids = [...new Set(runs.map((r) => r.jobId))];
+  const jobs = new Map((await getJobsByIds(env.DB, ids)).map((j) => [j.id, j]));
+  // A message's job is not in the catalog: its shard holds it.
+  const held = await standaloneJobsByIds(
+    env,
+    ids.filter((id) => !jobs.has(id)),
+  );
+  for (const job of held) jobs.set(job.id, job);
   return runs.flatMap((run) => {
     const job = jobs.get(run.jobId);
     return job?.spec.target && !removed.has(run.id) && DEAD_LETTER_STATES.includes(run.state) ? [{ run, job }] : [];

@@ -4,12 +4,13 @@ import { eventsOfRun, type LogEvent, type LogState } from "../../qstash/events";
 import { jobIdOfMessage, messageIdOfJob, messageIdOfRun, runIdOfMessage } from "../../qstash/ids";
 import { shardStub } from "../../stubs";
 import { type Caller, scopeOf } from "../caller";
-import { loadJob } from "../jobs";
+import { listStandaloneJobs, loadAnyJob } from "../standalone-jobs";
 import { destinationIn, destinationOf } from "./present";
 
 /**
  * GET /v2/events: the logs of the caller's messages, read from their jobs' runs (nothing is kept
- * for it). Pages go by job, newest first: the cursor is the last job a page read.
+ * for it). Pages go by job, newest first, messages and schedules merged: the cursor is the last
+ * job a page read.
  */
 export interface EventFilter {
   messageIds?: string[];
@@ -80,7 +81,7 @@ export async function listEvents(
     for (const id of filter.messageIds) {
       const runId = runIdOfMessage(id);
       const jobId = jobIdOfMessage(id) ?? (runId ? `job_${runId.slice(4, 23)}` : null);
-      const job = jobId ? await loadJob(env, caller, jobId, { includeDeleted: true }).catch(() => null) : null;
+      const job = jobId ? await loadAnyJob(env, caller, jobId, { includeDeleted: true }).catch(() => null) : null;
       if (job) events.push(...(await eventsOfJob(env, job, runId ?? undefined)));
     }
     return {
@@ -90,7 +91,12 @@ export async function listEvents(
         .slice(0, count),
     };
   }
-  const jobs = await listJobs(env.DB, scopeOf(caller), JOBS_PER_PAGE, query.cursor);
+  // Messages (their shards hold them) and schedules (the catalog's), newest first, one page of both.
+  const [held, catalogued] = await Promise.all([
+    listStandaloneJobs(env, caller, JOBS_PER_PAGE, query.cursor),
+    listJobs(env.DB, scopeOf(caller), JOBS_PER_PAGE, query.cursor),
+  ]);
+  const jobs = [...held, ...catalogued].sort((a, b) => (a.id < b.id ? 1 : -1)).slice(0, JOBS_PER_PAGE);
   const events: LogEvent[] = [];
   let last: string | undefined;
   for (const job of jobs) {

@@ -27,7 +27,7 @@ export interface JobDraft {
   name: string | null;
   /** The queue it was enqueued to, and that queue's parallelism then (its group's own limits hold it from there). */
   queue?: { name: string; parallelism: number };
-  /** The shard to keep it in, rather than the one its id gives (a callback: its source's, see publish.ts). */
+  /** The shard to keep a message in (a callback: its source's, see publish.ts); its id is drawn to land there. */
   shard?: string;
 }
 
@@ -118,8 +118,16 @@ function qstashError(err: ApiError): Error {
   return new ApiError(err.status, err.code, err.message.replace(/^jobs\[\d+\]: /, ""), err.headers);
 }
 
-/** Creates the jobs of `drafts`, all or none: the first refusal is thrown, in QStash's terms. */
-export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraft[]): Promise<CatalogJob[]> {
+/**
+ * Creates the jobs of `drafts`, all or none: the first refusal is thrown, in QStash's terms.
+ * Messages are held by their shards alone (`standalone`); a schedule is a catalog job.
+ */
+export async function createQstashJobs(
+  env: Env,
+  caller: Caller,
+  drafts: JobDraft[],
+  kind: "messages" | "schedules",
+): Promise<CatalogJob[]> {
   const inputs = drafts.map(jobInput);
   const tenantId = tenantOf(caller);
   const metas = await Promise.all(drafts.map((d) => sealCallbacks(env.ENCRYPTION_KEYS, d.meta, tenantId)));
@@ -127,8 +135,8 @@ export async function createQstashJobs(env: Env, caller: Caller, drafts: JobDraf
     allOrNothing: true,
     decorate: (job, index) => {
       if (job.spec.target) job.spec.target.qstash = metas[index]!;
-      if (drafts[index]!.shard !== undefined) job.shard = drafts[index]!.shard!;
     },
+    ...(kind === "messages" && { standalone: { shardOf: (index: number) => drafts[index]!.shard } }),
   });
   const failed = outcomes.find((o) => "error" in o);
   if (failed && "error" in failed) throw qstashError(failed.error);

@@ -14,9 +14,9 @@ import { readUrlGroup } from "./url-groups";
 
 /**
  * Publishing: POST /v2/publish, /v2/enqueue and /v2/batch. Each message is a one-off edgecron
- * job (docs/qstash.md says why), due at Upstash-Not-Before or after Upstash-Delay; a URL
- * group's message is one job per endpoint. Every message of a call is checked before any is
- * created, and then all are created in one catalog write.
+ * job that its shard alone holds (docs/qstash.md), due at Upstash-Not-Before or after
+ * Upstash-Delay; a URL group's message is one job per endpoint. Every message of a call is
+ * checked before any is created, and then each shard takes its messages in one call.
  */
 export interface PublishRequest {
   destination: Destination;
@@ -124,6 +124,7 @@ export async function publish(env: Env, caller: Caller, requests: PublishRequest
     env,
     caller,
     fresh.flatMap((p) => p.drafts),
+    "messages",
   );
   const made = new Map<Planned, Published[]>();
   let next = 0;

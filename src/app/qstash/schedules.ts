@@ -35,24 +35,29 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
   const tenantId = tenantOf(caller);
   const scheduleId = options.scheduleId ?? newScheduleId();
   const previous = await getScheduleRow(env.DB, tenantId, scheduleId);
-  const [job] = await createQstashJobs(env, caller, [
-    {
-      url: destination.url,
-      options,
-      body: request.body,
-      schedule,
-      name: `qstash schedule ${scheduleId}`,
-      meta: {
-        retries: options.retries,
-        scheduleId,
-        ...(options.retryDelay !== undefined && { retryDelay: options.retryDelay }),
-        ...(options.callback && { callback: options.callback }),
-        ...(options.failureCallback && { failureCallback: options.failureCallback }),
-        ...(options.label !== undefined && { label: options.label }),
-        ...(request.callerIp !== undefined && { callerIp: request.callerIp }),
+  const [job] = await createQstashJobs(
+    env,
+    caller,
+    [
+      {
+        url: destination.url,
+        options,
+        body: request.body,
+        schedule,
+        name: `qstash schedule ${scheduleId}`,
+        meta: {
+          retries: options.retries,
+          scheduleId,
+          ...(options.retryDelay !== undefined && { retryDelay: options.retryDelay }),
+          ...(options.callback && { callback: options.callback }),
+          ...(options.failureCallback && { failureCallback: options.failureCallback }),
+          ...(options.label !== undefined && { label: options.label }),
+          ...(request.callerIp !== undefined && { callerIp: request.callerIp }),
+        },
       },
-    },
-  ]);
+    ],
+    "schedules",
+  );
   await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, Date.now());
   if (previous && previous.jobId !== job!.id) await changeJob(env, caller, previous.jobId, { deleted: true }).catch(ignoreGone);
   return { scheduleId };

@@ -1,0 +1,16 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { config } from "../../src/config";
+import { shardFor } from "../../src/model/ids";
+import type { Shard } from "../../src/shard/shard";
+import { shardOf } from "./helpers";
+
+/** The shard that holds a QStash message's job: the one its id names (no catalog row records it). */
+export const messageShard = (jobId: string) => ({ shard: shardFor(jobId, config(env).shardCount) });
+
+/** A message's job's row in its shard, or null once it has left. */
+export function messageRow(jobId: string): Promise<{ spec: string; deleted: number; standalone: number } | null> {
+  return runInDurableObject(shardOf(messageShard(jobId)), (_s: Shard, state) => {
+    const row = state.storage.sql.exec("SELECT spec, deleted, standalone FROM jobs WHERE id = ?", jobId).toArray()[0];
+    return (row as { spec: string; deleted: number; standalone: number } | undefined) ?? null;
+  });
+}
