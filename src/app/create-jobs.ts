@@ -45,7 +45,7 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
   const tenant = caller.admin ? tenantOf(results[0]!.results[0]) : caller.tenant;
   if (!inserted(results.at(-2)!)) throw quotaExceeded(tenant);
   failpoint("api.afterCatalogWrite");
-  const runtimes = await handOver(env, tenant, [job], now);
+  const runtimes = await handOver(env, tenant, [{ index: 0, job }], leftToSweep(now));
   return { job, runtime: runtimes.get(job.id) };
 }
 
@@ -123,7 +123,6 @@ export async function createJobs(
       ROWS_PER_INSERT,
     ),
   );
-  const jobsOf = (list: Accepted[]) => list.map((a) => a.job);
   // Each INSERT followed by its jobs' audit entries, written only if it inserted them.
   const statements = chunks.flatMap((chunk) => [
     insertJobsStatement(env.DB, jobsOf(chunk)),
@@ -141,7 +140,7 @@ export async function createJobs(
     else chunk.forEach(refuse);
   }
   failpoint("api.afterCatalogWrite");
-  const runtimes = await handOver(env, tenant, jobsOf(created), now);
+  const runtimes = await handOver(env, tenant, created, leftToSweep(now));
   for (const { index, job } of created) outcomes[index] = { index, state: { job, runtime: runtimes.get(job.id) } };
   return outcomes;
 }
@@ -167,6 +166,8 @@ async function acceptItem(
     throw err;
   }
 }
+
+const jobsOf = (list: Accepted[]) => list.map((a) => a.job);
 
 const createdEntry = (caller: Caller, job: CatalogJob) =>
   entryOf(caller, { tenantId: job.tenantId, action: "job.create", subject: job.id, after: jobRecord(job) }, job.createdAt);
@@ -227,43 +228,43 @@ async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: numb
  */
 async function handOverStandalone(env: Env, caller: Caller, accepted: Accepted[], outcomes: BatchOutcome[]): Promise<BatchOutcome[]> {
   const tenant = caller.admin ? tenantOf((await getTenant(env.DB, DEFAULT_TENANT)) ?? undefined) : caller.tenant;
-  const jobs = accepted.map((a) => ({ ...a.job, standalone: true as const }));
+  const held = accepted.map((a) => ({ ...a, job: { ...a.job, standalone: true as const } }));
   await registerShards(
     env.DB,
     tenant.id,
-    jobs.map((j) => j.shard),
+    held.map((a) => a.job.shard),
   );
-  const settings = [settingsOf(tenant)];
-  const answers = await Promise.all(
-    [...Map.groupBy(jobs, (j) => j.shard)].map(async ([shard, list]) => {
-      try {
-        return await shardStub(env, shard).applyJobs(list.map(toDefinition), settings);
-      } catch (err) {
-        console.error(`${list.length} message(s): shard ${shard} unreachable, refused`, err);
-        throw new ApiError(503, "shard_unavailable", "a shard could not take the message; retry the request", { "Retry-After": "5" });
-      }
-    }),
-  );
-  const runtimes = new Map(answers.flat().map((r) => [r.id, r]));
-  for (const [i, job] of jobs.entries())
-    outcomes[accepted[i]!.index] = { index: accepted[i]!.index, state: { job, runtime: runtimes.get(job.id) } };
+  const runtimes = await handOver(env, tenant, held, (shard, list, err) => {
+    console.error(`${list.length} message(s): shard ${shard} unreachable, refused`, err);
+    throw new ApiError(503, "shard_unavailable", "a shard could not take the message; retry the request", { "Retry-After": "5" });
+  });
+  for (const { index, job } of held) outcomes[index] = { index, state: { job, runtime: runtimes.get(job.id) } };
   return outcomes;
 }
 
+/** New jobs a shard could not be reached for: their runtimes as the answer shows them, or a refusal thrown. */
+type Unreachable = (shard: string, jobs: CatalogJob[], err: unknown) => JobRuntime[];
+
 /**
- * Hands new jobs to their shards, one call per shard. A shard that cannot be reached gets them
- * from the sweep; their first fire is the same pure function the shard uses, so the answer
- * stays true.
+ * A catalog job's shard that cannot be reached gets it from the sweep; its first fire is the
+ * same pure function the shard uses, so the answer stays true.
  */
-async function handOver(env: Env, tenant: Tenant, jobs: CatalogJob[], now: number): Promise<Map<string, JobRuntime>> {
+const leftToSweep =
+  (now: number): Unreachable =>
+  (shard, jobs, err) => {
+    console.error(`${jobs.length} new job(s): shard ${shard} unreachable, left to the sweep`, err);
+    return jobs.map((j) => ({ id: j.id, version: 1, nextRunAt: firstFire(j.spec.schedule, now), completed: false }));
+  };
+
+/** Hands new jobs to their shards, one call per shard. */
+async function handOver(env: Env, tenant: Tenant, accepted: Accepted[], unreachable: Unreachable): Promise<Map<string, JobRuntime>> {
   const settings = [settingsOf(tenant)];
   const answers = await Promise.all(
-    [...Map.groupBy(jobs, (j) => j.shard)].map(async ([shard, list]) => {
+    [...Map.groupBy(jobsOf(accepted), (j) => j.shard)].map(async ([shard, list]) => {
       try {
         return await shardStub(env, shard).applyJobs(list.map(toDefinition), settings);
       } catch (err) {
-        console.error(`${list.length} new job(s): shard ${shard} unreachable, left to the sweep`, err);
-        return list.map((j) => ({ id: j.id, version: 1, nextRunAt: firstFire(j.spec.schedule, now), completed: false }));
+        return unreachable(shard, list, err);
       }
     }),
   );
