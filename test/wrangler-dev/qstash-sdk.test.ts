@@ -532,7 +532,9 @@ describe("the @upstash/qstash SDK against /v2", () => {
       expect(err.status, err.message).toBe(400);
       expect(JSON.parse(err.message).error).toMatch(header);
     }
+    // A schedule would be a job; a message is held by its shard, and would show in the logs.
     expect(await jobCount()).toBe(jobs);
+    expect((await client.logs({ filter: { url: `${target!.base}/ok/bad` } })).logs).toEqual([]);
   });
 
   it("keeps each tenant to its own messages and schedules", async () => {
