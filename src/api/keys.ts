@@ -18,6 +18,10 @@ const KeySchema = z
     jobPrefix: z.string().nullable().openapi({ description: "Only jobs whose name starts with this; null: every job of the tenant." }),
     createdAt: z.string(),
     revokedAt: z.string().nullable(),
+    createdBy: z.string().nullable().openapi({
+      description: "The key that made this one; null: the admin token, or the tenant's creation.",
+      example: null,
+    }),
   })
   .openapi("ApiKey");
 
@@ -46,6 +50,7 @@ const presentKey = (k: ApiKeyRow) => ({
   jobPrefix: k.jobPrefix,
   createdAt: new Date(k.createdAt).toISOString(),
   revokedAt: k.revokedAt === null ? null : new Date(k.revokedAt).toISOString(),
+  createdBy: k.createdBy,
 });
 
 keys.openapi(

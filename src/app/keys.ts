@@ -6,10 +6,19 @@ import { audit, entryOf } from "./audit";
 import { type Caller, grantOf } from "./caller";
 import { loadTenant, type MintedKey, mintKey } from "./tenants";
 
-/** API keys: add one, move clients over, revoke the old one. The admin token or a key with the admin scope may. */
+/**
+ * API keys: add one, move clients over, revoke the old one. The admin token or a key with the
+ * admin scope may. A key records the key that made it.
+ */
 
 /** What a key shows of itself in the audit log: never the key, nor its hash. */
-const keyRecord = (k: { id: string; prefix: string } & Grant) => ({ id: k.id, prefix: k.prefix, scopes: k.scopes, jobPrefix: k.jobPrefix });
+const keyRecord = (k: { id: string; prefix: string; createdBy: string | null } & Grant) => ({
+  id: k.id,
+  prefix: k.prefix,
+  scopes: k.scopes,
+  jobPrefix: k.jobPrefix,
+  createdBy: k.createdBy,
+});
 
 /**
  * A new key, with the narrowest grant (read) unless asked otherwise, and never more than the
@@ -30,10 +39,15 @@ export async function addKey(
       "scopes: a key may only make keys with no more scopes, and no wider job prefix, than its own",
     );
   }
-  const key = { ...(await mintKey()), ...grant };
+  const key = { ...(await mintKey()), ...grant, createdBy: caller.admin ? null : caller.key.id };
   const now = Date.now();
   const entry = entryOf(caller, { tenantId: tenant.id, action: "key.create", subject: key.id, after: keyRecord(key) }, now);
-  await insertKey(env.DB, tenant.id, key, now, [audit(env.DB, entry)]);
+  // Refused only when the calling key was revoked after it signed in: as if it had come a moment later.
+  if (!(await insertKey(env.DB, tenant.id, key, now, [audit(env.DB, entry, { ifChanged: true })]))) {
+    throw new ApiError(401, "unauthorized", "this key was revoked while it made the new one: nothing was made", {
+      "WWW-Authenticate": 'Bearer realm="edgecron"',
+    });
+  }
   return { row: { ...key, tenantId: tenant.id, createdAt: now, revokedAt: null }, key };
 }
 

@@ -36,13 +36,19 @@ export interface ApiKeyRow extends Grant {
   prefix: string;
   createdAt: number;
   revokedAt: number | null;
+  /** The key that made it; null: the admin token, or its tenant's creation (or made before 0017). */
+  createdBy: string | null;
 }
 
-/** A key as it is inserted: its public id, the hash of the key, its first characters and what it may do. */
+/**
+ * A key as it is inserted: its public id, the hash of the key, its first characters, what it may
+ * do and the key that makes it (null: the admin token).
+ */
 export interface NewKey extends Grant {
   id: string;
   hash: string;
   prefix: string;
+  createdBy: string | null;
 }
 
 type Row = Record<string, unknown>;
@@ -71,6 +77,7 @@ const toKey = (r: Row): ApiKeyRow => ({
   revokedAt: (r.revoked_at as number | null) ?? null,
   scopes: parseScopes(r.scopes as string),
   jobPrefix: (r.job_prefix as string | null) ?? null,
+  createdBy: (r.created_by as string | null) ?? null,
 });
 
 export const settingsOf = (t: Tenant): TenantSettings => ({
@@ -97,7 +104,7 @@ export async function hashKey(key: string): Promise<string> {
 export async function insertTenant(
   db: D1Database,
   tenant: Tenant,
-  key: Omit<NewKey, keyof Grant>,
+  key: Omit<NewKey, keyof Grant | "createdBy">,
   also: D1PreparedStatement[] = [],
 ): Promise<void> {
   await guard("insert tenant", () =>
@@ -120,27 +127,37 @@ export async function insertTenant(
           tenant.notify ? JSON.stringify(tenant.notify) : null,
           tenant.legacySignature ? 1 : 0,
         ),
-      insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null }, tenant.createdAt),
+      insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null, createdBy: null }, tenant.createdAt),
       ...also,
     ]),
   );
 }
 
+/**
+ * Inserts a key only while the key that makes it is live: a key minted as its maker is revoked
+ * either lands before the revocation, which then takes it too, or not at all. Never one that
+ * outlives its maker's revocation.
+ */
 function insertKeyStatement(db: D1Database, tenantId: string, key: NewKey, now: number) {
   return db
-    .prepare("INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at, scopes, job_prefix) VALUES (?, ?, ?, ?, ?, ?, ?)")
-    .bind(key.id, tenantId, key.hash, key.prefix, now, formatScopes(key.scopes), key.jobPrefix);
+    .prepare(
+      `INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at, scopes, job_prefix, created_by)
+       SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8
+       WHERE ?8 IS NULL OR EXISTS (SELECT 1 FROM api_keys WHERE id = ?8 AND revoked_at IS NULL)`,
+    )
+    .bind(key.id, tenantId, key.hash, key.prefix, now, formatScopes(key.scopes), key.jobPrefix, key.createdBy);
 }
 
-/** A key, and `also` (the audit entry) in the same batch. */
+/** A key, and `also` (the audit entry, to be written only if the key was) in the same batch; false: its maker is no longer live. */
 export async function insertKey(
   db: D1Database,
   tenantId: string,
   key: NewKey,
   now: number,
   also: D1PreparedStatement[] = [],
-): Promise<void> {
-  await guard("insert key", () => db.batch([insertKeyStatement(db, tenantId, key, now), ...also]));
+): Promise<boolean> {
+  const [result] = await guard("insert key", () => db.batch([insertKeyStatement(db, tenantId, key, now), ...also]));
+  return result!.meta.changes > 0;
 }
 
 /** The statement that reads a tenant, with `extra` columns if asked: for a D1 batch. */

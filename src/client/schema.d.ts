@@ -4542,6 +4542,11 @@ export interface components {
             jobPrefix: string | null;
             createdAt: string;
             revokedAt: string | null;
+            /**
+             * @description The key that made this one; null: the admin token, or the tenant's creation.
+             * @example null
+             */
+            createdBy: string | null;
         };
         SigningKeys: {
             tenantId: string;

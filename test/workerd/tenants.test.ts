@@ -1,5 +1,6 @@
 import { env, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
+import { insertKey } from "../../src/catalog/tenants";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { api, createJob, createTenant, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, waitForRun } from "./helpers";
@@ -8,7 +9,8 @@ type Tenant = Awaited<ReturnType<typeof createTenant>>;
 type Call = Tenant["api"];
 type Page<T> = { items: T[]; nextCursor: string | null };
 type ErrorBody = { error: { code: string; message: string; issues?: unknown } };
-type KeyView = { id: string; prefix: string; createdAt: string; revokedAt: string | null };
+type KeyView = { id: string; prefix: string; createdAt: string; revokedAt: string | null; createdBy: string | null };
+type NewKey = KeyView & { apiKey: string };
 
 const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
 function randomChars(n: number): string {
@@ -152,7 +154,7 @@ describe("tenants and API keys", () => {
     const keys = (await jsonOf<{ items: KeyView[] }>(listRes)).items;
     expect(keys.map((k) => k.id).sort()).toEqual([t.keyId, added.id].sort());
     for (const k of keys) {
-      expect(Object.keys(k).sort()).toEqual(["createdAt", "id", "jobPrefix", "prefix", "revokedAt", "scopes"]);
+      expect(Object.keys(k).sort()).toEqual(["createdAt", "createdBy", "id", "jobPrefix", "prefix", "revokedAt", "scopes"]);
       expect(k.revokedAt).toBeNull();
     }
     expect(listText).not.toContain(t.apiKey);
@@ -207,6 +209,46 @@ describe("tenants and API keys", () => {
     }
     // The key is untouched by all that.
     expect((await t.api(`/v1/jobs`)).status).toBe(200);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+/** Makes a key of `t` with `call` (a key of it, or the admin token's `api`). */
+async function mintWith(call: Call, t: Tenant, scopes: string[] = ["admin"]): Promise<NewKey> {
+  return jsonOf<NewKey>(await call(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes } }), 201);
+}
+
+async function keysOf(t: Tenant): Promise<Map<string, KeyView>> {
+  const { items } = await jsonOf<{ items: KeyView[] }>(await api(`/v1/tenants/${t.id}/keys`));
+  return new Map(items.map((k) => [k.id, k]));
+}
+
+describe("keys made by a key", () => {
+  it("a key records the key that made it; the admin token's and the tenant's first key have none", async () => {
+    const t = await createTenant();
+    const byAdmin = await mintWith(api, t);
+    const byTenant = await mintWith(t.api, t, ["read"]);
+    expect(byAdmin.createdBy).toBeNull();
+    expect(byTenant.createdBy).toBe(t.keyId);
+    const listed = await keysOf(t);
+    expect([t.keyId, byAdmin.id, byTenant.id].map((id) => listed.get(id)?.createdBy)).toEqual([null, null, t.keyId]);
+    // A key the admin made makes keys of its own, which name it.
+    const grandchild = await mintWith(asKey(byAdmin.apiKey), t, ["write"]);
+    expect((await keysOf(t)).get(grandchild.id)!.createdBy).toBe(byAdmin.id);
+  });
+
+  it("a key is not made once its maker is revoked, even by a request that signed in before", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    expect((await api(`/v1/tenants/${t.id}/keys/${a.id}`, { method: "DELETE" })).status).toBe(200);
+    const late = { id: `key_${randomChars(20)}`, hash: await sha256Hex(`ek_${randomChars(36)}`), prefix: "ek_late" };
+    const grant = { scopes: ["admin"] as const, jobPrefix: null };
+    expect(await insertKey(env.DB, t.id, { ...late, ...grant, createdBy: a.id }, Date.now())).toBe(false);
+    expect((await keysOf(t)).has(late.id)).toBe(false);
+    // The same key from a live maker is made: the refusal is the maker's.
+    expect(await insertKey(env.DB, t.id, { ...late, ...grant, createdBy: t.keyId }, Date.now())).toBe(true);
+    expect((await keysOf(t)).get(late.id)!.createdBy).toBe(t.keyId);
   });
 });
 
