@@ -1,5 +1,5 @@
 import { ApiError, notFound } from "../api/errors";
-import { type ApiKeyRow, insertKey, listKeys as listCatalogKeys, revokeKey as revokeCatalogKey } from "../catalog/tenants";
+import { type ApiKeyRow, insertKey, lineOfKey, listKeys as listCatalogKeys, revokeKeys } from "../catalog/tenants";
 import { KEY_ID } from "../model/ids";
 import { DEFAULT_SCOPES, type Grant, within } from "../model/scopes";
 import { audit, entryOf } from "./audit";
@@ -8,7 +8,8 @@ import { loadTenant, type MintedKey, mintKey } from "./tenants";
 
 /**
  * API keys: add one, move clients over, revoke the old one. The admin token or a key with the
- * admin scope may. A key records the key that made it.
+ * admin scope may. A key records the key that made it, and revoking a key revokes the keys it
+ * made: a leaked key's keys go with it.
  */
 
 /** What a key shows of itself in the audit log: never the key, nor its hash. */
@@ -57,15 +58,54 @@ export async function listKeys(env: Env, caller: Caller, tenantId: string): Prom
   return listCatalogKeys(env.DB, tenant.id);
 }
 
-/** A tenant may not revoke its own last live key (it would lock itself out); the admin may. */
-export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyId: string): Promise<void> {
+/** How often a revocation reads the key's line again after another change raced it, before it gives up (409 conflict). */
+const REVOKE_ATTEMPTS = 10;
+
+/**
+ * Revokes a key and every live key it made, transitively, at once: one transaction, and an
+ * audit entry per key (those revoked with their maker name it in `revokedWith`). Answers the ids
+ * of the keys revoked with it. A tenant may not leave itself without a live key (it would lock
+ * itself out), counting those; the admin may. A key already revoked is answered as revoked, and
+ * nothing more is.
+ */
+export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyId: string): Promise<{ alsoRevoked: string[] }> {
   const tenant = await loadTenant(env, caller, tenantId);
-  const now = Date.now();
-  const entry = (key: ApiKeyRow) =>
-    entryOf(caller, { tenantId: tenant.id, action: "key.revoke", subject: key.id, before: keyRecord(key), after: { revokedAt: now } }, now);
-  const answer = KEY_ID.test(keyId)
-    ? await revokeCatalogKey(env.DB, tenant.id, keyId, now, !caller.admin, (key) => [audit(env.DB, entry(key), { ifChanged: true })])
-    : null;
-  if (answer === null) throw notFound("key", keyId);
-  if (answer === "last_key") throw new ApiError(409, "last_key", "this is the tenant's last live key: add another before revoking it");
+  if (!KEY_ID.test(keyId)) throw notFound("key", keyId);
+  for (let attempt = 1; attempt <= REVOKE_ATTEMPTS; attempt++) {
+    const line = await lineOfKey(env.DB, tenant.id, keyId);
+    if (!line) throw notFound("key", keyId);
+    if (line.key.revokedAt !== null) return { alsoRevoked: [] };
+    const made = line.made.filter((k) => k.revokedAt === null);
+    if (!caller.admin && line.liveKeys <= 1 + made.length) throw lastKey(made.length);
+    const now = Date.now();
+    const entries = revocationEntries(caller, tenant.id, line.key, made, now);
+    const ids: [string, ...string[]] = [keyId, ...made.map((k) => k.id)];
+    if (await revokeKeys(env.DB, tenant.id, ids, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
+      return { alsoRevoked: made.map((k) => k.id) };
+    }
+    // Since the line was read, a key was made in it or one of the tenant's keys was revoked:
+    // read it again, so that the entries name exactly the keys revoked.
+  }
+  throw new ApiError(
+    409,
+    "conflict",
+    `the keys this key made kept changing while it was revoked (${REVOKE_ATTEMPTS} times); nothing was revoked, repeat the request`,
+  );
+}
+
+/** One key.revoke entry per key: the one asked for, then each revoked with it, naming it. */
+function revocationEntries(caller: Caller, tenantId: string, key: ApiKeyRow, made: ApiKeyRow[], now: number) {
+  const entry = (k: ApiKeyRow, after: Record<string, unknown>) =>
+    entryOf(caller, { tenantId, action: "key.revoke", subject: k.id, before: keyRecord(k), after }, now);
+  return [entry(key, { revokedAt: now }), ...made.map((k) => entry(k, { revokedAt: now, revokedWith: key.id }))];
+}
+
+function lastKey(alsoRevoked: number): ApiError {
+  return alsoRevoked === 0
+    ? new ApiError(409, "last_key", "this is the tenant's last live key: add another before revoking it")
+    : new ApiError(
+        409,
+        "last_key",
+        `revoking this key also revokes the ${alsoRevoked} live key(s) it made, which would leave the tenant no live key: add one this key did not make first`,
+      );
 }

@@ -209,35 +209,73 @@ export async function listKeys(db: D1Database, tenantId: string): Promise<ApiKey
 }
 
 /**
- * Revokes a key. `keepOne` refuses to revoke the tenant's last live key (a tenant revoking its
- * own last key would lock itself out); the check and the write are one statement.
+ * A key's line: the key, the keys it made and theirs, in one statement, and those of them that
+ * are live. The walk goes through revoked keys too: none should have a live key under it (a
+ * revocation takes its line, and a revoked key makes none), but one that did would still be
+ * taken. created_by always names an older key, so a line has no cycle.
  */
-export async function revokeKey(
+const LINE_OF_KEY = `WITH RECURSIVE line(id) AS (
+    SELECT id FROM api_keys WHERE id = ?2 AND tenant_id = ?1
+    UNION SELECT k.id FROM line JOIN api_keys k ON k.created_by = line.id AND k.tenant_id = ?1
+  ),
+  live(id) AS (SELECT k.id FROM line JOIN api_keys k ON k.id = line.id WHERE k.revoked_at IS NULL)`;
+
+/** A key, the keys it made (transitively, oldest first, revoked ones included) and how many keys its tenant has live. */
+export interface KeyLine {
+  key: ApiKeyRow;
+  made: ApiKeyRow[];
+  liveKeys: number;
+}
+
+export async function lineOfKey(db: D1Database, tenantId: string, keyId: string): Promise<KeyLine | null> {
+  const { results } = await guard("read key", () =>
+    db
+      .prepare(
+        `${LINE_OF_KEY}
+         SELECT k.*, (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) AS live_keys
+         FROM line JOIN api_keys k ON k.id = line.id ORDER BY k.created_at, k.id`,
+      )
+      .bind(tenantId, keyId)
+      .all<Row>(),
+  );
+  const rows = results.map((r) => ({ key: toKey(r), liveKeys: r.live_keys as number }));
+  const root = rows.find((r) => r.key.id === keyId);
+  if (!root) return null;
+  return { key: root.key, made: rows.filter((r) => r !== root).map((r) => r.key), liveKeys: root.liveKeys };
+}
+
+/**
+ * Revokes a key and the live keys it made (`line`: the key's id first, then theirs), in one
+ * statement, and `also` (the audit entries, written only if the keys were) in its batch. A
+ * compare-and-set: it revokes only if those are still exactly the line's live keys (none minted
+ * nor revoked since they were read), so the entries name every key revoked and no other; false
+ * otherwise, and nothing changed. `keepOne` refuses to leave the tenant without a live key (it
+ * would lock itself out); the count and the write are the same statement.
+ */
+export async function revokeKeys(
   db: D1Database,
   tenantId: string,
-  keyId: string,
+  line: readonly [string, ...string[]],
   now: number,
   keepOne: boolean,
-  /** Joins the batch of the revocation, written only if the key was revoked (the audit entry). */
-  also: (key: ApiKeyRow) => D1PreparedStatement[] = () => [],
-): Promise<"revoked" | "already" | "last_key" | null> {
-  const row = await guard("read key", () =>
-    db.prepare("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?").bind(keyId, tenantId).first<Row>(),
-  );
-  if (!row) return null;
-  if (row.revoked_at !== null) return "already";
+  also: D1PreparedStatement[] = [],
+): Promise<boolean> {
   const [result] = await guard("revoke key", () =>
     db.batch([
       db
         .prepare(
-          `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ? AND revoked_at IS NULL
-           AND (? = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ? AND revoked_at IS NULL) > 1)`,
+          `${LINE_OF_KEY}
+           UPDATE api_keys SET revoked_at = ?3
+           WHERE tenant_id = ?1 AND id IN (SELECT value FROM json_each(?4)) AND revoked_at IS NULL
+             AND (SELECT COUNT(*) FROM live) = json_array_length(?4)
+             AND NOT EXISTS (SELECT 1 FROM live WHERE id NOT IN (SELECT value FROM json_each(?4)))
+             AND (?5 = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) > json_array_length(?4))`,
         )
-        .bind(now, keyId, tenantId, keepOne ? 1 : 0, tenantId),
-      ...also(toKey(row)),
+        .bind(tenantId, line[0], now, JSON.stringify(line), keepOne ? 1 : 0),
+      ...also,
     ]),
   );
-  return result!.meta.changes > 0 ? "revoked" : "last_key";
+  return result!.meta.changes > 0;
 }
 
 /** Changes limits, notifications or signing (its generation, its schemes), and the version with them. */

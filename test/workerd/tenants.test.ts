@@ -1,6 +1,6 @@
 import { env, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
-import { insertKey } from "../../src/catalog/tenants";
+import { insertKey, revokeKeys } from "../../src/catalog/tenants";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { api, createJob, createTenant, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, waitForRun } from "./helpers";
@@ -11,6 +11,7 @@ type Page<T> = { items: T[]; nextCursor: string | null };
 type ErrorBody = { error: { code: string; message: string; issues?: unknown } };
 type KeyView = { id: string; prefix: string; createdAt: string; revokedAt: string | null; createdBy: string | null };
 type NewKey = KeyView & { apiKey: string };
+type AuditPage = { items: Array<{ actor: string; action: string; subject: string; change: { before: unknown; after: unknown } }> };
 
 const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
 function randomChars(n: number): string {
@@ -134,9 +135,10 @@ describe("tenants and API keys", () => {
 
   it("rotation without downtime: add a key, list keys without key material, revoke the old one", async () => {
     const t = await createTenant();
-    // The successor does all the first key did (a new key is read-only unless asked).
+    // The successor does all the first key did (a new key is read-only unless asked). The admin
+    // token makes it: a key the first one made would be revoked with it.
     const added = await jsonOf<KeyView & { apiKey: string }>(
-      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      await api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
       201,
     );
     expect(added).toMatchObject({
@@ -161,7 +163,11 @@ describe("tenants and API keys", () => {
     expect(listText).not.toContain(added.apiKey);
 
     // Revoke the first key with the second: the first stops at once, the second goes on.
-    expect(await jsonOf(await second(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }))).toEqual({ id: t.keyId, revoked: true });
+    expect(await jsonOf(await second(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }))).toEqual({
+      id: t.keyId,
+      revoked: true,
+      alsoRevoked: [],
+    });
     await expectError(await t.api(`/v1/jobs`), 401, "unauthorized");
     expect((await second(`/v1/jobs`)).status).toBe(200);
     const after = (await jsonOf<{ items: KeyView[] }>(await second(`/v1/tenants/${t.id}/keys`))).items;
@@ -172,14 +178,19 @@ describe("tenants and API keys", () => {
     await expectError(await second(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }), 409, "last_key");
     expect((await second(`/v1/jobs`)).status).toBe(200);
     // …the admin may.
-    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }))).toEqual({ id: added.id, revoked: true });
+    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }))).toEqual({
+      id: added.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
     await expectError(await second(`/v1/jobs`), 401, "unauthorized");
   });
 
   it("two concurrent revokes of a tenant's last two keys: exactly one succeeds, one key stays live", async () => {
     const t = await createTenant();
+    // Made by the admin token: neither key is in the other's line, so each revocation alone would do.
     const added = await jsonOf<{ id: string; apiKey: string }>(
-      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      await api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
       201,
     );
     const second = asKey(added.apiKey);
@@ -224,6 +235,13 @@ async function keysOf(t: Tenant): Promise<Map<string, KeyView>> {
   return new Map(items.map((k) => [k.id, k]));
 }
 
+const revokeEntriesOf = async (t: Tenant) => (await jsonOf<AuditPage>(await api(`/v1/audit?tenantId=${t.id}&action=key.revoke`))).items;
+
+/** Whether each key still signs in: 200 or 401 on a route any key may call. */
+async function signsIn(...keys: string[]): Promise<number[]> {
+  return Promise.all(keys.map(async (key) => (await asKey(key)("/v1/me")).status));
+}
+
 describe("keys made by a key", () => {
   it("a key records the key that made it; the admin token's and the tenant's first key have none", async () => {
     const t = await createTenant();
@@ -236,6 +254,86 @@ describe("keys made by a key", () => {
     // A key the admin made makes keys of its own, which name it.
     const grandchild = await mintWith(asKey(byAdmin.apiKey), t, ["write"]);
     expect((await keysOf(t)).get(grandchild.id)!.createdBy).toBe(byAdmin.id);
+  });
+
+  it("revoking a key revokes the keys it made and theirs, at once, each with its own audit entry", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t);
+    const c = await mintWith(asKey(b.apiKey), t, ["read"]);
+    // Made by the tenant's first key, beside A: not A's to take along.
+    const sibling = await mintWith(t.api, t, ["read"]);
+    expect(await signsIn(a.apiKey, b.apiKey, c.apiKey, sibling.apiKey)).toEqual([200, 200, 200, 200]);
+
+    const answer = await jsonOf(await t.api(`/v1/tenants/${t.id}/keys/${a.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: a.id, revoked: true, alsoRevoked: [b.id, c.id] });
+    expect(await signsIn(a.apiKey, b.apiKey, c.apiKey, sibling.apiKey, t.apiKey)).toEqual([401, 401, 401, 200, 200]);
+
+    const keys = await keysOf(t);
+    const revokedAt = keys.get(a.id)!.revokedAt;
+    expect(revokedAt).toEqual(expect.any(String));
+    expect([b.id, c.id].map((id) => keys.get(id)!.revokedAt)).toEqual([revokedAt, revokedAt]);
+    expect([t.keyId, sibling.id].map((id) => keys.get(id)!.revokedAt)).toEqual([null, null]);
+
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => e.subject).sort()).toEqual([a.id, b.id, c.id].sort());
+    for (const e of entries) expect(e.actor).toBe(t.keyId);
+    const bySubject = new Map(entries.map((e) => [e.subject, e.change]));
+    expect(bySubject.get(a.id)!.after).toEqual({ revokedAt: Date.parse(revokedAt!) });
+    expect(bySubject.get(b.id)).toMatchObject({ before: { id: b.id, createdBy: a.id }, after: { revokedWith: a.id } });
+    expect(bySubject.get(c.id)).toMatchObject({ before: { id: c.id, createdBy: b.id, scopes: ["read"] }, after: { revokedWith: a.id } });
+
+    // Revoking a revoked key again changes nothing and records nothing.
+    expect(await jsonOf(await t.api(`/v1/tenants/${t.id}/keys/${a.id}`, { method: "DELETE" }))).toEqual({
+      id: a.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
+    expect(await revokeEntriesOf(t)).toHaveLength(3);
+  });
+
+  it("revoking a key takes the keys it made, not its maker", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t);
+    const c = await mintWith(asKey(b.apiKey), t);
+    const answer = await jsonOf(await asKey(a.apiKey)(`/v1/tenants/${t.id}/keys/${b.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: b.id, revoked: true, alsoRevoked: [c.id] });
+    expect(await signsIn(a.apiKey, b.apiKey, c.apiKey, t.apiKey)).toEqual([200, 401, 401, 200]);
+    // A still does what an admin key does.
+    expect((await mintWith(asKey(a.apiKey), t, ["read"])).createdBy).toBe(a.id);
+    expect((await revokeEntriesOf(t)).map((e) => e.subject).sort()).toEqual([b.id, c.id].sort());
+  });
+
+  it("a tenant key may not revoke a key that takes the tenant's last live keys with it: 409, nothing changes; the admin may", async () => {
+    const t = await createTenant();
+    // Every key the tenant has is in its first key's line.
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t, ["read"]);
+    const before = await keysOf(t);
+    const refused = await expectError(await asKey(a.apiKey)(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }), 409, "last_key");
+    expect(refused.error.message).toContain("2 live key(s) it made");
+    await expectError(await t.api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }), 409, "last_key");
+    expect(await keysOf(t)).toEqual(before);
+    expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([200, 200, 200]);
+    expect(await revokeEntriesOf(t)).toEqual([]);
+
+    const answer = await jsonOf(await api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: t.keyId, revoked: true, alsoRevoked: [a.id, b.id] });
+    expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([401, 401, 401]);
+    expect(await revokeEntriesOf(t)).toHaveLength(3);
+  });
+
+  it("a key whose line changed since it was read is not revoked: the revocation names every key it revokes", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t);
+    const before = await keysOf(t);
+    // As a revocation that read A's line before B was made would write: A alone.
+    expect(await revokeKeys(env.DB, t.id, [a.id], Date.now(), true)).toBe(false);
+    expect(await keysOf(t)).toEqual(before);
+    expect(await revokeKeys(env.DB, t.id, [a.id, b.id], Date.now(), true)).toBe(true);
+    expect(await signsIn(a.apiKey, b.apiKey, t.apiKey)).toEqual([401, 401, 200]);
   });
 
   it("a key is not made once its maker is revoked, even by a request that signed in before", async () => {
