@@ -19,7 +19,8 @@ const KeySchema = z
     createdAt: z.string(),
     revokedAt: z.string().nullable(),
     createdBy: z.string().nullable().openapi({
-      description: "The key that made this one (revoking it revokes this one too); null: the admin token, or the tenant's creation.",
+      description:
+        "The key that made this one (revoking it revokes this one too, unless this one or a key it made revokes it); null: the admin token, or the tenant's creation.",
       example: null,
     }),
   })
@@ -107,9 +108,9 @@ keys.openapi(
     method: "delete",
     path: "/tenants/{id}/keys/{keyId}",
     tags: ["API keys"],
-    summary: "Revoke an API key, and the keys it made: they stop working at once",
+    summary: "Revoke an API key, and the keys it made (not the caller's own): they stop working at once",
     description:
-      "Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`). A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.",
+      "Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`), except the calling key and the keys it made, transitively: a key that revokes a key that made it (rotation: the old key made the new one, the new one revokes the old) stays live, and so do its own keys. A key revoking itself takes every key it made with it. The admin token spares nothing. A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.",
     security: bearer,
     request: {
       params: tenantParam.extend({
@@ -125,7 +126,8 @@ keys.openapi(
           id: z.string(),
           revoked: z.literal(true),
           alsoRevoked: z.array(z.string()).openapi({
-            description: "The keys revoked with it: those it made, and theirs, that were live. Empty if it was already revoked.",
+            description:
+              "The keys revoked with it: those it made, and theirs, that were live, but the calling key and the keys it made. Empty if it was already revoked.",
             example: ["key_abcdefghij0123456789"],
           }),
         }),

@@ -9,7 +9,8 @@ import { loadTenant, type MintedKey, mintKey } from "./tenants";
 /**
  * API keys: add one, move clients over, revoke the old one. The admin token or a key with the
  * admin scope may. A key records the key that made it, and revoking a key revokes the keys it
- * made: a leaked key's keys go with it.
+ * made, except the caller's own line: a leaked key's keys go with it, and a key may still revoke
+ * the key that made it (rotation: the old key makes the new one, the new one revokes the old).
  */
 
 /** What a key shows of itself in the audit log: never the key, nor its hash. */
@@ -62,17 +63,34 @@ export async function listKeys(env: Env, caller: Caller, tenantId: string): Prom
 const REVOKE_ATTEMPTS = 10;
 
 /**
- * Revokes a key and every live key it made, transitively, at once: one transaction, and an
- * audit entry per key (those revoked with their maker name it in `revokedWith`). Answers the ids
- * of the keys revoked with it. A tenant may not leave itself without a live key (it would lock
- * itself out), counting those; the admin may. A key already revoked is answered as revoked, and
- * nothing more is.
+ * The key whose line a revocation spares, null: none. A tenant key never revokes itself through
+ * a cascade: when it revokes a key that made it, directly or not, it and the keys it made stay
+ * live, and everything else the revoked key made goes (rotation: the new key revokes the old, and
+ * whatever else the old one made, a key minted with it once it leaked say, goes with it). When it
+ * revokes a key outside its line (a key that made it included), the walk never reaches it, so
+ * sparing it changes nothing. The admin token has no key, and spares nothing.
+ *
+ * A key revoking itself says "I am compromised, or retired": it goes, and its whole line with it,
+ * the keys it made included; nothing is spared. Rotate by revoking the old key with the new one,
+ * not the old key with itself.
+ */
+function spareOf(caller: Caller, keyId: string): string | null {
+  return caller.admin || caller.key.id === keyId ? null : caller.key.id;
+}
+
+/**
+ * Revokes a key and every live key it made, transitively, but the caller's own line (spareOf), at
+ * once: one transaction, and an audit entry per key (those revoked with their maker name it in
+ * `revokedWith`). Answers the ids of the keys revoked with it. A tenant may not leave itself
+ * without a live key (it would lock itself out), counting those; the admin may. A key already
+ * revoked is answered as revoked, and nothing more is.
  */
 export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyId: string): Promise<{ alsoRevoked: string[] }> {
   const tenant = await loadTenant(env, caller, tenantId);
   if (!KEY_ID.test(keyId)) throw notFound("key", keyId);
+  const spare = spareOf(caller, keyId);
   for (let attempt = 1; attempt <= REVOKE_ATTEMPTS; attempt++) {
-    const line = await lineOfKey(env.DB, tenant.id, keyId);
+    const line = await lineOfKey(env.DB, tenant.id, keyId, spare);
     if (!line) throw notFound("key", keyId);
     if (line.key.revokedAt !== null) return { alsoRevoked: [] };
     const made = line.made.filter((k) => k.revokedAt === null);
@@ -80,7 +98,7 @@ export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyI
     const now = Date.now();
     const entries = revocationEntries(caller, tenant.id, line.key, made, now);
     const ids: [string, ...string[]] = [keyId, ...made.map((k) => k.id)];
-    if (await revokeKeys(env.DB, tenant.id, ids, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
+    if (await revokeKeys(env.DB, tenant.id, ids, spare, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
       return { alsoRevoked: made.map((k) => k.id) };
     }
     // Since the line was read, a key was made in it or one of the tenant's keys was revoked:
@@ -100,12 +118,16 @@ function revocationEntries(caller: Caller, tenantId: string, key: ApiKeyRow, mad
   return [entry(key, { revokedAt: now }), ...made.map((k) => entry(k, { revokedAt: now, revokedWith: key.id }))];
 }
 
+/**
+ * With keys revoked along, this is a key revoking itself (its whole line goes) or a caller
+ * revoked since it signed in: the key that is to stay revokes it instead, and is spared.
+ */
 function lastKey(alsoRevoked: number): ApiError {
   return alsoRevoked === 0
     ? new ApiError(409, "last_key", "this is the tenant's last live key: add another before revoking it")
     : new ApiError(
         409,
         "last_key",
-        `revoking this key also revokes the ${alsoRevoked} live key(s) it made, which would leave the tenant no live key: add one this key did not make first`,
+        `revoking this key also revokes the ${alsoRevoked} live key(s) it made, which would leave the tenant no live key: revoke it with a key it made (that key and the keys it made stay live), or add a key it did not make first`,
       );
 }

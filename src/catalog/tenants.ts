@@ -209,25 +209,31 @@ export async function listKeys(db: D1Database, tenantId: string): Promise<ApiKey
 }
 
 /**
- * A key's line: the key, the keys it made and theirs, in one statement, and those of them that
- * are live. The walk goes through revoked keys too: none should have a live key under it (a
- * revocation takes its line, and a revoked key makes none), but one that did would still be
- * taken. created_by always names an older key, so a line has no cycle.
+ * A key's line as a revocation takes it: the key, the keys it made and theirs, in one statement,
+ * and those of them that are live. The walk stops at `spare` (?3; null: nowhere): that key and
+ * the keys it made are not in the line, so a key revoking the key that made it (rotation: the new
+ * key revokes the old) is not revoked with it, nor are its own keys. Keys made by `spare` are only
+ * ever reached through it: a key has one maker. The walk goes through revoked keys too, since a
+ * key revoked by a key it made leaves that key's line live under it: revoking the revoked key's
+ * maker later takes that line. created_by always names an older key, so a line has no cycle.
  */
 const LINE_OF_KEY = `WITH RECURSIVE line(id) AS (
     SELECT id FROM api_keys WHERE id = ?2 AND tenant_id = ?1
-    UNION SELECT k.id FROM line JOIN api_keys k ON k.created_by = line.id AND k.tenant_id = ?1
+    UNION SELECT k.id FROM line JOIN api_keys k ON k.created_by = line.id AND k.tenant_id = ?1 AND k.id IS NOT ?3
   ),
   live(id) AS (SELECT k.id FROM line JOIN api_keys k ON k.id = line.id WHERE k.revoked_at IS NULL)`;
 
-/** A key, the keys it made (transitively, oldest first, revoked ones included) and how many keys its tenant has live. */
+/**
+ * A key, the keys it made (transitively, oldest first, revoked ones included; neither `spare` nor
+ * the keys it made) and how many keys its tenant has live.
+ */
 export interface KeyLine {
   key: ApiKeyRow;
   made: ApiKeyRow[];
   liveKeys: number;
 }
 
-export async function lineOfKey(db: D1Database, tenantId: string, keyId: string): Promise<KeyLine | null> {
+export async function lineOfKey(db: D1Database, tenantId: string, keyId: string, spare: string | null): Promise<KeyLine | null> {
   const { results } = await guard("read key", () =>
     db
       .prepare(
@@ -235,7 +241,7 @@ export async function lineOfKey(db: D1Database, tenantId: string, keyId: string)
          SELECT k.*, (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) AS live_keys
          FROM line JOIN api_keys k ON k.id = line.id ORDER BY k.created_at, k.id`,
       )
-      .bind(tenantId, keyId)
+      .bind(tenantId, keyId, spare)
       .all<Row>(),
   );
   const rows = results.map((r) => ({ key: toKey(r), liveKeys: r.live_keys as number }));
@@ -245,17 +251,19 @@ export async function lineOfKey(db: D1Database, tenantId: string, keyId: string)
 }
 
 /**
- * Revokes a key and the live keys it made (`line`: the key's id first, then theirs), in one
- * statement, and `also` (the audit entries, written only if the keys were) in its batch. A
- * compare-and-set: it revokes only if those are still exactly the line's live keys (none minted
- * nor revoked since they were read), so the entries name every key revoked and no other; false
- * otherwise, and nothing changed. `keepOne` refuses to leave the tenant without a live key (it
- * would lock itself out); the count and the write are the same statement.
+ * Revokes a key and the live keys it made (`line`: the key's id first, then theirs; the walk
+ * stops at `spare`, as in lineOfKey), in one statement, and `also` (the audit entries, written
+ * only if the keys were) in its batch. A compare-and-set: it revokes only if those are still
+ * exactly the line's live keys (none minted nor revoked since they were read), so the entries
+ * name every key revoked and no other; false otherwise, and nothing changed. `keepOne` refuses to
+ * leave the tenant without a live key (it would lock itself out); the count and the write are the
+ * same statement.
  */
 export async function revokeKeys(
   db: D1Database,
   tenantId: string,
   line: readonly [string, ...string[]],
+  spare: string | null,
   now: number,
   keepOne: boolean,
   also: D1PreparedStatement[] = [],
@@ -265,13 +273,13 @@ export async function revokeKeys(
       db
         .prepare(
           `${LINE_OF_KEY}
-           UPDATE api_keys SET revoked_at = ?3
-           WHERE tenant_id = ?1 AND id IN (SELECT value FROM json_each(?4)) AND revoked_at IS NULL
-             AND (SELECT COUNT(*) FROM live) = json_array_length(?4)
-             AND NOT EXISTS (SELECT 1 FROM live WHERE id NOT IN (SELECT value FROM json_each(?4)))
-             AND (?5 = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) > json_array_length(?4))`,
+           UPDATE api_keys SET revoked_at = ?4
+           WHERE tenant_id = ?1 AND id IN (SELECT value FROM json_each(?5)) AND revoked_at IS NULL
+             AND (SELECT COUNT(*) FROM live) = json_array_length(?5)
+             AND NOT EXISTS (SELECT 1 FROM live WHERE id NOT IN (SELECT value FROM json_each(?5)))
+             AND (?6 = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) > json_array_length(?5))`,
         )
-        .bind(tenantId, line[0], now, JSON.stringify(line), keepOne ? 1 : 0),
+        .bind(tenantId, line[0], spare, now, JSON.stringify(line), keepOne ? 1 : 0),
       ...also,
     ]),
   );

@@ -3006,8 +3006,8 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Revoke an API key, and the keys it made: they stop working at once
-         * @description Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`). A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.
+         * Revoke an API key, and the keys it made (not the caller's own): they stop working at once
+         * @description Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`), except the calling key and the keys it made, transitively: a key that revokes a key that made it (rotation: the old key made the new one, the new one revokes the old) stays live, and so do its own keys. A key revoking itself takes every key it made with it. The admin token spares nothing. A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.
          *
          *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
@@ -3034,7 +3034,7 @@ export interface paths {
                             /** @enum {boolean} */
                             revoked: true;
                             /**
-                             * @description The keys revoked with it: those it made, and theirs, that were live. Empty if it was already revoked.
+                             * @description The keys revoked with it: those it made, and theirs, that were live, but the calling key and the keys it made. Empty if it was already revoked.
                              * @example [
                              *       "key_abcdefghij0123456789"
                              *     ]
@@ -4553,7 +4553,7 @@ export interface components {
             createdAt: string;
             revokedAt: string | null;
             /**
-             * @description The key that made this one (revoking it revokes this one too); null: the admin token, or the tenant's creation.
+             * @description The key that made this one (revoking it revokes this one too, unless this one or a key it made revokes it); null: the admin token, or the tenant's creation.
              * @example null
              */
             createdBy: string | null;

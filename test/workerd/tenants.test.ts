@@ -135,10 +135,9 @@ describe("tenants and API keys", () => {
 
   it("rotation without downtime: add a key, list keys without key material, revoke the old one", async () => {
     const t = await createTenant();
-    // The successor does all the first key did (a new key is read-only unless asked). The admin
-    // token makes it: a key the first one made would be revoked with it.
+    // The successor does all the first key did (a new key is read-only unless asked).
     const added = await jsonOf<KeyView & { apiKey: string }>(
-      await api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
       201,
     );
     expect(added).toMatchObject({
@@ -162,7 +161,8 @@ describe("tenants and API keys", () => {
     expect(listText).not.toContain(t.apiKey);
     expect(listText).not.toContain(added.apiKey);
 
-    // Revoke the first key with the second: the first stops at once, the second goes on.
+    // Revoke the first key with the second, which it made: the first stops at once, the second
+    // goes on (a key is never revoked with a key it revokes).
     expect(await jsonOf(await second(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }))).toEqual({
       id: t.keyId,
       revoked: true,
@@ -173,6 +173,7 @@ describe("tenants and API keys", () => {
     const after = (await jsonOf<{ items: KeyView[] }>(await second(`/v1/tenants/${t.id}/keys`))).items;
     expect(after.find((k) => k.id === t.keyId)!.revokedAt).toEqual(expect.any(String));
     expect(after.find((k) => k.id === added.id)!.revokedAt).toBeNull();
+    expect(after.find((k) => k.id === added.id)!.createdBy).toBe(t.keyId);
 
     // The tenant may not revoke its own last live key…
     await expectError(await second(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }), 409, "last_key");
@@ -188,9 +189,8 @@ describe("tenants and API keys", () => {
 
   it("two concurrent revokes of a tenant's last two keys: exactly one succeeds, one key stays live", async () => {
     const t = await createTenant();
-    // Made by the admin token: neither key is in the other's line, so each revocation alone would do.
     const added = await jsonOf<{ id: string; apiKey: string }>(
-      await api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
+      await t.api(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes: ["admin"] } }),
       201,
     );
     const second = asKey(added.apiKey);
@@ -305,19 +305,90 @@ describe("keys made by a key", () => {
     expect((await revokeEntriesOf(t)).map((e) => e.subject).sort()).toEqual([b.id, c.id].sort());
   });
 
-  it("a tenant key may not revoke a key that takes the tenant's last live keys with it: 409, nothing changes; the admin may", async () => {
+  /** K, made by the tenant's first key; K made K1 (its successor) and K2 (a key minted with K once it leaked, say); K1 made K1a. All admin keys. */
+  async function family() {
+    const t = await createTenant();
+    const k = await mintWith(t.api, t);
+    const k1 = await mintWith(asKey(k.apiKey), t);
+    const k2 = await mintWith(asKey(k.apiKey), t);
+    const k1a = await mintWith(asKey(k1.apiKey), t);
+    expect(await signsIn(t.apiKey, k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey)).toEqual([200, 200, 200, 200, 200]);
+    return { t, k, k1, k2, k1a };
+  }
+
+  it("a key revoking the key that made it is spared, and so are the keys it made; the rest of the line goes", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await asKey(k1.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k2.id] });
+    expect(await signsIn(k.apiKey, k2.apiKey, k1.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 200, 200, 200]);
+    const keys = await keysOf(t);
+    expect([k1.id, k1a.id].map((id) => keys.get(id)!.revokedAt)).toEqual([null, null]);
+
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => e.subject).sort()).toEqual([k.id, k2.id].sort());
+    for (const e of entries) expect(e.actor).toBe(k1.id);
+    expect(entries.find((e) => e.subject === k2.id)!.change.after).toMatchObject({ revokedWith: k.id });
+    // The spared key goes on doing what an admin key does, its own key too.
+    expect((await mintWith(asKey(k1.apiKey), t, ["read"])).createdBy).toBe(k1.id);
+    expect((await asKey(k1a.apiKey)("/v1/jobs")).status).toBe(200);
+  });
+
+  it("the key spared is the caller, however far below the revoked key: the keys between go", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await asKey(k1a.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 200, 200]);
+  });
+
+  it("the admin token revokes a key's whole line: nothing is spared", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await api(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id, k1a.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 401, 200]);
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => e.subject).sort()).toEqual([k.id, k1.id, k2.id, k1a.id].sort());
+    for (const e of entries) expect(e.actor).toBe("admin");
+  });
+
+  it("a key outside the revoked key's line (one the admin token made) revokes its whole line", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const k3 = await mintWith(api, t);
+    const answer = await jsonOf(await asKey(k3.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id, k1a.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, k3.apiKey, t.apiKey)).toEqual([401, 401, 401, 401, 200, 200]);
+  });
+
+  it("a key revoking itself takes its whole line: nothing is spared", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await asKey(k.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id, k1a.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 401, 200]);
+    for (const e of await revokeEntriesOf(t)) expect(e.actor).toBe(k.id);
+  });
+
+  it("a key may not revoke itself with keys that would leave the tenant no live key: 409, nothing changes; the new key may revoke it", async () => {
     const t = await createTenant();
     // Every key the tenant has is in its first key's line.
     const a = await mintWith(t.api, t);
     const b = await mintWith(asKey(a.apiKey), t, ["read"]);
     const before = await keysOf(t);
-    const refused = await expectError(await asKey(a.apiKey)(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }), 409, "last_key");
+    const refused = await expectError(await t.api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }), 409, "last_key");
     expect(refused.error.message).toContain("2 live key(s) it made");
-    await expectError(await t.api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }), 409, "last_key");
     expect(await keysOf(t)).toEqual(before);
     expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([200, 200, 200]);
     expect(await revokeEntriesOf(t)).toEqual([]);
 
+    // A, which the first key made, revokes it: A and B, which A made, stay.
+    const answer = await jsonOf(await asKey(a.apiKey)(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: t.keyId, revoked: true, alsoRevoked: [] });
+    expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([401, 200, 200]);
+    expect((await revokeEntriesOf(t)).map((e) => e.subject)).toEqual([t.keyId]);
+  });
+
+  it("the admin token may revoke a tenant's last live keys", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t, ["read"]);
     const answer = await jsonOf(await api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }));
     expect(answer).toEqual({ id: t.keyId, revoked: true, alsoRevoked: [a.id, b.id] });
     expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([401, 401, 401]);
@@ -330,10 +401,23 @@ describe("keys made by a key", () => {
     const b = await mintWith(asKey(a.apiKey), t);
     const before = await keysOf(t);
     // As a revocation that read A's line before B was made would write: A alone.
-    expect(await revokeKeys(env.DB, t.id, [a.id], Date.now(), true)).toBe(false);
+    expect(await revokeKeys(env.DB, t.id, [a.id], null, Date.now(), true)).toBe(false);
     expect(await keysOf(t)).toEqual(before);
-    expect(await revokeKeys(env.DB, t.id, [a.id, b.id], Date.now(), true)).toBe(true);
+    expect(await revokeKeys(env.DB, t.id, [a.id, b.id], null, Date.now(), true)).toBe(true);
     expect(await signsIn(a.apiKey, b.apiKey, t.apiKey)).toEqual([401, 401, 200]);
+  });
+
+  it("the spared line is outside the comparison: keys it makes meanwhile do not change it, keys the rest makes do", async () => {
+    const { t, k, k1, k2 } = await family();
+    // K1's own keys (K1a, and one made since) are not in the line that spares K1…
+    const late = await mintWith(asKey(k1.apiKey), t, ["read"]);
+    // …but a key K2 made is: a revocation that read the line before it was made writes nothing.
+    const k2a = await mintWith(asKey(k2.apiKey), t, ["read"]);
+    const before = await keysOf(t);
+    expect(await revokeKeys(env.DB, t.id, [k.id, k2.id], k1.id, Date.now(), true)).toBe(false);
+    expect(await keysOf(t)).toEqual(before);
+    expect(await revokeKeys(env.DB, t.id, [k.id, k2.id, k2a.id], k1.id, Date.now(), true)).toBe(true);
+    expect(await signsIn(k.apiKey, k2.apiKey, k2a.apiKey, k1.apiKey, late.apiKey)).toEqual([401, 401, 401, 200, 200]);
   });
 
   it("a key is not made once its maker is revoked, even by a request that signed in before", async () => {
