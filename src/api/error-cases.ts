@@ -170,8 +170,17 @@ export const staleAttempt = errorCase(
 );
 
 export const lastKey = errorCase(
-  "a tenant key tried to revoke its tenant's last live key",
+  "a tenant key tried to revoke its tenant's last live key, or a key whose revocation takes the last ones with it (the keys it made); nothing was revoked",
   new ApiError(409, "last_key", "this is the tenant's last live key: add another before revoking it"),
+);
+
+export const keyLineConflict = errorCase(
+  "keys made by the key kept being minted or revoked while it was revoked; nothing was revoked, repeating is safe",
+  new ApiError(
+    409,
+    "conflict",
+    "the keys this key made kept changing while it was revoked (10 times); nothing was revoked, repeat the request",
+  ),
 );
 
 export const noArchive = errorCase(

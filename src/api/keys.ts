@@ -3,7 +3,7 @@ import { addKey, listKeys, revokeKey } from "../app/keys";
 import type { ApiKeyRow } from "../catalog/tenants";
 import { JobPrefixSchema, ScopeSchema } from "../model/scopes";
 import type { AppEnv } from "./context";
-import { AUTHENTICATED, idTooLong, invalid, JSON_BODY, keyNotFound, lastKey, tenantNotFound } from "./error-cases";
+import { AUTHENTICATED, idTooLong, invalid, JSON_BODY, keyLineConflict, keyNotFound, lastKey, tenantNotFound } from "./error-cases";
 import { bearer, errors, json, jsonBody, tenantParam } from "./route-parts";
 import { validationHook } from "./validation";
 
@@ -18,6 +18,11 @@ const KeySchema = z
     jobPrefix: z.string().nullable().openapi({ description: "Only jobs whose name starts with this; null: every job of the tenant." }),
     createdAt: z.string(),
     revokedAt: z.string().nullable(),
+    createdBy: z.string().nullable().openapi({
+      description:
+        "The key that made this one (revoking it revokes this one too, unless this one or a key it made revokes it); null: the admin token, or the tenant's creation.",
+      example: null,
+    }),
   })
   .openapi("ApiKey");
 
@@ -46,6 +51,7 @@ const presentKey = (k: ApiKeyRow) => ({
   jobPrefix: k.jobPrefix,
   createdAt: new Date(k.createdAt).toISOString(),
   revokedAt: k.revokedAt === null ? null : new Date(k.revokedAt).toISOString(),
+  createdBy: k.createdBy,
 });
 
 keys.openapi(
@@ -102,8 +108,9 @@ keys.openapi(
     method: "delete",
     path: "/tenants/{id}/keys/{keyId}",
     tags: ["API keys"],
-    summary: "Revoke an API key: it stops working at once",
-    description: "A tenant's key may not revoke the tenant's last live key (it would lock it out); the admin token may.",
+    summary: "Revoke an API key, and the keys it made (not the caller's own): they stop working at once",
+    description:
+      "Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`), except the calling key and the keys it made, transitively: a key that revokes a key that made it (rotation: the old key made the new one, the new one revokes the old) stays live, and so do its own keys. A key revoking itself takes every key it made with it. The admin token spares nothing. A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.",
     security: bearer,
     request: {
       params: tenantParam.extend({
@@ -114,13 +121,24 @@ keys.openapi(
       }),
     },
     responses: {
-      200: json(z.object({ id: z.string(), revoked: z.literal(true) }), "revoked"),
-      ...errors(badId, tenantNotFound, keyNotFound, lastKey, AUTHENTICATED),
+      200: json(
+        z.object({
+          id: z.string(),
+          revoked: z.literal(true),
+          alsoRevoked: z.array(z.string()).openapi({
+            description:
+              "The keys revoked with it: those it made, and theirs, that were live, but the calling key and the keys it made. Empty if it was already revoked.",
+            example: ["key_abcdefghij0123456789"],
+          }),
+        }),
+        "revoked, with the keys it made",
+      ),
+      ...errors(badId, tenantNotFound, keyNotFound, lastKey, keyLineConflict, AUTHENTICATED),
     },
   }),
   async (c) => {
     const { id, keyId } = c.req.valid("param");
-    await revokeKey(c.env, c.var.caller, id, keyId);
-    return c.json({ id: keyId, revoked: true as const }, 200);
+    const { alsoRevoked } = await revokeKey(c.env, c.var.caller, id, keyId);
+    return c.json({ id: keyId, revoked: true as const, alsoRevoked }, 200);
   },
 );

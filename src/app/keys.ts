@@ -1,15 +1,26 @@
 import { ApiError, notFound } from "../api/errors";
-import { type ApiKeyRow, insertKey, listKeys as listCatalogKeys, revokeKey as revokeCatalogKey } from "../catalog/tenants";
+import { type ApiKeyRow, insertKey, lineOfKey, listKeys as listCatalogKeys, revokeKeys } from "../catalog/tenants";
 import { KEY_ID } from "../model/ids";
 import { DEFAULT_SCOPES, type Grant, within } from "../model/scopes";
 import { audit, entryOf } from "./audit";
 import { type Caller, grantOf } from "./caller";
 import { loadTenant, type MintedKey, mintKey } from "./tenants";
 
-/** API keys: add one, move clients over, revoke the old one. The admin token or a key with the admin scope may. */
+/**
+ * API keys: add one, move clients over, revoke the old one. The admin token or a key with the
+ * admin scope may. A key records the key that made it, and revoking a key revokes the keys it
+ * made, except the caller's own line: a leaked key's keys go with it, and a key may still revoke
+ * the key that made it (rotation: the old key makes the new one, the new one revokes the old).
+ */
 
 /** What a key shows of itself in the audit log: never the key, nor its hash. */
-const keyRecord = (k: { id: string; prefix: string } & Grant) => ({ id: k.id, prefix: k.prefix, scopes: k.scopes, jobPrefix: k.jobPrefix });
+const keyRecord = (k: { id: string; prefix: string; createdBy: string | null } & Grant) => ({
+  id: k.id,
+  prefix: k.prefix,
+  scopes: k.scopes,
+  jobPrefix: k.jobPrefix,
+  createdBy: k.createdBy,
+});
 
 /**
  * A new key, with the narrowest grant (read) unless asked otherwise, and never more than the
@@ -30,10 +41,15 @@ export async function addKey(
       "scopes: a key may only make keys with no more scopes, and no wider job prefix, than its own",
     );
   }
-  const key = { ...(await mintKey()), ...grant };
+  const key = { ...(await mintKey()), ...grant, createdBy: caller.admin ? null : caller.key.id };
   const now = Date.now();
   const entry = entryOf(caller, { tenantId: tenant.id, action: "key.create", subject: key.id, after: keyRecord(key) }, now);
-  await insertKey(env.DB, tenant.id, key, now, [audit(env.DB, entry)]);
+  // Refused only when the calling key was revoked after it signed in: as if it had come a moment later.
+  if (!(await insertKey(env.DB, tenant.id, key, now, [audit(env.DB, entry, { ifChanged: true })]))) {
+    throw new ApiError(401, "unauthorized", "this key was revoked while it made the new one: nothing was made", {
+      "WWW-Authenticate": 'Bearer realm="edgecron"',
+    });
+  }
   return { row: { ...key, tenantId: tenant.id, createdAt: now, revokedAt: null }, key };
 }
 
@@ -43,15 +59,75 @@ export async function listKeys(env: Env, caller: Caller, tenantId: string): Prom
   return listCatalogKeys(env.DB, tenant.id);
 }
 
-/** A tenant may not revoke its own last live key (it would lock itself out); the admin may. */
-export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyId: string): Promise<void> {
+/** How often a revocation reads the key's line again after another change raced it, before it gives up (409 conflict). */
+const REVOKE_ATTEMPTS = 10;
+
+/**
+ * The key whose line a revocation spares, null: none. A tenant key never revokes itself through
+ * a cascade: when it revokes a key that made it, directly or not, it and the keys it made stay
+ * live, and everything else the revoked key made goes (rotation: the new key revokes the old, and
+ * whatever else the old one made, a key minted with it once it leaked say, goes with it). When it
+ * revokes a key outside its line (a key that made it included), the walk never reaches it, so
+ * sparing it changes nothing. The admin token has no key, and spares nothing.
+ *
+ * A key revoking itself says "I am compromised, or retired": it goes, and its whole line with it,
+ * the keys it made included; nothing is spared. Rotate by revoking the old key with the new one,
+ * not the old key with itself.
+ */
+function spareOf(caller: Caller, keyId: string): string | null {
+  return caller.admin || caller.key.id === keyId ? null : caller.key.id;
+}
+
+/**
+ * Revokes a key and every live key it made, transitively, but the caller's own line (spareOf), at
+ * once: one transaction, and an audit entry per key (those revoked with their maker name it in
+ * `revokedWith`). Answers the ids of the keys revoked with it. A tenant may not leave itself
+ * without a live key (it would lock itself out), counting those; the admin may. A key already
+ * revoked is answered as revoked, and nothing more is.
+ */
+export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyId: string): Promise<{ alsoRevoked: string[] }> {
   const tenant = await loadTenant(env, caller, tenantId);
-  const now = Date.now();
-  const entry = (key: ApiKeyRow) =>
-    entryOf(caller, { tenantId: tenant.id, action: "key.revoke", subject: key.id, before: keyRecord(key), after: { revokedAt: now } }, now);
-  const answer = KEY_ID.test(keyId)
-    ? await revokeCatalogKey(env.DB, tenant.id, keyId, now, !caller.admin, (key) => [audit(env.DB, entry(key), { ifChanged: true })])
-    : null;
-  if (answer === null) throw notFound("key", keyId);
-  if (answer === "last_key") throw new ApiError(409, "last_key", "this is the tenant's last live key: add another before revoking it");
+  if (!KEY_ID.test(keyId)) throw notFound("key", keyId);
+  const spare = spareOf(caller, keyId);
+  for (let attempt = 1; attempt <= REVOKE_ATTEMPTS; attempt++) {
+    const line = await lineOfKey(env.DB, tenant.id, keyId, spare);
+    if (!line) throw notFound("key", keyId);
+    if (line.key.revokedAt !== null) return { alsoRevoked: [] };
+    const made = line.made.filter((k) => k.revokedAt === null);
+    if (!caller.admin && line.liveKeys <= 1 + made.length) throw lastKey(made.length);
+    const now = Date.now();
+    const entries = revocationEntries(caller, tenant.id, line.key, made, now);
+    const ids: [string, ...string[]] = [keyId, ...made.map((k) => k.id)];
+    if (await revokeKeys(env.DB, tenant.id, ids, spare, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
+      return { alsoRevoked: made.map((k) => k.id) };
+    }
+    // Since the line was read, a key was made in it or one of the tenant's keys was revoked:
+    // read it again, so that the entries name exactly the keys revoked.
+  }
+  throw new ApiError(
+    409,
+    "conflict",
+    `the keys this key made kept changing while it was revoked (${REVOKE_ATTEMPTS} times); nothing was revoked, repeat the request`,
+  );
+}
+
+/** One key.revoke entry per key: the one asked for, then each revoked with it, naming it. */
+function revocationEntries(caller: Caller, tenantId: string, key: ApiKeyRow, made: ApiKeyRow[], now: number) {
+  const entry = (k: ApiKeyRow, after: Record<string, unknown>) =>
+    entryOf(caller, { tenantId, action: "key.revoke", subject: k.id, before: keyRecord(k), after }, now);
+  return [entry(key, { revokedAt: now }), ...made.map((k) => entry(k, { revokedAt: now, revokedWith: key.id }))];
+}
+
+/**
+ * With keys revoked along, this is a key revoking itself (its whole line goes) or a caller
+ * revoked since it signed in: the key that is to stay revokes it instead, and is spared.
+ */
+function lastKey(alsoRevoked: number): ApiError {
+  return alsoRevoked === 0
+    ? new ApiError(409, "last_key", "this is the tenant's last live key: add another before revoking it")
+    : new ApiError(
+        409,
+        "last_key",
+        `revoking this key also revokes the ${alsoRevoked} live key(s) it made, which would leave the tenant no live key: revoke it with a key it made (that key and the keys it made stay live), or add a key it did not make first`,
+      );
 }

@@ -36,13 +36,19 @@ export interface ApiKeyRow extends Grant {
   prefix: string;
   createdAt: number;
   revokedAt: number | null;
+  /** The key that made it; null: the admin token, or its tenant's creation (or made before 0017). */
+  createdBy: string | null;
 }
 
-/** A key as it is inserted: its public id, the hash of the key, its first characters and what it may do. */
+/**
+ * A key as it is inserted: its public id, the hash of the key, its first characters, what it may
+ * do and the key that makes it (null: the admin token).
+ */
 export interface NewKey extends Grant {
   id: string;
   hash: string;
   prefix: string;
+  createdBy: string | null;
 }
 
 type Row = Record<string, unknown>;
@@ -71,6 +77,7 @@ const toKey = (r: Row): ApiKeyRow => ({
   revokedAt: (r.revoked_at as number | null) ?? null,
   scopes: parseScopes(r.scopes as string),
   jobPrefix: (r.job_prefix as string | null) ?? null,
+  createdBy: (r.created_by as string | null) ?? null,
 });
 
 export const settingsOf = (t: Tenant): TenantSettings => ({
@@ -97,7 +104,7 @@ export async function hashKey(key: string): Promise<string> {
 export async function insertTenant(
   db: D1Database,
   tenant: Tenant,
-  key: Omit<NewKey, keyof Grant>,
+  key: Omit<NewKey, keyof Grant | "createdBy">,
   also: D1PreparedStatement[] = [],
 ): Promise<void> {
   await guard("insert tenant", () =>
@@ -120,27 +127,37 @@ export async function insertTenant(
           tenant.notify ? JSON.stringify(tenant.notify) : null,
           tenant.legacySignature ? 1 : 0,
         ),
-      insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null }, tenant.createdAt),
+      insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null, createdBy: null }, tenant.createdAt),
       ...also,
     ]),
   );
 }
 
+/**
+ * Inserts a key only while the key that makes it is live: a key minted as its maker is revoked
+ * either lands before the revocation, which then takes it too, or not at all. Never one that
+ * outlives its maker's revocation.
+ */
 function insertKeyStatement(db: D1Database, tenantId: string, key: NewKey, now: number) {
   return db
-    .prepare("INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at, scopes, job_prefix) VALUES (?, ?, ?, ?, ?, ?, ?)")
-    .bind(key.id, tenantId, key.hash, key.prefix, now, formatScopes(key.scopes), key.jobPrefix);
+    .prepare(
+      `INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at, scopes, job_prefix, created_by)
+       SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8
+       WHERE ?8 IS NULL OR EXISTS (SELECT 1 FROM api_keys WHERE id = ?8 AND revoked_at IS NULL)`,
+    )
+    .bind(key.id, tenantId, key.hash, key.prefix, now, formatScopes(key.scopes), key.jobPrefix, key.createdBy);
 }
 
-/** A key, and `also` (the audit entry) in the same batch. */
+/** A key, and `also` (the audit entry, to be written only if the key was) in the same batch; false: its maker is no longer live. */
 export async function insertKey(
   db: D1Database,
   tenantId: string,
   key: NewKey,
   now: number,
   also: D1PreparedStatement[] = [],
-): Promise<void> {
-  await guard("insert key", () => db.batch([insertKeyStatement(db, tenantId, key, now), ...also]));
+): Promise<boolean> {
+  const [result] = await guard("insert key", () => db.batch([insertKeyStatement(db, tenantId, key, now), ...also]));
+  return result!.meta.changes > 0;
 }
 
 /** The statement that reads a tenant, with `extra` columns if asked: for a D1 batch. */
@@ -192,35 +209,81 @@ export async function listKeys(db: D1Database, tenantId: string): Promise<ApiKey
 }
 
 /**
- * Revokes a key. `keepOne` refuses to revoke the tenant's last live key (a tenant revoking its
- * own last key would lock itself out); the check and the write are one statement.
+ * A key's line as a revocation takes it: the key, the keys it made and theirs, in one statement,
+ * and those of them that are live. The walk stops at `spare` (?3; null: nowhere): that key and
+ * the keys it made are not in the line, so a key revoking the key that made it (rotation: the new
+ * key revokes the old) is not revoked with it, nor are its own keys. Keys made by `spare` are only
+ * ever reached through it: a key has one maker. The walk goes through revoked keys too, since a
+ * key revoked by a key it made leaves that key's line live under it: revoking the revoked key's
+ * maker later takes that line. created_by always names an older key, so a line has no cycle.
  */
-export async function revokeKey(
+const LINE_OF_KEY = `WITH RECURSIVE line(id) AS (
+    SELECT id FROM api_keys WHERE id = ?2 AND tenant_id = ?1
+    UNION SELECT k.id FROM line JOIN api_keys k ON k.created_by = line.id AND k.tenant_id = ?1 AND k.id IS NOT ?3
+  ),
+  live(id) AS (SELECT k.id FROM line JOIN api_keys k ON k.id = line.id WHERE k.revoked_at IS NULL)`;
+
+/**
+ * A key, the keys it made (transitively, oldest first, revoked ones included; neither `spare` nor
+ * the keys it made) and how many keys its tenant has live.
+ */
+export interface KeyLine {
+  key: ApiKeyRow;
+  made: ApiKeyRow[];
+  liveKeys: number;
+}
+
+export async function lineOfKey(db: D1Database, tenantId: string, keyId: string, spare: string | null): Promise<KeyLine | null> {
+  const { results } = await guard("read key", () =>
+    db
+      .prepare(
+        `${LINE_OF_KEY}
+         SELECT k.*, (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) AS live_keys
+         FROM line JOIN api_keys k ON k.id = line.id ORDER BY k.created_at, k.id`,
+      )
+      .bind(tenantId, keyId, spare)
+      .all<Row>(),
+  );
+  const rows = results.map((r) => ({ key: toKey(r), liveKeys: r.live_keys as number }));
+  const root = rows.find((r) => r.key.id === keyId);
+  if (!root) return null;
+  return { key: root.key, made: rows.filter((r) => r !== root).map((r) => r.key), liveKeys: root.liveKeys };
+}
+
+/**
+ * Revokes a key and the live keys it made (`line`: the key's id first, then theirs; the walk
+ * stops at `spare`, as in lineOfKey), in one statement, and `also` (the audit entries, written
+ * only if the keys were) in its batch. A compare-and-set: it revokes only if those are still
+ * exactly the line's live keys (none minted nor revoked since they were read), so the entries
+ * name every key revoked and no other; false otherwise, and nothing changed. `keepOne` refuses to
+ * leave the tenant without a live key (it would lock itself out); the count and the write are the
+ * same statement.
+ */
+export async function revokeKeys(
   db: D1Database,
   tenantId: string,
-  keyId: string,
+  line: readonly [string, ...string[]],
+  spare: string | null,
   now: number,
   keepOne: boolean,
-  /** Joins the batch of the revocation, written only if the key was revoked (the audit entry). */
-  also: (key: ApiKeyRow) => D1PreparedStatement[] = () => [],
-): Promise<"revoked" | "already" | "last_key" | null> {
-  const row = await guard("read key", () =>
-    db.prepare("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?").bind(keyId, tenantId).first<Row>(),
-  );
-  if (!row) return null;
-  if (row.revoked_at !== null) return "already";
+  also: D1PreparedStatement[] = [],
+): Promise<boolean> {
   const [result] = await guard("revoke key", () =>
     db.batch([
       db
         .prepare(
-          `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ? AND revoked_at IS NULL
-           AND (? = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ? AND revoked_at IS NULL) > 1)`,
+          `${LINE_OF_KEY}
+           UPDATE api_keys SET revoked_at = ?4
+           WHERE tenant_id = ?1 AND id IN (SELECT value FROM json_each(?5)) AND revoked_at IS NULL
+             AND (SELECT COUNT(*) FROM live) = json_array_length(?5)
+             AND NOT EXISTS (SELECT 1 FROM live WHERE id NOT IN (SELECT value FROM json_each(?5)))
+             AND (?6 = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) > json_array_length(?5))`,
         )
-        .bind(now, keyId, tenantId, keepOne ? 1 : 0, tenantId),
-      ...also(toKey(row)),
+        .bind(tenantId, line[0], spare, now, JSON.stringify(line), keepOne ? 1 : 0),
+      ...also,
     ]),
   );
-  return result!.meta.changes > 0 ? "revoked" : "last_key";
+  return result!.meta.changes > 0;
 }
 
 /** Changes limits, notifications or signing (its generation, its schemes), and the version with them. */

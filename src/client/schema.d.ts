@@ -3006,8 +3006,8 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Revoke an API key: it stops working at once
-         * @description A tenant's key may not revoke the tenant's last live key (it would lock it out); the admin token may.
+         * Revoke an API key, and the keys it made (not the caller's own): they stop working at once
+         * @description Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`), except the calling key and the keys it made, transitively: a key that revokes a key that made it (rotation: the old key made the new one, the new one revokes the old) stays live, and so do its own keys. A key revoking itself takes every key it made with it. The admin token spares nothing. A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.
          *
          *     Needs a key with the `admin` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */
@@ -3023,7 +3023,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description revoked */
+                /** @description revoked, with the keys it made */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -3033,6 +3033,13 @@ export interface paths {
                             id: string;
                             /** @enum {boolean} */
                             revoked: true;
+                            /**
+                             * @description The keys revoked with it: those it made, and theirs, that were live, but the calling key and the keys it made. Empty if it was already revoked.
+                             * @example [
+                             *       "key_abcdefghij0123456789"
+                             *     ]
+                             */
+                            alsoRevoked: string[];
                         };
                     };
                 };
@@ -3079,7 +3086,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `last_key`: a tenant key tried to revoke its tenant's last live key */
+                /**
+                 * @description - `last_key`: a tenant key tried to revoke its tenant's last live key, or a key whose revocation takes the last ones with it (the keys it made); nothing was revoked
+                 *     - `conflict`: keys made by the key kept being minted or revoked while it was revoked; nothing was revoked, repeating is safe
+                 */
                 409: {
                     headers: {
                         [name: string]: unknown;
@@ -4542,6 +4552,11 @@ export interface components {
             jobPrefix: string | null;
             createdAt: string;
             revokedAt: string | null;
+            /**
+             * @description The key that made this one (revoking it revokes this one too, unless this one or a key it made revokes it); null: the admin token, or the tenant's creation.
+             * @example null
+             */
+            createdBy: string | null;
         };
         SigningKeys: {
             tenantId: string;

@@ -131,3 +131,43 @@ describe("0010: two catalog rows per job created", () => {
     ]);
   });
 });
+
+describe("0017: a key records the key that made it", () => {
+  const upgrade = migrations.indexOf("0017_key_maker.sql");
+
+  /** A catalog as the release before 0017 left it: a tenant with two keys. */
+  function catalogBefore(): DatabaseSync {
+    const db = new DatabaseSync(":memory:");
+    db.exec("PRAGMA foreign_keys = ON");
+    for (const file of migrations.slice(0, upgrade)) apply(db, file);
+    db.exec("INSERT INTO tenants (id, name, created_at) VALUES ('ten_aaaaaaaaaaaaaaaaaaaa', 'a', 0)");
+    const insert = db.prepare(
+      "INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at) VALUES (?, 'ten_aaaaaaaaaaaaaaaaaaaa', ?, 'ek_', 0)",
+    );
+    insert.run("key_aaaaaaaaaaaaaaaaaaaa", "h1");
+    insert.run("key_bbbbbbbbbbbbbbbbbbbb", "h2");
+    return db;
+  }
+
+  it("keys made before it have no maker; a new key names a key that exists, or none", () => {
+    const db = catalogBefore();
+    apply(db, migrations[upgrade]!);
+    expect(db.prepare("SELECT id, created_by FROM api_keys ORDER BY id").all()).toEqual([
+      { id: "key_aaaaaaaaaaaaaaaaaaaa", created_by: null },
+      { id: "key_bbbbbbbbbbbbbbbbbbbb", created_by: null },
+    ]);
+    const insert = db.prepare(
+      "INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at, created_by) VALUES (?, 'ten_aaaaaaaaaaaaaaaaaaaa', ?, 'ek_', 1, ?)",
+    );
+    expect(insert.run("key_cccccccccccccccccccc", "h3", "key_aaaaaaaaaaaaaaaaaaaa").changes).toBe(1);
+    expect(() => insert.run("key_dddddddddddddddddddd", "h4", "key_nonexistentnonexist")).toThrow(/FOREIGN KEY/);
+    expect(db.prepare("PRAGMA foreign_key_check").all()).toEqual([]);
+  });
+
+  it("the walk from a key to the keys it made seeks an index", () => {
+    const db = catalogBefore();
+    apply(db, migrations[upgrade]!);
+    const plan = db.prepare("EXPLAIN QUERY PLAN SELECT id FROM api_keys WHERE created_by = ? AND tenant_id = ?").all("k", "t");
+    expect(JSON.stringify(plan)).toContain("api_keys_by_maker");
+  });
+});

@@ -1,5 +1,6 @@
 import { env, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
+import { insertKey, revokeKeys } from "../../src/catalog/tenants";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { api, createJob, createTenant, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, waitForRun } from "./helpers";
@@ -8,7 +9,9 @@ type Tenant = Awaited<ReturnType<typeof createTenant>>;
 type Call = Tenant["api"];
 type Page<T> = { items: T[]; nextCursor: string | null };
 type ErrorBody = { error: { code: string; message: string; issues?: unknown } };
-type KeyView = { id: string; prefix: string; createdAt: string; revokedAt: string | null };
+type KeyView = { id: string; prefix: string; createdAt: string; revokedAt: string | null; createdBy: string | null };
+type NewKey = KeyView & { apiKey: string };
+type AuditPage = { items: Array<{ actor: string; action: string; subject: string; change: { before: unknown; after: unknown } }> };
 
 const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
 function randomChars(n: number): string {
@@ -152,25 +155,35 @@ describe("tenants and API keys", () => {
     const keys = (await jsonOf<{ items: KeyView[] }>(listRes)).items;
     expect(keys.map((k) => k.id).sort()).toEqual([t.keyId, added.id].sort());
     for (const k of keys) {
-      expect(Object.keys(k).sort()).toEqual(["createdAt", "id", "jobPrefix", "prefix", "revokedAt", "scopes"]);
+      expect(Object.keys(k).sort()).toEqual(["createdAt", "createdBy", "id", "jobPrefix", "prefix", "revokedAt", "scopes"]);
       expect(k.revokedAt).toBeNull();
     }
     expect(listText).not.toContain(t.apiKey);
     expect(listText).not.toContain(added.apiKey);
 
-    // Revoke the first key with the second: the first stops at once, the second goes on.
-    expect(await jsonOf(await second(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }))).toEqual({ id: t.keyId, revoked: true });
+    // Revoke the first key with the second, which it made: the first stops at once, the second
+    // goes on (a key is never revoked with a key it revokes).
+    expect(await jsonOf(await second(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }))).toEqual({
+      id: t.keyId,
+      revoked: true,
+      alsoRevoked: [],
+    });
     await expectError(await t.api(`/v1/jobs`), 401, "unauthorized");
     expect((await second(`/v1/jobs`)).status).toBe(200);
     const after = (await jsonOf<{ items: KeyView[] }>(await second(`/v1/tenants/${t.id}/keys`))).items;
     expect(after.find((k) => k.id === t.keyId)!.revokedAt).toEqual(expect.any(String));
     expect(after.find((k) => k.id === added.id)!.revokedAt).toBeNull();
+    expect(after.find((k) => k.id === added.id)!.createdBy).toBe(t.keyId);
 
     // The tenant may not revoke its own last live key…
     await expectError(await second(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }), 409, "last_key");
     expect((await second(`/v1/jobs`)).status).toBe(200);
     // …the admin may.
-    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }))).toEqual({ id: added.id, revoked: true });
+    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${added.id}`, { method: "DELETE" }))).toEqual({
+      id: added.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
     await expectError(await second(`/v1/jobs`), 401, "unauthorized");
   });
 
@@ -207,6 +220,217 @@ describe("tenants and API keys", () => {
     }
     // The key is untouched by all that.
     expect((await t.api(`/v1/jobs`)).status).toBe(200);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+/** Makes a key of `t` with `call` (a key of it, or the admin token's `api`). */
+async function mintWith(call: Call, t: Tenant, scopes: string[] = ["admin"]): Promise<NewKey> {
+  return jsonOf<NewKey>(await call(`/v1/tenants/${t.id}/keys`, { method: "POST", json: { scopes } }), 201);
+}
+
+async function keysOf(t: Tenant): Promise<Map<string, KeyView>> {
+  const { items } = await jsonOf<{ items: KeyView[] }>(await api(`/v1/tenants/${t.id}/keys`));
+  return new Map(items.map((k) => [k.id, k]));
+}
+
+const revokeEntriesOf = async (t: Tenant) => (await jsonOf<AuditPage>(await api(`/v1/audit?tenantId=${t.id}&action=key.revoke`))).items;
+
+/** Whether each key still signs in: 200 or 401 on a route any key may call. */
+async function signsIn(...keys: string[]): Promise<number[]> {
+  return Promise.all(keys.map(async (key) => (await asKey(key)("/v1/me")).status));
+}
+
+describe("keys made by a key", () => {
+  it("a key records the key that made it; the admin token's and the tenant's first key have none", async () => {
+    const t = await createTenant();
+    const byAdmin = await mintWith(api, t);
+    const byTenant = await mintWith(t.api, t, ["read"]);
+    expect(byAdmin.createdBy).toBeNull();
+    expect(byTenant.createdBy).toBe(t.keyId);
+    const listed = await keysOf(t);
+    expect([t.keyId, byAdmin.id, byTenant.id].map((id) => listed.get(id)?.createdBy)).toEqual([null, null, t.keyId]);
+    // A key the admin made makes keys of its own, which name it.
+    const grandchild = await mintWith(asKey(byAdmin.apiKey), t, ["write"]);
+    expect((await keysOf(t)).get(grandchild.id)!.createdBy).toBe(byAdmin.id);
+  });
+
+  it("revoking a key revokes the keys it made and theirs, at once, each with its own audit entry", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t);
+    const c = await mintWith(asKey(b.apiKey), t, ["read"]);
+    // Made by the tenant's first key, beside A: not A's to take along.
+    const sibling = await mintWith(t.api, t, ["read"]);
+    expect(await signsIn(a.apiKey, b.apiKey, c.apiKey, sibling.apiKey)).toEqual([200, 200, 200, 200]);
+
+    const answer = await jsonOf(await t.api(`/v1/tenants/${t.id}/keys/${a.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: a.id, revoked: true, alsoRevoked: [b.id, c.id] });
+    expect(await signsIn(a.apiKey, b.apiKey, c.apiKey, sibling.apiKey, t.apiKey)).toEqual([401, 401, 401, 200, 200]);
+
+    const keys = await keysOf(t);
+    const revokedAt = keys.get(a.id)!.revokedAt;
+    expect(revokedAt).toEqual(expect.any(String));
+    expect([b.id, c.id].map((id) => keys.get(id)!.revokedAt)).toEqual([revokedAt, revokedAt]);
+    expect([t.keyId, sibling.id].map((id) => keys.get(id)!.revokedAt)).toEqual([null, null]);
+
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => e.subject).sort()).toEqual([a.id, b.id, c.id].sort());
+    for (const e of entries) expect(e.actor).toBe(t.keyId);
+    const bySubject = new Map(entries.map((e) => [e.subject, e.change]));
+    expect(bySubject.get(a.id)!.after).toEqual({ revokedAt: Date.parse(revokedAt!) });
+    expect(bySubject.get(b.id)).toMatchObject({ before: { id: b.id, createdBy: a.id }, after: { revokedWith: a.id } });
+    expect(bySubject.get(c.id)).toMatchObject({ before: { id: c.id, createdBy: b.id, scopes: ["read"] }, after: { revokedWith: a.id } });
+
+    // Revoking a revoked key again changes nothing and records nothing.
+    expect(await jsonOf(await t.api(`/v1/tenants/${t.id}/keys/${a.id}`, { method: "DELETE" }))).toEqual({
+      id: a.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
+    expect(await revokeEntriesOf(t)).toHaveLength(3);
+  });
+
+  it("revoking a key takes the keys it made, not its maker", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t);
+    const c = await mintWith(asKey(b.apiKey), t);
+    const answer = await jsonOf(await asKey(a.apiKey)(`/v1/tenants/${t.id}/keys/${b.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: b.id, revoked: true, alsoRevoked: [c.id] });
+    expect(await signsIn(a.apiKey, b.apiKey, c.apiKey, t.apiKey)).toEqual([200, 401, 401, 200]);
+    // A still does what an admin key does.
+    expect((await mintWith(asKey(a.apiKey), t, ["read"])).createdBy).toBe(a.id);
+    expect((await revokeEntriesOf(t)).map((e) => e.subject).sort()).toEqual([b.id, c.id].sort());
+  });
+
+  /** K, made by the tenant's first key; K made K1 (its successor) and K2 (a key minted with K once it leaked, say); K1 made K1a. All admin keys. */
+  async function family() {
+    const t = await createTenant();
+    const k = await mintWith(t.api, t);
+    const k1 = await mintWith(asKey(k.apiKey), t);
+    const k2 = await mintWith(asKey(k.apiKey), t);
+    const k1a = await mintWith(asKey(k1.apiKey), t);
+    expect(await signsIn(t.apiKey, k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey)).toEqual([200, 200, 200, 200, 200]);
+    return { t, k, k1, k2, k1a };
+  }
+
+  it("a key revoking the key that made it is spared, and so are the keys it made; the rest of the line goes", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await asKey(k1.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k2.id] });
+    expect(await signsIn(k.apiKey, k2.apiKey, k1.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 200, 200, 200]);
+    const keys = await keysOf(t);
+    expect([k1.id, k1a.id].map((id) => keys.get(id)!.revokedAt)).toEqual([null, null]);
+
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => e.subject).sort()).toEqual([k.id, k2.id].sort());
+    for (const e of entries) expect(e.actor).toBe(k1.id);
+    expect(entries.find((e) => e.subject === k2.id)!.change.after).toMatchObject({ revokedWith: k.id });
+    // The spared key goes on doing what an admin key does, its own key too.
+    expect((await mintWith(asKey(k1.apiKey), t, ["read"])).createdBy).toBe(k1.id);
+    expect((await asKey(k1a.apiKey)("/v1/jobs")).status).toBe(200);
+  });
+
+  it("the key spared is the caller, however far below the revoked key: the keys between go", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await asKey(k1a.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 200, 200]);
+  });
+
+  it("the admin token revokes a key's whole line: nothing is spared", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await api(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id, k1a.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 401, 200]);
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => e.subject).sort()).toEqual([k.id, k1.id, k2.id, k1a.id].sort());
+    for (const e of entries) expect(e.actor).toBe("admin");
+  });
+
+  it("a key outside the revoked key's line (one the admin token made) revokes its whole line", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const k3 = await mintWith(api, t);
+    const answer = await jsonOf(await asKey(k3.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id, k1a.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, k3.apiKey, t.apiKey)).toEqual([401, 401, 401, 401, 200, 200]);
+  });
+
+  it("a key revoking itself takes its whole line: nothing is spared", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    const answer = await jsonOf(await asKey(k.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: k.id, revoked: true, alsoRevoked: [k1.id, k2.id, k1a.id] });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 401, 200]);
+    for (const e of await revokeEntriesOf(t)) expect(e.actor).toBe(k.id);
+  });
+
+  it("a key may not revoke itself with keys that would leave the tenant no live key: 409, nothing changes; the new key may revoke it", async () => {
+    const t = await createTenant();
+    // Every key the tenant has is in its first key's line.
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t, ["read"]);
+    const before = await keysOf(t);
+    const refused = await expectError(await t.api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }), 409, "last_key");
+    expect(refused.error.message).toContain("2 live key(s) it made");
+    expect(await keysOf(t)).toEqual(before);
+    expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([200, 200, 200]);
+    expect(await revokeEntriesOf(t)).toEqual([]);
+
+    // A, which the first key made, revokes it: A and B, which A made, stay.
+    const answer = await jsonOf(await asKey(a.apiKey)(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: t.keyId, revoked: true, alsoRevoked: [] });
+    expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([401, 200, 200]);
+    expect((await revokeEntriesOf(t)).map((e) => e.subject)).toEqual([t.keyId]);
+  });
+
+  it("the admin token may revoke a tenant's last live keys", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t, ["read"]);
+    const answer = await jsonOf(await api(`/v1/tenants/${t.id}/keys/${t.keyId}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: t.keyId, revoked: true, alsoRevoked: [a.id, b.id] });
+    expect(await signsIn(t.apiKey, a.apiKey, b.apiKey)).toEqual([401, 401, 401]);
+    expect(await revokeEntriesOf(t)).toHaveLength(3);
+  });
+
+  it("a key whose line changed since it was read is not revoked: the revocation names every key it revokes", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    const b = await mintWith(asKey(a.apiKey), t);
+    const before = await keysOf(t);
+    // As a revocation that read A's line before B was made would write: A alone.
+    expect(await revokeKeys(env.DB, t.id, [a.id], null, Date.now(), true)).toBe(false);
+    expect(await keysOf(t)).toEqual(before);
+    expect(await revokeKeys(env.DB, t.id, [a.id, b.id], null, Date.now(), true)).toBe(true);
+    expect(await signsIn(a.apiKey, b.apiKey, t.apiKey)).toEqual([401, 401, 200]);
+  });
+
+  it("the spared line is outside the comparison: keys it makes meanwhile do not change it, keys the rest makes do", async () => {
+    const { t, k, k1, k2 } = await family();
+    // K1's own keys (K1a, and one made since) are not in the line that spares K1…
+    const late = await mintWith(asKey(k1.apiKey), t, ["read"]);
+    // …but a key K2 made is: a revocation that read the line before it was made writes nothing.
+    const k2a = await mintWith(asKey(k2.apiKey), t, ["read"]);
+    const before = await keysOf(t);
+    expect(await revokeKeys(env.DB, t.id, [k.id, k2.id], k1.id, Date.now(), true)).toBe(false);
+    expect(await keysOf(t)).toEqual(before);
+    expect(await revokeKeys(env.DB, t.id, [k.id, k2.id, k2a.id], k1.id, Date.now(), true)).toBe(true);
+    expect(await signsIn(k.apiKey, k2.apiKey, k2a.apiKey, k1.apiKey, late.apiKey)).toEqual([401, 401, 401, 200, 200]);
+  });
+
+  it("a key is not made once its maker is revoked, even by a request that signed in before", async () => {
+    const t = await createTenant();
+    const a = await mintWith(t.api, t);
+    expect((await api(`/v1/tenants/${t.id}/keys/${a.id}`, { method: "DELETE" })).status).toBe(200);
+    const late = { id: `key_${randomChars(20)}`, hash: await sha256Hex(`ek_${randomChars(36)}`), prefix: "ek_late" };
+    const grant = { scopes: ["admin"] as const, jobPrefix: null };
+    expect(await insertKey(env.DB, t.id, { ...late, ...grant, createdBy: a.id }, Date.now())).toBe(false);
+    expect((await keysOf(t)).has(late.id)).toBe(false);
+    // The same key from a live maker is made: the refusal is the maker's.
+    expect(await insertKey(env.DB, t.id, { ...late, ...grant, createdBy: t.keyId }, Date.now())).toBe(true);
+    expect((await keysOf(t)).get(late.id)!.createdBy).toBe(t.keyId);
   });
 });
 
