@@ -101,7 +101,14 @@ export function planApply(declared: DeclaredJob[], current: Job[], options: { pr
 type Comparable = Record<Field, unknown>;
 
 /** A target as the file declares it (headers with values) or as the API shows it (header names only). */
-type TargetSide = { url: string; method?: string; headers?: Record<string, string>; headerNames?: string[]; body?: unknown };
+type TargetSide = {
+  url: string;
+  method?: string;
+  headers?: Record<string, string>;
+  headerNames?: string[];
+  body?: unknown;
+  bodyBase64?: string;
+};
 
 type Sides = Pick<CreateJob, Exclude<Field, "target" | "steps">> & {
   /** Absent for a workflow job, which has `steps`. */
@@ -134,6 +141,7 @@ function comparableTarget(target: TargetSide) {
     method: target.method ?? SERVER_DEFAULTS.method,
     headerNames: names.map((n) => n.toLowerCase()).sort(),
     body: target.body ?? null,
+    bodyBase64: target.bodyBase64 ?? null,
   };
 }
 

@@ -119,6 +119,18 @@ describe("planApply", () => {
     ]);
   });
 
+  it("compares a binary body (bodyBase64) as it compares a body", () => {
+    const bytes = { url: "http://127.0.0.1:9/x", headers: { authorization: "Bearer s3cret" }, bodyBase64: "AAEC" };
+    const have = apiJob("job_1", "j", {
+      target: { url: "http://127.0.0.1:9/x", method: "POST", headerNames: ["Authorization"], bodyBase64: "AAEC" },
+    });
+    expect(planApply([declared("j", { target: bytes })], [have], { prune: false }).changes).toEqual([]);
+    const want = declared("j", { target: { ...bytes, bodyBase64: "AAED" } });
+    const [change] = planApply([want], [have], { prune: false }).changes;
+    if (change?.action !== "update") throw new Error("not an update");
+    expect(change.patch).toEqual({ target: want.target });
+  });
+
   it("cannot see a header value changed under the same name (the API shows names only)", () => {
     const want = declared("j", { target: { url: "http://127.0.0.1:9/x", headers: { Authorization: "Bearer other" }, body: { a: 1 } } });
     expect(planApply([want], [apiJob("job_1", "j")], { prune: false }).changes).toEqual([]);
