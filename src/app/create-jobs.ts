@@ -115,14 +115,7 @@ export async function createJobs(
     outcomes[index] = { index, error: itemError(index, refused) };
   };
   accepted.slice(room).forEach(refuse);
-  // One INSERT holds jobs that are all paused or none (a paused QStash queue's messages are created paused).
-  const admitted = accepted.slice(0, room);
-  const chunks = [false, true].flatMap((paused) =>
-    chunksOf(
-      admitted.filter((a) => a.job.paused === paused),
-      ROWS_PER_INSERT,
-    ),
-  );
+  const chunks = chunksOf(accepted.slice(0, room), ROWS_PER_INSERT);
   // Each INSERT followed by its jobs' audit entries, written only if it inserted them.
   const statements = chunks.flatMap((chunk) => [
     insertJobsStatement(env.DB, jobsOf(chunk)),

@@ -15,12 +15,12 @@ import { type Tenant, tenantStatement, toTenant } from "./tenants";
  * not at all; the statements of one call are one D1 batch, a transaction.
  */
 
-/** A job's own values: id, name, shard, spec. The shared ones: tenant, instant, paused. */
+/** A job's own values: id, name, shard, spec. The shared ones: tenant, instant. */
 const PER_JOB = 4;
-const SHARED = 3;
+const SHARED = 2;
 export const ROWS_PER_INSERT = Math.floor((MAX_BOUND_PARAMETERS - SHARED) / PER_JOB);
 
-/** The catalog's columns a new job fills: version 1, paused as `?3` (a message of a paused QStash queue), created and updated at `?2`. */
+/** The catalog's columns a new job fills: version 1, not paused, created and updated at `?2`. */
 function insertSql(rows: number): string {
   const values = Array.from({ length: rows }, (_, r) => {
     const at = SHARED + r * PER_JOB + 1;
@@ -29,7 +29,7 @@ function insertSql(rows: number): string {
   // CASE, not COALESCE: without a quota, the tenant's jobs are not counted (a count per insert
   // would grow with the tenant).
   return `INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at)
-    SELECT column1, ?1, column2, column3, 1, column4, ?3, ?2, ?2 FROM (VALUES ${values})
+    SELECT column1, ?1, column2, column3, 1, column4, 0, ?2, ?2 FROM (VALUES ${values})
     WHERE CASE WHEN (SELECT max_jobs FROM tenants WHERE id = ?1) IS NULL THEN 1
       ELSE (SELECT COUNT(*) FROM jobs WHERE tenant_id = ?1 AND deleted_at IS NULL) + ${rows} <= (SELECT max_jobs FROM tenants WHERE id = ?1) END`;
 }
@@ -38,11 +38,11 @@ function insertSql(rows: number): string {
 export function insertJobsStatement(db: D1Database, jobs: readonly CatalogJob[]): D1PreparedStatement {
   const [first] = jobs;
   if (!first || jobs.length > ROWS_PER_INSERT) throw new Error(`an INSERT takes 1 to ${ROWS_PER_INSERT} jobs, not ${jobs.length}`);
-  if (jobs.some((j) => j.tenantId !== first.tenantId || j.createdAt !== first.createdAt || j.version !== 1 || j.paused !== first.paused)) {
-    throw new Error("jobs inserted together are new jobs of one tenant, made at one instant, all paused or none");
+  if (jobs.some((j) => j.tenantId !== first.tenantId || j.createdAt !== first.createdAt || j.version !== 1 || j.paused)) {
+    throw new Error("jobs inserted together are new jobs of one tenant, made at one instant, none paused");
   }
   const own = jobs.flatMap((j) => [j.id, j.name, j.shard, JSON.stringify(j.spec)]);
-  const values = [first.tenantId, first.createdAt, first.paused ? 1 : 0, ...own];
+  const values = [first.tenantId, first.createdAt, ...own];
   return db.prepare(insertSql(jobs.length)).bind(...values);
 }
 
