@@ -12,6 +12,15 @@ const migrations = readdirSync(dir)
   .sort();
 const apply = (db: DatabaseSync, file: string) => db.exec(readFileSync(new URL(file, dir), "utf8"));
 
+/** A catalog as the release before migration `upgrade` left it, with a tenant of its own (`ten_a…`). */
+function catalogUpTo(upgrade: number): DatabaseSync {
+  const db = new DatabaseSync(":memory:");
+  db.exec("PRAGMA foreign_keys = ON");
+  for (const file of migrations.slice(0, upgrade)) apply(db, file);
+  db.exec("INSERT INTO tenants (id, name, created_at) VALUES ('ten_aaaaaaaaaaaaaaaaaaaa', 'a', 0)");
+  return db;
+}
+
 function catalogWithJobs(): DatabaseSync {
   const db = new DatabaseSync(":memory:");
   db.exec("PRAGMA foreign_keys = ON");
@@ -55,10 +64,7 @@ describe("0010: two catalog rows per job created", () => {
 
   /** A catalog as the release before 0010 left it: jobs of two tenants, some changed, a pass under way. */
   function catalogBefore(): DatabaseSync {
-    const db = new DatabaseSync(":memory:");
-    db.exec("PRAGMA foreign_keys = ON");
-    for (const file of migrations.slice(0, upgrade)) apply(db, file);
-    db.exec("INSERT INTO tenants (id, name, created_at) VALUES ('ten_aaaaaaaaaaaaaaaaaaaa', 'a', 0)");
+    const db = catalogUpTo(upgrade);
     const insert = db.prepare(
       `INSERT INTO jobs (id, tenant_id, name, shard, version, spec, paused, created_at, updated_at)
        VALUES (?, ?, NULL, ?, ?, '{}', 0, ?, ?)`,
@@ -137,10 +143,7 @@ describe("0017: a key records the key that made it", () => {
 
   /** A catalog as the release before 0017 left it: a tenant with two keys. */
   function catalogBefore(): DatabaseSync {
-    const db = new DatabaseSync(":memory:");
-    db.exec("PRAGMA foreign_keys = ON");
-    for (const file of migrations.slice(0, upgrade)) apply(db, file);
-    db.exec("INSERT INTO tenants (id, name, created_at) VALUES ('ten_aaaaaaaaaaaaaaaaaaaa', 'a', 0)");
+    const db = catalogUpTo(upgrade);
     const insert = db.prepare(
       "INSERT INTO api_keys (id, tenant_id, hash, prefix, created_at) VALUES (?, 'ten_aaaaaaaaaaaaaaaaaaaa', ?, 'ek_', 0)",
     );
