@@ -6,7 +6,7 @@ import { registerShards } from "../catalog/shards";
 import { getTenant, settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
-import { DEFAULT_TENANT, newJobId, newJobIdIn, shardFor } from "../model/ids";
+import { DEFAULT_TENANT, MAX_NAMED_SHARDS, newJobId, newStandaloneJobId, shardFor, shardNamedBy, shardNumber } from "../model/ids";
 import { type CreateJob, CreateJobSchema, canonicalSchedule } from "../model/job";
 import type { JobRuntime } from "../protocol/stored-rows";
 import { firstFire } from "../schedule/next-fire";
@@ -33,7 +33,7 @@ export const MAX_BATCH_JOBS = 1_000;
 export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
   const now = Date.now();
   checkJobName(caller, input.name);
-  const job = await acceptJob(env, tenantIdOf(caller), input, now);
+  const job = await acceptJob(env, tenantIdOf(caller), input, now, { held: false });
   // The admin's jobs are the default tenant's, read in the same round trip as the insert; the
   // audit entry is written only if the quota let the job in.
   const statements = [
@@ -60,8 +60,8 @@ export interface CreateOptions {
   /**
    * QStash messages: held by their shards alone (`standalone`, docs/qstash.md), with no catalog
    * row, so no quota and no audit entry (a message is data, not configuration: docs/security.md).
-   * `shardOf` may name an item's shard (a callback's, beside its message); its id is drawn to
-   * land there, since the id is all that finds it later.
+   * `shardOf` may name an item's shard (a callback's, beside its message). A standalone job's id
+   * names its shard, since the id is all that finds it later.
    */
   standalone?: { shardOf?: (index: number) => string | undefined };
 }
@@ -90,7 +90,8 @@ export async function createJobs(
   const tenantId = tenantIdOf(caller);
   const outcomes: BatchOutcome[] = [];
   const accepted: Accepted[] = [];
-  const placeOf = (index: number) => options.standalone?.shardOf?.(index);
+  const placeOf = (index: number): Placement =>
+    options.standalone ? { held: true, shard: options.standalone.shardOf?.(index) } : { held: false };
   const checked = await Promise.all(items.map((item, index) => acceptItem(env, caller, tenantId, item, index, now, placeOf(index))));
   for (const c of checked) {
     if ("job" in c) accepted.push(c);
@@ -146,7 +147,7 @@ async function acceptItem(
   item: unknown,
   index: number,
   now: number,
-  place?: string,
+  place: Placement,
 ): Promise<Accepted | BatchOutcome> {
   const parsed = CreateJobSchema.safeParse(item);
   if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
@@ -183,16 +184,33 @@ function itemError(index: number, err: ApiError): ApiError {
   return new ApiError(err.status, err.code, issues.map((i) => `${i.path}: ${i.message}`).join("; "), {}, issues);
 }
 
-/** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen (in `place`, when it can be). */
-async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number, place?: string): Promise<CatalogJob> {
+/**
+ * Where a new job goes: a catalog job, to the shard its id hashes to; a job its shard alone holds
+ * (`held`), to `shard` if given (a callback's, beside its message) or to one drawn as a catalog
+ * job's would be, named in its id (newStandaloneJobId).
+ */
+type Placement = { held: false } | { held: true; shard?: string | undefined };
+
+function newIdAndShard(place: Placement, shardCount: number, now: number): { id: string; shard: string } {
+  if (!place.held) {
+    const id = newJobId(now);
+    return { id, shard: shardFor(id, shardCount) };
+  }
+  const asked = place.shard === undefined ? null : shardNumber(place.shard);
+  const drawn = shardNumber(shardFor(newJobId(now), Math.min(shardCount, MAX_NAMED_SHARDS)))!;
+  const id = newStandaloneJobId(now, asked !== null && asked < MAX_NAMED_SHARDS ? asked : drawn);
+  return { id, shard: shardNamedBy(id)! };
+}
+
+/** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen. */
+async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number, place: Placement): Promise<CatalogJob> {
   const { name, target, steps, ...fields } = input;
-  const { shardCount } = config(env);
-  const id = (place !== undefined && newJobIdIn(place, shardCount, now)) || newJobId(now);
+  const { id, shard } = newIdAndShard(place, config(env).shardCount, now);
   const job: CatalogJob = {
     id,
     tenantId,
     name: name ?? null,
-    shard: shardFor(id, shardCount),
+    shard,
     version: 1,
     spec: {
       ...fields,

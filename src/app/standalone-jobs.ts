@@ -1,8 +1,7 @@
 import { ApiError, notFound } from "../api/errors";
 import { type CatalogJob, toDefinition } from "../catalog/jobs";
 import { shardsInUse } from "../catalog/shards";
-import { config } from "../config";
-import { JOB_ID, shardFor } from "../model/ids";
+import { shardNamedBy } from "../model/ids";
 import type { JobDefinition } from "../protocol/stored-rows";
 import { shardStub } from "../stubs";
 import { type Caller, mayTouchJob, scopeOf } from "./caller";
@@ -10,9 +9,8 @@ import { loadJob } from "./jobs";
 
 /**
  * Jobs that their shards alone hold (`standalone`: QStash messages, docs/qstash.md), found
- * without the catalog: a job's id names its shard (`shardFor`, with the shard count of today:
- * after SHARD_COUNT changes, the tenant's other shards are asked too). Each is shown in the
- * catalog's shape, so the /v2 views and the run routes read both kinds alike.
+ * without the catalog: a standalone job's id names its shard (`shardNamedBy`). Each is shown in
+ * the catalog's shape, so the /v2 views and the run routes read both kinds alike.
  */
 
 /** A standalone job in the catalog's shape: its name is its label, as a message's job was named. */
@@ -33,25 +31,19 @@ export function asCatalogJob(def: JobDefinition, shard: string): CatalogJob {
   };
 }
 
-const homeOf = (env: Env, jobId: string) => shardFor(jobId, config(env).shardCount);
-
 async function askShard(env: Env, shard: string, ids: string[]): Promise<CatalogJob[]> {
   return (await shardStub(env, shard).standaloneJobs(ids)).map((def) => asCatalogJob(def, shard));
 }
 
-/** A standalone job the caller may see, deleted ones included, or null. */
+/**
+ * A standalone job the caller may see, deleted ones included, or null. Its shard is asked only if
+ * it holds the caller's jobs: an id is the caller's to make up, and a shard that never ran would
+ * be started by the question.
+ */
 export async function findStandaloneJob(env: Env, caller: Caller, jobId: string): Promise<CatalogJob | null> {
-  if (!JOB_ID.test(jobId)) return null;
-  const home = homeOf(env, jobId);
-  let [job] = await askShard(env, home, [jobId]);
-  // Not where today's shard count puts it: it may be from before SHARD_COUNT changed.
-  if (!job) {
-    const others = (await shardsInUse(env.DB, scopeOf(caller))).filter((s) => s !== home);
-    for (const shard of others) {
-      [job] = await askShard(env, shard, [jobId]);
-      if (job) break;
-    }
-  }
+  const shard = shardNamedBy(jobId);
+  if (shard === null || !(await shardsInUse(env.DB, scopeOf(caller))).includes(shard)) return null;
+  const [job] = await askShard(env, shard, [jobId]);
   return job && mayTouchJob(caller, job) ? job : null;
 }
 
@@ -67,11 +59,16 @@ export async function loadAnyJob(env: Env, caller: Caller, jobId: string, opts: 
   }
 }
 
-/** Of `ids`, the standalone jobs their shards hold (by today's shard count), deleted ones included; not checked against a caller. */
-export async function standaloneJobsByIds(env: Env, ids: string[]): Promise<CatalogJob[]> {
+/**
+ * Of `ids`, the standalone jobs their shards hold, deleted ones included, asking only the shards
+ * of the caller's jobs (as findStandaloneJob does); not checked against the caller otherwise.
+ */
+export async function standaloneJobsByIds(env: Env, caller: Caller, ids: string[]): Promise<CatalogJob[]> {
+  if (ids.length === 0) return [];
+  const inUse = new Set(await shardsInUse(env.DB, scopeOf(caller)));
   const byShard = Map.groupBy(
-    ids.filter((id) => JOB_ID.test(id)),
-    (id) => homeOf(env, id),
+    ids.filter((id) => inUse.has(shardNamedBy(id) ?? "")),
+    (id) => shardNamedBy(id)!,
   );
   return (await Promise.all([...byShard].map(([shard, list]) => askShard(env, shard, list)))).flat();
 }

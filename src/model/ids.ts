@@ -15,17 +15,30 @@ export function newJobId(nowMs: number): string {
   return `job_${nowMs.toString(36).padStart(9, "0")}${randomChars(10)}`;
 }
 
+/** The most shards a standalone job's id can name: three base-36 digits. */
+export const MAX_NAMED_SHARDS = 36 ** 3;
+
 /**
- * A new job id that `shardFor` places in `shard`: a job no catalog row records the shard of (a
- * QStash message's callback, kept beside its message) is found by its id alone. About
- * `shardCount` draws; null if none lands there (a shard beyond today's count).
+ * job_<creation ms in base 36, 9 digits><7 random chars><its shard's number, 3 base-36 digits>:
+ * the id of a job that only its shard holds (a QStash message), which no catalog row records the
+ * shard of. Its id names the shard, so it is found whatever SHARD_COUNT becomes.
  */
-export function newJobIdIn(shard: string, shardCount: number, nowMs: number): string | null {
-  for (let i = 0; i < shardCount * 64; i++) {
-    const id = newJobId(nowMs);
-    if (shardFor(id, shardCount) === shard) return id;
+export function newStandaloneJobId(nowMs: number, shardNumber: number): string {
+  if (!Number.isInteger(shardNumber) || shardNumber < 0 || shardNumber >= MAX_NAMED_SHARDS) {
+    throw new RangeError(`shard ${shardNumber} cannot be named in a job id`);
   }
-  return null;
+  return `job_${nowMs.toString(36).padStart(9, "0")}${randomChars(7)}${shardNumber.toString(36).padStart(3, "0")}`;
+}
+
+/** The shard a standalone job's id names (`shard-<n>`); null if the string is not a job id. */
+export function shardNamedBy(jobId: string): string | null {
+  return JOB_ID.test(jobId) ? `shard-${Number.parseInt(jobId.slice(-3), 36)}` : null;
+}
+
+/** The number of a shard named `shard-<n>`, or null for another name. */
+export function shardNumber(shard: string): number | null {
+  const m = /^shard-(\d+)$/.exec(shard);
+  return m ? Number(m[1]) : null;
 }
 
 export const JOB_ID = /^job_[0-9a-z]{19}$/;

@@ -10,12 +10,15 @@ import {
   fnv1a32,
   JOB_ID,
   jobIdOfRun,
+  MAX_NAMED_SHARDS,
   MAX_RUN_ID_LENGTH,
   newJobId,
-  newJobIdIn,
+  newStandaloneJobId,
   runKeyRange,
   scheduledRunId,
   shardFor,
+  shardNamedBy,
+  shardNumber,
   stepKeyRange,
   stepOfRun,
   stepRunId,
@@ -167,19 +170,24 @@ describe("ids", () => {
     for (const n of counts.values()) expect(n).toBeGreaterThan(700);
   });
 
-  it("a job id drawn for a shard lands in it, still a job id of its instant; none for a shard beyond the count", () => {
+  it("a standalone job's id names its shard, whatever the shard count; it is a job id of its instant", () => {
     const at = 1_700_000_000_000;
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: 256 }), fc.nat(), (count, pick) => {
-        const shard = `shard-${pick % count}`;
-        const id = newJobIdIn(shard, count, at)!;
-        expect(shardFor(id, count)).toBe(shard);
+      fc.property(fc.integer({ min: 0, max: MAX_NAMED_SHARDS - 1 }), (n) => {
+        const id = newStandaloneJobId(at, n);
         expect(id).toMatch(JOB_ID);
         expect(id.slice(0, 13)).toBe(newJobId(at).slice(0, 13));
+        expect(shardNamedBy(id)).toBe(`shard-${n}`);
+        expect(shardNumber(shardNamedBy(id)!)).toBe(n);
       }),
-      { numRuns: 200 },
+      { numRuns: 500 },
     );
-    expect(newJobIdIn("shard-16", 16, at)).toBeNull();
+    // Pinned: the last three characters in base 36, "l8v" = (21 × 36 + 8) × 36 + 31.
+    expect(shardNamedBy("job_0mx34t9ichmazsj5l8v")).toBe("shard-27535");
+    expect(() => newStandaloneJobId(at, MAX_NAMED_SHARDS)).toThrow(RangeError);
+    expect(shardNamedBy("job_x")).toBeNull();
+    expect(shardNumber("shard-900001")).toBe(900_001);
+    expect(shardNumber("queue-1")).toBeNull();
   });
 });
 

@@ -1,11 +1,10 @@
-import { env, runInDurableObject } from "cloudflare:test";
-import { config } from "../../src/config";
-import { shardFor } from "../../src/model/ids";
+import { runInDurableObject } from "cloudflare:test";
+import { shardNamedBy } from "../../src/model/ids";
 import type { Shard } from "../../src/shard/shard";
 import { shardOf } from "./helpers";
 
 /** The shard that holds a QStash message's job: the one its id names (no catalog row records it). */
-export const messageShard = (jobId: string) => ({ shard: shardFor(jobId, config(env).shardCount) });
+export const messageShard = (jobId: string) => ({ shard: shardNamedBy(jobId)! });
 
 /** A message's job's row in its shard, or null once it has left. */
 export function messageRow(jobId: string): Promise<{ spec: string; deleted: number; standalone: number } | null> {

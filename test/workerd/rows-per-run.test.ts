@@ -1,6 +1,6 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { scheduledRunId, shardFor } from "../../src/model/ids";
+import { scheduledRunId, shardNamedBy } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { ShardCost } from "../../src/protocol/shard-rpc";
 import type { JobDefinition } from "../../src/protocol/stored-rows";
@@ -125,7 +125,7 @@ describe("D1 rows written per job created and changed (docs/cost.md)", () => {
         expect(res.status, await res.clone().text()).toBe(200);
         ids.push(((await res.json()) as { messageId: string }).messageId);
       }
-      const kept = ids.map((id) => `'${shardFor(jobIdOfMessage(id)!, Number(env.SHARD_COUNT))}'`).join(", ");
+      const kept = ids.map((id) => `'${shardNamedBy(jobIdOfMessage(id)!)}'`).join(", ");
       await env.DB.prepare(`DELETE FROM shard_tenants WHERE tenant_id = ? AND shard NOT IN (${kept})`).bind(tenant.id).run();
     });
     expect(rows).toEqual({ "POST /v2/publish/*": 0 });

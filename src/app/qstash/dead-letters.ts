@@ -31,7 +31,7 @@ export interface DeadLetterFilter {
   label?: string[];
 }
 
-async function visible(env: Env, runs: RunView[]): Promise<DeadLetter[]> {
+async function visible(env: Env, caller: Caller, runs: RunView[]): Promise<DeadLetter[]> {
   const removed = await removedDeadLetters(
     env.DB,
     runs.map((r) => r.id),
@@ -41,6 +41,7 @@ async function visible(env: Env, runs: RunView[]): Promise<DeadLetter[]> {
   // A message's job is not in the catalog: its shard holds it.
   const held = await standaloneJobsByIds(
     env,
+    caller,
     ids.filter((id) => !jobs.has(id)),
   );
   for (const job of held) jobs.set(job.id, job);
@@ -76,7 +77,7 @@ export async function listDeadLetters(
   query: { count: number; cursor?: string; filter: DeadLetterFilter },
 ): Promise<{ items: DeadLetter[]; cursor?: string }> {
   const page = await deadLetters(env, caller, { limit: query.count, ...(query.cursor !== undefined && { cursor: query.cursor }) });
-  const shown = await visible(env, page.items);
+  const shown = await visible(env, caller, page.items);
   const kept = await Promise.all(shown.map((d) => matches(env, d, query.filter)));
   const items = shown.filter((_, i) => kept[i]);
   return { items, ...(page.nextCursor !== null && { cursor: page.nextCursor }) };
@@ -84,7 +85,7 @@ export async function listDeadLetters(
 
 export async function getDeadLetter(env: Env, caller: Caller, dlqId: string): Promise<DeadLetter> {
   const run = await getRun(env, caller, dlqId).catch(() => null);
-  const [found] = run ? await visible(env, [run]) : [];
+  const [found] = run ? await visible(env, caller, [run]) : [];
   if (!found) throw notFound("dead letter", dlqId);
   return found;
 }
