@@ -186,8 +186,8 @@ function itemError(index: number, err: ApiError): ApiError {
 
 /**
  * Where a new job goes: a catalog job, to the shard its id hashes to; a job its shard alone holds
- * (`held`), to `shard` if given (a callback's, beside its message) or to one drawn as a catalog
- * job's would be, named in its id (newStandaloneJobId).
+ * (`held`), to `shard` if given (a callback's, beside its message) or to one drawn at random,
+ * named in its id (newStandaloneJobId).
  */
 type Placement = { held: false } | { held: true; shard?: string | undefined };
 
@@ -197,8 +197,11 @@ function newIdAndShard(place: Placement, shardCount: number, now: number): { id:
     return { id, shard: shardFor(id, shardCount) };
   }
   const asked = place.shard === undefined ? null : shardNumber(place.shard);
-  const drawn = shardNumber(shardFor(newJobId(now), Math.min(shardCount, MAX_NAMED_SHARDS)))!;
-  const id = newStandaloneJobId(now, asked !== null && asked < MAX_NAMED_SHARDS ? asked : drawn);
+  const number =
+    asked !== null && asked < MAX_NAMED_SHARDS
+      ? asked
+      : crypto.getRandomValues(new Uint32Array(1))[0]! % Math.min(shardCount, MAX_NAMED_SHARDS);
+  const id = newStandaloneJobId(now, number);
   return { id, shard: shardNamedBy(id)! };
 }
 

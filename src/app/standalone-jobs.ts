@@ -26,6 +26,7 @@ export function asCatalogJob(def: JobDefinition, shard: string): CatalogJob {
     pausedReason: null,
     createdAt: def.createdAt,
     updatedAt: def.createdAt,
+    // A shard keeps no time of deletion: the creation stands in, where only whether it was counts.
     deletedAt: def.deleted ? def.createdAt : null,
     standalone: true,
   };

@@ -27,7 +27,7 @@ export interface JobDraft {
   name: string | null;
   /** The queue it was enqueued to, and that queue's parallelism then (its group's own limits hold it from there). */
   queue?: { name: string; parallelism: number };
-  /** The shard to keep a message in (a callback: its source's, see publish.ts); its id is drawn to land there. */
+  /** The shard to keep a message in (a callback: its source's, see publish.ts), which its id names. */
   shard?: string;
 }
 
