@@ -1,6 +1,6 @@
 import { ApiError, notFound } from "../api/errors";
 import { type CatalogJob, toDefinition } from "../catalog/jobs";
-import { shardsInUse } from "../catalog/shards";
+import { holdsJobsOf, shardsInUse } from "../catalog/shards";
 import { shardNamedBy } from "../model/ids";
 import type { JobDefinition } from "../protocol/stored-rows";
 import { shardStub } from "../stubs";
@@ -43,7 +43,7 @@ async function askShard(env: Env, shard: string, ids: string[]): Promise<Catalog
  */
 export async function findStandaloneJob(env: Env, caller: Caller, jobId: string): Promise<CatalogJob | null> {
   const shard = shardNamedBy(jobId);
-  if (shard === null || !(await shardsInUse(env.DB, scopeOf(caller))).includes(shard)) return null;
+  if (shard === null || !(await holdsJobsOf(env.DB, shard, scopeOf(caller)))) return null;
   const [job] = await askShard(env, shard, [jobId]);
   return job && mayTouchJob(caller, job) ? job : null;
 }
@@ -87,11 +87,15 @@ export async function listStandaloneJobs(env: Env, caller: Caller, limit: number
       (await shardStub(env, shard).listStandaloneJobs(scope, limit, beforeId)).map((def) => asCatalogJob(def, shard)),
     ),
   );
-  return pages
-    .flat()
-    .filter((job) => mayTouchJob(caller, job))
-    .sort((a, b) => (a.id < b.id ? 1 : -1))
-    .slice(0, limit);
+  return newestJobs(
+    pages.flat().filter((job) => mayTouchJob(caller, job)),
+    limit,
+  );
+}
+
+/** The newest `limit` of jobs from several lists (job ids sort by creation): a page merged from shards and the catalog. */
+export function newestJobs(jobs: CatalogJob[], limit: number): CatalogJob[] {
+  return jobs.sort((a, b) => (a.id < b.id ? 1 : -1)).slice(0, limit);
 }
 
 /**

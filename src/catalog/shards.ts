@@ -16,6 +16,15 @@ export async function shardsInUse(db: D1Database, tenantId: string | null = null
   return results.map((r) => r.shard);
 }
 
+/** Whether `shard` holds or held a job of `tenantId` (of any tenant: null): one key looked up. */
+export async function holdsJobsOf(db: D1Database, shard: string, tenantId: string | null): Promise<boolean> {
+  const stmt =
+    tenantId === null
+      ? db.prepare("SELECT 1 FROM shard_tenants WHERE shard = ? LIMIT 1").bind(shard)
+      : db.prepare("SELECT 1 FROM shard_tenants WHERE shard = ? AND tenant_id = ?").bind(shard, tenantId);
+  return (await guard("shards", () => stmt.first())) !== null;
+}
+
 /** The SQL of `nextShardInUse`, for the test of its plan. */
 export const NEXT_SHARD_SQL = "SELECT MIN(shard) AS shard FROM shard_tenants WHERE shard > ?";
 

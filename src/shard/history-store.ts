@@ -135,22 +135,14 @@ export class HistoryStore {
     return removed;
   }
 
-  /** A standalone job that has fired, once its runs are gone: it is not in the catalog, so it leaves entirely. */
-  purgeFinishedStandaloneJob(jobId: string): boolean {
+  /**
+   * A job whose runs are all gone leaves the shard: one deleted, or a standalone one that has
+   * fired (the caller knows it fired: fired-through.ts), which no catalog remembers either.
+   */
+  purgeJob(jobId: string): boolean {
     return (
       this.sql.exec(
-        "DELETE FROM jobs WHERE id = ?1 AND standalone = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE id > ?2 AND id < ?3)",
-        jobId,
-        ...runKeyRange(jobId),
-      ).rowsWritten > 0
-    );
-  }
-
-  /** A deleted job whose runs are all gone leaves the shard. */
-  purgeDeletedJob(jobId: string): boolean {
-    return (
-      this.sql.exec(
-        "DELETE FROM jobs WHERE id = ?1 AND deleted = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE id > ?2 AND id < ?3)",
+        "DELETE FROM jobs WHERE id = ?1 AND (deleted = 1 OR standalone = 1) AND NOT EXISTS (SELECT 1 FROM runs WHERE id > ?2 AND id < ?3)",
         jobId,
         ...runKeyRange(jobId),
       ).rowsWritten > 0

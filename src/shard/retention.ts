@@ -121,9 +121,8 @@ export class Retention {
       const gone = this.history.removeFinishedRuns(expired.map((r) => r.id));
       for (const job of jobs) {
         if (job.id > reached) break;
-        if (job.deleted) this.history.purgeDeletedJob(job.id);
-        // A message (held by its shard alone) leaves with its run: nothing else remembers it.
-        else if (job.standalone && this.store.firedThrough.live(job).nextFireAt === null) this.history.purgeFinishedStandaloneJob(job.id);
+        // A message (held by its shard alone) leaves with its run, as a deleted job does.
+        if (job.deleted || (job.standalone && this.store.firedThrough.live(job).nextFireAt === null)) this.history.purgeJob(job.id);
       }
       const wrapped = !full && jobs.length < JOBS_PER_PASS;
       this.history.setMeta(CURSOR, wrapped ? "" : reached);

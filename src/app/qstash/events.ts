@@ -4,7 +4,7 @@ import { eventsOfRun, type LogEvent, type LogState } from "../../qstash/events";
 import { jobIdOfMessage, messageIdOfJob, messageIdOfRun, runIdOfMessage } from "../../qstash/ids";
 import { shardStub } from "../../stubs";
 import { type Caller, scopeOf } from "../caller";
-import { listStandaloneJobs, loadAnyJob } from "../standalone-jobs";
+import { listStandaloneJobs, loadAnyJob, newestJobs } from "../standalone-jobs";
 import { destinationIn, destinationOf } from "./present";
 
 /**
@@ -96,7 +96,7 @@ export async function listEvents(
     listStandaloneJobs(env, caller, JOBS_PER_PAGE, query.cursor),
     listJobs(env.DB, scopeOf(caller), JOBS_PER_PAGE, query.cursor),
   ]);
-  const jobs = [...held, ...catalogued].sort((a, b) => (a.id < b.id ? 1 : -1)).slice(0, JOBS_PER_PAGE);
+  const jobs = newestJobs([...held, ...catalogued], JOBS_PER_PAGE);
   const events: LogEvent[] = [];
   let last: string | undefined;
   for (const job of jobs) {

@@ -4,7 +4,7 @@ import { jobIdOfMessage } from "../../qstash/ids";
 import type { Caller } from "../caller";
 import { scopeOf } from "../caller";
 import { changeJob } from "../jobs";
-import { deleteStandaloneJobs, listStandaloneJobs, loadAnyJob } from "../standalone-jobs";
+import { deleteStandaloneJobs, listStandaloneJobs, loadAnyJob, newestJobs } from "../standalone-jobs";
 import { destinationIn } from "./present";
 
 /**
@@ -50,7 +50,7 @@ export async function findMessages(env: Env, caller: Caller, filter: MessageFilt
     search(env, filter, count, match, (before) => listStandaloneJobs(env, caller, PAGE, before)),
     search(env, filter, count, match, (before) => listJobs(env.DB, scopeOf(caller), PAGE, before)),
   ]);
-  return [...held, ...catalogued].sort((a, b) => (a.id < b.id ? 1 : -1)).slice(0, count);
+  return newestJobs([...held, ...catalogued], count);
 }
 
 function matcher(filter: MessageFilter) {
