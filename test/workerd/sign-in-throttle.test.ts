@@ -8,9 +8,10 @@ import { signInStub } from "../../src/stubs";
 import { api, createTenant } from "./helpers";
 
 /**
- * Failed sign-ins are throttled per client address and per key prefix (docs/security.md): a
- * flood of wrong credentials is answered 429 with Retry-After after a few, without a D1 query,
- * and counted in the metrics.
+ * Failed sign-ins are throttled per client address (IPv6 by /64) and per key prefix
+ * (docs/security.md): a flood of wrong credentials is answered 429 with Retry-After after a few,
+ * and counted in the metrics, while a valid credential from the same address or with the same
+ * prefix still passes. The budgets are kept by a fixed set of objects, each holding a bounded number.
  */
 
 const as = (address: string, token: string, path = "/v1/jobs") =>
