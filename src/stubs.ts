@@ -12,7 +12,7 @@ export function gateStub(env: Env, tenantId: string) {
   return env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenantId));
 }
 
-/** A client address's or a key prefix's failed sign-ins (`address:…`, `prefix:…`), or the refusals' `totals`. */
+/** One of the fixed set of sign-in throttle objects (`throttle-<n>`, src/gate/sign-in-names.ts), or the refusals' `totals`. */
 export function signInStub(env: Env, name: string) {
   return env.SIGN_IN_THROTTLE.get(env.SIGN_IN_THROTTLE.idFromName(name));
 }

@@ -1,7 +1,6 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { grantOf } from "../app/caller";
-import { hashKey, tenantOfKey } from "../catalog/tenants";
 import { API_KEY } from "../model/ids";
 import { grants } from "../model/scopes";
 import { gateStub } from "../stubs";
@@ -9,7 +8,7 @@ import type { AppContext, AppEnv } from "./context";
 import { ApiError, noSuchRoute } from "./errors";
 import { endpointOf } from "./operation";
 import { accessOf } from "./route-scopes";
-import { failedSignIn, refuseIfThrottled, throttleNames } from "./sign-in-throttle";
+import { failedSignIn, liveKeyOf, throttleNames } from "./sign-in-throttle";
 
 const encoder = new TextEncoder();
 /** Largest request body the API reads; a job definition is a few KiB. */
@@ -28,10 +27,10 @@ const unauthorized = () =>
  * (looked up by its hash). Hono's bearerAuth answers a malformed header with 400 and a plain-text
  * body; this API promises 401 with a JSON body for any missing or wrong credential. The admin
  * token is compared as SHA-256 digests in constant time, so neither its length nor its content
- * leaks through timing. What no credential can change is answered before any lookup: a path no
- * route has (the routes are public, in /openapi.json), a client throttled for its failed
- * sign-ins (sign-in-throttle.ts), and a token that is neither the admin token nor of an API
- * key's form, so that junk requests cost no D1 query.
+ * leaks through timing. A path no route has (the routes are public, in /openapi.json) is answered
+ * before any lookup, and a token that is neither the admin token nor of an API key's form is never
+ * looked up, so such junk costs no D1 query. Only a credential missing or found wrong counts
+ * against, and is refused by, the sign-in throttle (sign-in-throttle.ts): a valid one always passes.
  */
 export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   const endpoint = endpointOf(c);
@@ -43,14 +42,13 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   const presented = presentedToken(c) ?? undefined;
   const isKey = presented !== undefined && API_KEY.test(presented);
   const names = throttleNames(c, isKey ? presented.slice(0, KEY_PREFIX_LENGTH) : null);
-  refuseIfThrottled(c, names);
   if (presented === undefined) throw await failedSignIn(c, names, unauthorized());
   const admin = await adminTokenOf(c, presented);
   if (admin) {
     c.set("caller", { admin: true, ...(admin === "next" && { next: true }), from });
     return next();
   }
-  const found = isKey ? await tenantOfKey(c.env.DB, await hashKey(presented)) : null;
+  const found = isKey ? await liveKeyOf(c, presented) : null;
   if (!found) throw await failedSignIn(c, names, unauthorized());
   const { tenant, key } = found;
   c.set("caller", { admin: false, tenant, key, from });

@@ -1,5 +1,6 @@
 import { workerCost } from "../catalog/cost";
 import { readSweepState } from "../catalog/sweep-state";
+import { TOTALS_OBJECT } from "../gate/sign-in-names";
 import { signInStub } from "../stubs";
 import type { Caller } from "./caller";
 import { schedulerCost } from "./cost";
@@ -57,7 +58,7 @@ export async function schedulerExposition(env: Env, caller: Caller, windowMs: nu
     ? {
         cost: schedulerCost(snapshot.shardCosts, await workerCost(env.DB, Date.now() - windowMs)),
         sweep: await readSweepState(env.DB),
-        signInRefusals: await signInStub(env, "totals").totals(),
+        signInRefusals: await signInStub(env, TOTALS_OBJECT).totals(),
       }
     : null;
   return renderExposition(schedulerSeries(snapshot, admin));

@@ -45,3 +45,17 @@ export function spend(budget: Budget, rule: BudgetRule, now: number): { budget: 
 export function waitBefore(budget: Budget, rule: BudgetRule, now: number): number {
   return waitMs(refilled(budget, rule, now), rule);
 }
+
+/**
+ * Records `budget` as `name`'s, the most recently spent, and drops the least recently spent past
+ * `max` names: what an object holds stays bounded however many clients fail. Dropping a budget
+ * forgives its client, the safe way to err now that a valid credential is never refused.
+ */
+export function keepBudget(budgets: Map<string, Budget>, name: string, budget: Budget, max: number): void {
+  budgets.delete(name);
+  budgets.set(name, budget);
+  for (const oldest of budgets.keys()) {
+    if (budgets.size <= max) break;
+    budgets.delete(oldest);
+  }
+}

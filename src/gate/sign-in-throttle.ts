@@ -1,31 +1,45 @@
 import { DurableObject } from "cloudflare:workers";
-import { type Budget, fullBudget, SIGN_IN_RULE, spend, waitBefore } from "./failure-budget";
+import { type Budget, fullBudget, keepBudget, SIGN_IN_RULE, spend, waitBefore } from "./failure-budget";
 
-/** What was refused at sign-in: a credential that is wrong, or any credential from a throttled client. */
+/** What was refused at sign-in: a credential that is wrong, or a wrong one from a throttled client. */
 export type SignInRefusal = "invalid" | "throttled";
 
 /**
- * One per client address (`address:<ip>`) and per key prefix (`prefix:<first characters>`):
- * the failed sign-ins it made lately (failure-budget.ts). One more, `totals`, counts refusals
- * for the metrics. The budget lives in memory: losing it on eviction only forgives a client.
+ * The budgets one object holds at most: a name is ~50 characters and a budget two numbers, so
+ * under 1 MiB an object, and THROTTLE_OBJECTS (sign-in-names.ts) times this for the deployment.
+ */
+export const MAX_BUDGETS = 4_096;
+
+/**
+ * One of a fixed set (`throttle-<n>`, sign-in-names.ts), holding the failed sign-ins lately made
+ * (failure-budget.ts) by each client address (`address:<ip or /64>`) and key prefix
+ * (`prefix:<first characters>`) whose name hashes to it, at most MAX_BUDGETS of them. One more,
+ * `totals`, counts refusals for the metrics. The budgets live in memory: losing them on
+ * eviction only forgives.
  */
 export class SignInThrottle extends DurableObject<Env> {
-  private budget: Budget | null = null;
+  private readonly budgets = new Map<string, Budget>();
 
   /**
-   * Records a failed sign-in: `refusedMs`, 0 while this client may still be told its credential
-   * is wrong, else how long it must wait; `blockedMs`, how long its next try must wait (0: none).
+   * Records a failed sign-in for `name`: `refusedMs`, 0 while this client may still be told its
+   * credential is wrong, else how long it must wait; `blockedMs`, how long its next try must wait (0: none).
    */
-  async fail(): Promise<{ refusedMs: number; blockedMs: number }> {
+  async fail(name: string): Promise<{ refusedMs: number; blockedMs: number }> {
     const now = Date.now();
-    const { budget, retryAfterMs } = spend(this.budget ?? fullBudget(SIGN_IN_RULE, now), SIGN_IN_RULE, now);
-    this.budget = budget;
+    const { budget, retryAfterMs } = spend(this.budgets.get(name) ?? fullBudget(SIGN_IN_RULE, now), SIGN_IN_RULE, now);
+    keepBudget(this.budgets, name, budget, MAX_BUDGETS);
     return { refusedMs: retryAfterMs, blockedMs: waitBefore(budget, SIGN_IN_RULE, now) };
   }
 
-  /** How long the client must wait before its next try; 0: it may try now. */
-  async wait(): Promise<number> {
-    return this.budget ? waitBefore(this.budget, SIGN_IN_RULE, Date.now()) : 0;
+  /** How long `name` must wait before its next try; 0: it may try now. */
+  async wait(name: string): Promise<number> {
+    const budget = this.budgets.get(name);
+    return budget ? waitBefore(budget, SIGN_IN_RULE, Date.now()) : 0;
+  }
+
+  /** How many budgets this object holds (at most MAX_BUDGETS). */
+  async held(): Promise<number> {
+    return this.budgets.size;
   }
 
   /** Adds refusals counted by an isolate (src/api/sign-in-throttle.ts). */

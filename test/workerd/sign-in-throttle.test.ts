@@ -2,13 +2,16 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { armFault, disarmFault } from "../../src/faults";
 import { SIGN_IN_RULE } from "../../src/gate/failure-budget";
+import { addressName, THROTTLE_OBJECTS, throttleObjectOf } from "../../src/gate/sign-in-names";
+import { MAX_BUDGETS } from "../../src/gate/sign-in-throttle";
 import { signInStub } from "../../src/stubs";
 import { api, createTenant } from "./helpers";
 
 /**
- * Failed sign-ins are throttled per client address and per key prefix (docs/security.md): a
- * flood of wrong credentials is answered 429 with Retry-After after a few, without a D1 query,
- * and counted in the metrics.
+ * Failed sign-ins are throttled per client address (IPv6 by /64) and per key prefix
+ * (docs/security.md): a flood of wrong credentials is answered 429 with Retry-After after a few,
+ * and counted in the metrics, while a valid credential from the same address or with the same
+ * prefix still passes. The budgets are kept by a fixed set of objects, each holding a bounded number.
  */
 
 const as = (address: string, token: string, path = "/v1/jobs") =>
@@ -56,19 +59,62 @@ describe("failed sign-ins", () => {
       .toEqual({ invalid: unauthorized, throttled });
   });
 
-  it("a throttled address is refused before any D1 query, even with a good key; another address is not", async () => {
+  it("a flood of junk from one address, then a valid key and the admin token from that same address answer 200", async () => {
     const tenant = await createTenant();
-    for (let i = 0; i < SIGN_IN_RULE.capacity; i++) expect((await as("203.0.113.8", "junk-token")).status).toBe(401);
+    for (let i = 0; i < SIGN_IN_RULE.capacity + 10; i++) await (await as("203.0.113.8", randomKey())).body?.cancel();
+    expect((await as("203.0.113.8", randomKey())).status).toBe(429);
+    expect((await as("203.0.113.8", tenant.apiKey)).status).toBe(200);
+    expect((await as("203.0.113.8", "test-token", "/v1/tenants")).status).toBe(200);
+    // Every Worker calling from Cloudflare shares one address: its junk is throttled together,
+    // its valid keys are not.
+    expect((await as("203.0.113.8", "junk-token")).status).toBe(429);
+  });
+
+  it("25 junk keys with a victim's prefix, then the victim's real key answers 200", async () => {
+    const victim = await createTenant();
+    const prefix = victim.apiKey.slice(0, 7);
+    const statuses: number[] = [];
+    for (let i = 0; i < SIGN_IN_RULE.capacity + 5; i++) {
+      const res = await as(`198.18.41.${i + 1}`, `${prefix}${randomKey().slice(prefix.length)}`);
+      statuses.push(res.status);
+      await res.body?.cancel();
+    }
+    expect(statuses.slice(SIGN_IN_RULE.capacity).every((s) => s === 429)).toBe(true);
+    expect((await as("198.18.41.200", victim.apiKey)).status).toBe(200);
+    expect((await as(`198.18.41.${SIGN_IN_RULE.capacity + 1}`, victim.apiKey)).status).toBe(200);
+    expect((await victim.api("/v1/jobs")).status).toBe(200);
+  });
+
+  it("a throttled client's junk is still refused cheaply: a token not of a key's form, or a key already found wrong, without D1", async () => {
+    const known = randomKey();
+    expect((await as("203.0.113.11", known)).status).toBe(401);
+    for (let i = 0; i < SIGN_IN_RULE.capacity; i++) await (await as("203.0.113.11", "junk-token")).body?.cancel();
     // With D1 failing, a request that reached it would be 503: 429 says none was made.
     armFault("catalog.unavailable");
     try {
-      const res = await as("203.0.113.8", tenant.apiKey);
-      expect(res.status).toBe(429);
-      expect(res.headers.get("Retry-After")).toMatch(/^[1-9][0-9]*$/);
+      expect((await as("203.0.113.11", "junk-token")).status).toBe(429);
+      expect((await as("203.0.113.11", known)).status).toBe(429);
+      // A key never looked up might be valid: it is looked up, never refused unseen.
+      expect((await as("203.0.113.11", randomKey())).status).toBe(503);
     } finally {
       disarmFault("catalog.unavailable");
     }
-    expect((await as("203.0.113.9", tenant.apiKey)).status).toBe(200);
+  });
+
+  it("20 addresses in one IPv6 /64 are throttled together; IPv4-mapped IPv6 counts as its IPv4 address", async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i < SIGN_IN_RULE.capacity + 5; i++) {
+      const res = await as(`2001:db8:41:3:${(i + 1).toString(16)}::${(i * 7 + 1).toString(16)}`, "junk-token");
+      statuses.push(res.status);
+      await res.body?.cancel();
+    }
+    expect(statuses.slice(0, SIGN_IN_RULE.capacity).every((s) => s === 401)).toBe(true);
+    expect(statuses.slice(SIGN_IN_RULE.capacity).every((s) => s === 429)).toBe(true);
+    expect((await as("2001:0db8:0041:0003:ffff:ffff:ffff:ffff", "junk-token")).status).toBe(429);
+    expect((await as("2001:db8:41:4::1", "junk-token")).status).toBe(401);
+
+    for (let i = 0; i < SIGN_IN_RULE.capacity; i++) await (await as("::ffff:203.0.113.12", "junk-token")).body?.cancel();
+    expect((await as("203.0.113.12", "junk-token")).status).toBe(429);
   });
 
   it("guesses of one key prefix are throttled whatever address they come from", async () => {
@@ -78,6 +124,31 @@ describe("failed sign-ins", () => {
     for (let i = 0; i < SIGN_IN_RULE.capacity + 5; i++) statuses.push((await as(`198.51.100.${i + 1}`, guess())).status);
     expect(statuses.slice(0, SIGN_IN_RULE.capacity).every((s) => s === 401)).toBe(true);
     expect(statuses.slice(SIGN_IN_RULE.capacity).every((s) => s === 429)).toBe(true);
+  });
+
+  it("failures from 200 addresses are kept by the fixed set of throttle objects, one budget each", async () => {
+    const held = async () => {
+      const counts = await Promise.all(Array.from({ length: THROTTLE_OBJECTS }, (_, i) => signInStub(env, `throttle-${i}`).held()));
+      return counts.reduce((a, b) => a + b, 0);
+    };
+    const before = await held();
+    const addresses = Array.from({ length: 200 }, (_, i) => `100.64.41.${i}`);
+    for (const address of addresses) await (await as(address, "junk-token")).body?.cancel();
+    expect(await held()).toBe(before + addresses.length);
+    // A throttled address's budget is in the object its name hashes to.
+    for (let i = 0; i < SIGN_IN_RULE.capacity; i++) await (await as(addresses[0]!, "junk-token")).body?.cancel();
+    const name = addressName(addresses[0]!);
+    expect(await signInStub(env, throttleObjectOf(name)).wait(name)).toBeGreaterThan(0);
+  });
+
+  it("a throttle object holds at most MAX_BUDGETS budgets, forgiving the least recently failed", async () => {
+    const object = signInStub(env, "throttle-bound-test");
+    for (let i = 0; i <= SIGN_IN_RULE.capacity; i++) await object.fail("address:oldest");
+    expect(await object.wait("address:oldest")).toBeGreaterThan(0);
+    const names = Array.from({ length: MAX_BUDGETS }, (_, i) => `address:bound-${i}`);
+    for (let i = 0; i < names.length; i += 256) await Promise.all(names.slice(i, i + 256).map((n) => object.fail(n)));
+    expect(await object.held()).toBe(MAX_BUDGETS);
+    expect(await object.wait("address:oldest")).toBe(0);
   });
 
   it("refusal counts reach the admin's Prometheus metrics", async () => {
