@@ -25,7 +25,7 @@ async function refusals() {
 }
 
 describe("failed sign-ins", () => {
-  it("1,000 wrong keys from one address in a minute: a few are told 401, the rest 429 with Retry-After", async () => {
+  it("1,000 wrong keys from one address: as many are told 401 as the budget and what it earned back allow, the rest 429 with Retry-After", async () => {
     const before = await refusals();
     const statuses: number[] = [];
     let retryAfter: string | null = null;
@@ -38,8 +38,8 @@ describe("failed sign-ins", () => {
         expect(((await res.json()) as { error: { code: string } }).error.code).toBe("sign_in_throttled");
       } else await res.body?.cancel();
     }
+    // However long the flood took on this machine: what the budget earned back meanwhile is allowed for below.
     const elapsed = Date.now() - started;
-    expect(elapsed).toBeLessThan(SIGN_IN_RULE.periodMs);
     const unauthorized = statuses.filter((s) => s === 401).length;
     const throttled = statuses.filter((s) => s === 429).length;
     // The budget, and what it earned back while the flood went on (capacity per period).
