@@ -3,7 +3,7 @@ import { MAX_OPEN_CONNECTIONS, type Slots } from "./connections";
 /**
  * One invocation's connection slots shared fairly among the tenants of its batch, so that one
  * tenant's slow targets (an attempt may take up to 900 s) cannot hold every slot while another
- * tenant's requests wait (docs/security.md, "Tenant isolation").
+ * tenant's requests wait (docs/security.md, "Tenants, secrets and targets").
  *
  * Each tenant's requests queue apart. Every tenant announced before the first grant keeps a
  * share of `floor(size / tenants)` slots (at least one) that no other tenant may take while it

@@ -1,7 +1,7 @@
 /**
  * The connection slots shared among a batch's tenants (src/consumer/fair-slots.ts), driven on a
  * virtual clock: requests announced at the batch's start, asking for a slot when they arrive,
- * holding it for their duration. What docs/security.md ("Tenant isolation") promises is checked
+ * holding it for their duration. What docs/security.md ("Tenants, secrets and targets") promises is checked
  * at every instant: never more than the slots, a tenant's request waits only while its own
  * tenant holds its share, a free slot never idles while a request that has asked waits (unless
  * kept for one still to come), and every request runs.
@@ -66,7 +66,10 @@ async function simulate(size: number, reqs: Req[]): Promise<Array<number | null>
     reqs.forEach((r, i) => {
       if (arrived.has(i) || r.arrive !== now) return;
       arrived.add(i);
-      if (r.forgo) return slots.forgo(r.tenant);
+      if (r.forgo) {
+        slots.forgo(r.tenant);
+        return;
+      }
       waiting.add(i);
       finished.push(
         slots.hold(
@@ -103,7 +106,7 @@ describe("connection slots shared fairly among a batch's tenants", () => {
         fc.integer({ min: 1, max: 10 }).chain((tenants) => fc.array(reqArb(tenants), { minLength: 1, maxLength: 40 })),
         async (size, reqs) => {
           const started = await simulate(size, reqs);
-          reqs.forEach((r, i) => expect(started[i] === null, `request ${i}`).toBe(r.forgo));
+          for (const [i, r] of reqs.entries()) expect(started[i] === null, `request ${i}`).toBe(r.forgo);
         },
       ),
       { numRuns: 300 },
