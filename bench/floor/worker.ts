@@ -9,7 +9,7 @@
  * claimed or reported: no SQLite, no RPC back, no signing. `bench/floor.ts` runs it.
  */
 import { DurableObject } from "cloudflare:workers";
-import { ConnectionSlots } from "../../src/consumer/connections";
+import { FairSlots } from "../../src/consumer/fair-slots";
 import { QUEUE_BATCH_MESSAGES } from "../../src/shard/dispatch-packs";
 
 interface FloorEnv {
@@ -91,7 +91,8 @@ export default {
   },
 
   async queue(batch: MessageBatch<Pack>): Promise<void> {
-    const slots = new ConnectionSlots(batch.messages[0]?.body.connections);
+    // One tenant: the slots first come, first served, as the consumer hands them to a lone tenant.
+    const slots = new FairSlots(batch.messages[0]?.body.connections).of("bench");
     await Promise.all(
       batch.messages.flatMap((m) =>
         m.body.indexes.map((i) =>

@@ -281,15 +281,20 @@ export async function jobsWithUnsealedTargets(db: D1Database, limit: number): Pr
 }
 
 /**
- * A job's targets (its own, or its steps') and notification receiver sealed under another key
- * than `kid` or with their URL still in clear (stored before URLs were sealed): SQL over the
- * spec, `?1` the key id. Mirrors `needsResealing` (src/security/targets.ts) and
- * `notifyNeedsResealing` (src/security/notify-urls.ts).
+ * A job's targets (its own, or its steps'), notification receiver and QStash callbacks (a
+ * schedule's) sealed under another key than `kid` or with their URL still in clear (stored
+ * before URLs, or callbacks, were sealed): SQL over the spec, `?1` the key id. Mirrors
+ * `needsResealing` (src/security/targets.ts), `notifyNeedsResealing`
+ * (src/security/notify-urls.ts) and `callbackNeedsResealing` (src/qstash/sealed-callbacks.ts).
  */
 const SEALED_UNDER_ANOTHER_KEY = `json_extract(spec, '$.target.secrets.kid') != ?1
   OR json_type(spec, '$.target.url') IS NOT NULL
   OR json_extract(spec, '$.notify.secrets.kid') != ?1
   OR json_type(spec, '$.notify.url') IS NOT NULL
+  OR json_extract(spec, '$.target.qstash.callback.secrets.kid') != ?1
+  OR json_type(spec, '$.target.qstash.callback.url') IS NOT NULL
+  OR json_extract(spec, '$.target.qstash.failureCallback.secrets.kid') != ?1
+  OR json_type(spec, '$.target.qstash.failureCallback.url') IS NOT NULL
   OR EXISTS (SELECT 1 FROM json_each(spec, '$.steps') s
     WHERE json_extract(s.value, '$.target.secrets.kid') != ?1 OR json_type(s.value, '$.target.url') IS NOT NULL)`;
 

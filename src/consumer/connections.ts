@@ -7,26 +7,13 @@
  */
 export const MAX_OPEN_CONNECTIONS = 6;
 
-/** A counting semaphore over one invocation's connections, first come first served. */
-export class ConnectionSlots {
-  #free: number;
-  readonly #waiting: Array<() => void> = [];
-
-  constructor(size = MAX_OPEN_CONNECTIONS) {
-    this.#free = size;
-  }
-
-  /** Runs `work` once a slot is free; the slot is held until `work` settles, whatever it does. */
-  async hold<T>(work: () => Promise<T>): Promise<T> {
-    if (this.#free > 0) this.#free--;
-    else await new Promise<void>((resolve) => this.#waiting.push(resolve));
-    try {
-      return await work();
-    } finally {
-      // The slot passes straight to the next waiter, so a newcomer cannot overtake it.
-      const next = this.#waiting.shift();
-      if (next) next();
-      else this.#free++;
-    }
-  }
+/**
+ * The invocation's connection slots as one request sees them: shared among the batch's tenants
+ * (src/consumer/fair-slots.ts), never more than MAX_OPEN_CONNECTIONS held at once.
+ */
+export interface Slots {
+  /** Runs `work` once a slot is granted; the slot is held until `work` settles, whatever it does. */
+  hold<T>(work: () => Promise<T>): Promise<T>;
+  /** The request was announced but will not ask for a slot (it could not be prepared). */
+  forgo(): void;
 }

@@ -14,9 +14,9 @@ import type { OpenResult, ShardApi } from "../protocol/shard-rpc";
 import { dispatchQueue } from "../queues";
 import { shardStub } from "../stubs";
 import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
-import { ConnectionSlots } from "./connections";
 import { type Delivery, oncePerDispatch, redeliveryDelay, unpack } from "./deliveries";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
+import { FairSlots } from "./fair-slots";
 import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
 
@@ -24,7 +24,7 @@ import { OutcomeReporter } from "./reporter";
  * The Queue consumer. Jobs' notifications and chained triggers go to `deliverOutbox`; run
  * dispatches, several to a message, each carry their attempt's order (the attempt began when its
  * shard dispatched it: there is no claim), so their targets are called at once, sharing the
- * invocation's connection slots, and each shard is told its outcomes as they finish, a group at
+ * invocation's connection slots fairly among the batch's tenants (src/consumer/fair-slots.ts), and each shard is told its outcomes as they finish, a group at
  * a time (docs/architecture.md, invariant 6): one call to the shard per group of runs. A
  * dispatch is done once the shard has its outcome (or kept it on the queue for the shard, when
  * the shard could not be told), or said it was stale. A message is acked once all its
@@ -35,15 +35,23 @@ export async function consumeDispatches(batch: MessageBatch<QueueMessage>, env: 
   // Read before any target is called: a misconfigured Worker then leaves every dispatch to the Queue's retries.
   const context = executeContext(env);
   // One set of slots for the whole batch: the platform's limit is per invocation, not per shard.
-  const connections = new ConnectionSlots();
+  const connections = new FairSlots();
   const { dispatches, outbox, outcomes } = split(batch.messages);
   // Runs whose origin's breaker is open are held before their targets are called: no attempt is spent.
   const resend = (pack: DispatchPack, delaySeconds: number) =>
     dispatchQueue(env, pack.shard).send(pack, { contentType: "json", delaySeconds });
   const { go, held } = await screenDispatches(env, oncePerDispatch(unpack(dispatches, resend)));
+  // Every request of the batch is announced before any is sent, so each tenant's share of the
+  // slots is kept from the start: another tenant's slow targets cannot take it first.
+  const groups = await Promise.allSettled([...groupByShard(go)].map(([shard, deliveries]) => ordersOfGroup(env, shard, deliveries)));
+  for (const group of groups)
+    if (group.status === "fulfilled") for (const { order } of group.value.work) connections.expect(order.tenantId);
+  for (const { body } of outbox) if (body.kind === "notify") connections.expect(body.tenantId);
   const breakers = new BreakerLog();
   await settleAll([
-    ...[...groupByShard(go)].map(([shard, deliveries]) => runShardGroup(env, context, connections, breakers, shard, deliveries)),
+    ...groups.map((group) =>
+      group.status === "fulfilled" ? runShardGroup(env, context, connections, breakers, group.value) : Promise.reject(group.reason),
+    ),
     holdDispatches(env, held),
     deliverOutbox(env, context, connections, outbox),
     reportKept(env, outcomes),
@@ -68,22 +76,30 @@ function groupByShard(deliveries: readonly Delivery[]): Map<string, Delivery[]> 
   return Map.groupBy(deliveries, (d) => d.shard);
 }
 
+interface ShardGroup {
+  shard: string;
+  stub: ShardApi;
+  work: Array<{ delivery: Delivery; order: RunOrder }>;
+}
+
+async function ordersOfGroup(env: Env, shard: string, deliveries: Delivery[]): Promise<ShardGroup> {
+  failpoint("consumer.beforeExecute", shard);
+  const stub = shardStub(env, shard);
+  return { shard, stub, work: await ordersOf(stub, shard, deliveries) };
+}
+
 async function runShardGroup(
   env: Env,
   context: ExecuteContext,
-  connections: ConnectionSlots,
+  connections: FairSlots,
   breakers: BreakerLog,
-  shard: string,
-  deliveries: Delivery[],
+  { shard, stub, work }: ShardGroup,
 ): Promise<void> {
-  failpoint("consumer.beforeExecute", shard);
-  const stub = shardStub(env, shard);
-  const work = await ordersOf(stub, shard, deliveries);
   const keep = (outcomes: Outcome[]) => dispatchQueue(env, shard).send({ kind: "outcomes", shard, outcomes }, { contentType: "json" });
   const reporter = new OutcomeReporter(stub, shard, work.length, keep);
   await settleAll(
     work.map(async ({ delivery, order }) => {
-      const outcome = await executeTarget(order, context, connections);
+      const outcome = await executeTarget(order, context, connections.of(order.tenantId));
       breakers.note(delivery.dispatch, outcome);
       if (await reporter.report(outcome)) delivery.done();
       else delivery.again();

@@ -11,7 +11,7 @@ import { type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
-import type { ConnectionSlots } from "./connections";
+import type { Slots } from "./connections";
 import { type SentRequest, sendQstashCallback } from "./qstash-callbacks";
 
 /** Longest error text kept on a run; a target's error page can be megabytes. */
@@ -74,16 +74,18 @@ export function edgecronHeaders(order: RunOrder, completionToken: string, public
  * Calls a run's target once, within its timeout, and describes what happened. Never throws.
  * The target's sealed URL, headers and body are opened only here, for the request; the request is
  * signed for the tenant; every hop (redirects included) must pass the SSRF guard.
- * The request waits for one of the invocation's connection slots, and its timeout starts only
- * once it has one: time spent behind other targets is not the target's. Redirect hops reuse
+ * The request waits for one of the invocation's connection slots, in its tenant's turn
+ * (src/consumer/fair-slots.ts), and its timeout starts only once it has one: time spent behind
+ * other targets is not the target's. Redirect hops reuse
  * the attempt's slot, as the platform counts one request waiting at a time.
  */
-export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connections: ConnectionSlots): Promise<Outcome> {
+export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connections: Slots): Promise<Outcome> {
   let request: PreparedRequest;
   try {
     request = await buildRequest(order, ctx);
   } catch (err) {
     // Keys missing or rotated away: nothing to send. Retryable, since fixing the keys helps.
+    connections.forgo();
     return {
       runId: order.runId,
       fence: order.fence,

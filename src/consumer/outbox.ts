@@ -5,8 +5,8 @@ import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { targetRefusal } from "../security/target-guard";
 import { shardStub } from "../stubs";
-import type { ConnectionSlots } from "./connections";
 import type { ExecuteContext } from "./execute";
+import type { FairSlots } from "./fair-slots";
 
 /** A receiver gets this long to answer; a notification is small and nothing waits on it. */
 const NOTIFY_TIMEOUT_MS = 10_000;
@@ -25,12 +25,14 @@ const RETRY_MAX_SECONDS = 300;
 export async function deliverOutbox(
   env: Env,
   context: ExecuteContext,
-  connections: ConnectionSlots,
+  connections: FairSlots,
   messages: Message<OutboxMessage>[],
 ): Promise<void> {
   const jobs = await chainedJobs(env, messages);
   const results = await Promise.all(
-    messages.map(({ body }) => (body.kind === "chain" ? triggerChained(env, body, jobs) : connections.hold(() => deliver(body, context)))),
+    messages.map(({ body }) =>
+      body.kind === "chain" ? triggerChained(env, body, jobs) : connections.hold(body.tenantId, () => deliver(body, context)),
+    ),
   );
   const delivered = messages.filter((_, i) => results[i] === null);
   messages.forEach((m, i) => {

@@ -34,3 +34,30 @@ export async function openCallback(
 ): Promise<CallbackOptions> {
   return isSealed(callback) ? open<CallbackOptions>(await keyRing(keys), callback.secrets, contextOf(tenantId)) : callback;
 }
+
+/** Whether a stored callback needs sealing again: under another key than `currentKid`, or in clear. */
+export function callbackNeedsResealing(callback: CallbackOptions | SealedCallback, currentKid: string): boolean {
+  return !isSealed(callback) || callback.secrets.kid !== currentKid;
+}
+
+/**
+ * The message's meta with its callbacks sealed under the ring's current key (after a rotation put
+ * a new key first), those stored in clear too; the same meta when none needs it. Throws when a
+ * callback's key is no longer in the ring.
+ */
+export async function resealCallbacks(keys: string | undefined, meta: QstashMeta, tenantId: string): Promise<QstashMeta> {
+  const kid = (await keyRing(keys)).current;
+  const stale = [meta.callback, meta.failureCallback].some((c) => c !== undefined && callbackNeedsResealing(c, kid));
+  if (!stale) return meta;
+  const opened = async (callback: CallbackOptions | SealedCallback | undefined) =>
+    callback && (isSealed(callback) && callback.secrets.kid === kid ? callback : await openCallback(keys, callback, tenantId));
+  return sealCallbacks(
+    keys,
+    {
+      ...meta,
+      ...(meta.callback && { callback: await opened(meta.callback) }),
+      ...(meta.failureCallback && { failureCallback: await opened(meta.failureCallback) }),
+    },
+    tenantId,
+  );
+}

@@ -3,6 +3,7 @@ import { countTopicsSealedUnderAnotherKey, resealTopicRow, topicsSealedUnderAnot
 import type { SweepState } from "../catalog/sweep-state";
 import { countTenantsSealedUnderAnotherKey, replaceTenantNotify, tenantsSealedUnderAnotherKey } from "../catalog/tenants";
 import type { JobSpec } from "../model/job";
+import { resealCallbacks } from "../qstash/sealed-callbacks";
 import { openEndpoints, sealEndpoints } from "../qstash/sealed-urls";
 import { resealNotify } from "../security/notify-urls";
 import { currentKeyId, resealTarget } from "../security/targets";
@@ -15,16 +16,18 @@ const COUNTS = 3;
 
 /**
  * What a finished round records: the key, and what this release seals. A round finished by a
- * release that left URLs in clear recorded the key alone, so after the upgrade its mark no longer
- * matches and one more round seals those URLs.
+ * release that left URLs in clear recorded the key alone, and one that skipped QStash schedules'
+ * callbacks `+url`, so after the upgrade its mark no longer matches and one more round seals
+ * what it left.
  */
-export const roundMark = (kid: string) => `${kid}+url`;
+export const roundMark = (kid: string) => `${kid}+url+callbacks`;
 
 /**
  * After ENCRYPTION_KEYS gets a new first key, every target and notification receiver sealed
  * under an older one is sealed again under the new one, in the background, so that the old key
  * can be dropped without a PATCH of every job (docs/security.md, "Rotating every secret"); one
- * stored before URLs were sealed has its URL sealed the same way. Each job is re-sealed at a new
+ * stored before URLs were sealed has its URL sealed the same way, and a QStash schedule its
+ * callbacks (URLs and forwarded headers), those stored in clear too. Each job is re-sealed at a new
  * version, which the change feed then delivers to its shard; a tenant too, which the
  * consistency pass hands to its shards; and a QStash URL group's endpoints.
  *
@@ -99,11 +102,14 @@ async function resealUrlGroups(env: Env, db: D1Database, meter: Meter, kid: stri
   return resealed;
 }
 
-/** The job's spec with its target, its steps' targets and its receiver sealed under the current key. */
+/** The job's spec with its target, its steps' targets, its receiver and its QStash callbacks sealed under the current key. */
 async function resealSpec(env: Env, job: CatalogJob): Promise<JobSpec> {
   const spec = { ...job.spec };
   if (spec.notify) spec.notify = await resealNotify(env.ENCRYPTION_KEYS, spec.notify, job.tenantId);
   if (spec.target) spec.target = await resealTarget(env.ENCRYPTION_KEYS, spec.target, job.id);
+  // A schedule's callbacks are sealed under its tenant, not the job: they are sealed apart.
+  const qstash = spec.target?.qstash;
+  if (qstash) spec.target = { ...spec.target!, qstash: await resealCallbacks(env.ENCRYPTION_KEYS, qstash, job.tenantId) };
   if (spec.steps) {
     spec.steps = await Promise.all(
       spec.steps.map(async (step) => ({ ...step, target: await resealTarget(env.ENCRYPTION_KEYS, step.target, job.id) })),

@@ -6,7 +6,7 @@ import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/protocol/queue-messages";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, FAR_CRON, getRun, hitsOf, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, shardOf, waitForRun } from "./helpers";
 
 /**
  * The consumer within production's limits, one invocation at a time: each test hands the
@@ -34,8 +34,9 @@ async function heldRuns(
   count: number,
   timeoutMs = 10_000,
   retry?: { maxAttempts: number },
+  as: typeof api = api,
 ): Promise<{ job: Job; messages: DispatchMessage[] }> {
-  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs, ...(retry && { retry }) });
+  const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs, ...(retry && { retry }) }, as);
   // Not scoped to the job's shard: a point is armed for one scope at a time, and a test holds several jobs.
   armFault("shard.queueSend", Infinity);
   const res = await api(`/v1/jobs/${job.id}/backfill`, {
@@ -181,5 +182,27 @@ describe("the consumer within production's limits", () => {
     expect(sent.cutShort, JSON.stringify(sent)).toBe(2);
     expect(sent.bytes).toBeLessThan(HUGE / 4);
     expect((await attemptsOf(otherRuns.job)).map((a) => a.outcome)).toEqual(Array(5).fill("succeeded"));
+  });
+
+  it("one tenant's slow targets leave another tenant's run its slot: it is called before any of theirs answers", async () => {
+    const [a, b] = [await createTenant(), await createTenant()];
+    const slow = sharedTarget("tarpit")("delayMs=4000");
+    const fast = sharedTarget("neighbour")("delayMs=0");
+    const tarpit = await heldRuns(slow, 8, 10_000, undefined, a.api);
+    const neighbour = await heldRuns(fast, 1, 10_000, undefined, b.api);
+    // The tarpit's dispatches first in the batch, as a first come, first served pool would serve them.
+    const batch = batchOf([...tarpit.messages, ...neighbour.messages]);
+    const ctx = createExecutionContext();
+    const handled = consumer.queue!(batch, env, ctx);
+
+    await expect.poll(async () => (await hitsOf(fast)).length).toBe(1);
+    // B's request was made while every one of A's was still open: none had answered.
+    const { now } = await peakOf(slow);
+    expect((await hitsOf(slow)).length - now, "A's requests answered before B's was made").toBe(0);
+
+    await handled;
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(9);
+    expect((await attemptsOf(tarpit.job)).map((x) => x.outcome)).toEqual(Array(8).fill("succeeded"));
+    expect((await peakOf(slow)).peak).toBeLessThanOrEqual(MAX_OPEN_CONNECTIONS);
   });
 });
