@@ -1,3 +1,4 @@
+import { reducedUrl } from "../security/reduced";
 import { open, seal } from "../security/sealing";
 import { keyRing } from "../security/targets";
 import type { CallbackOptions, QstashMeta, SealedCallback } from "./meta";
@@ -33,4 +34,9 @@ export async function openCallback(
   tenantId: string,
 ): Promise<CallbackOptions> {
   return isSealed(callback) ? open<CallbackOptions>(await keyRing(keys), callback.secrets, contextOf(tenantId)) : callback;
+}
+
+/** The origin of a stored callback's URL, which stays readable: what a `read` key is shown of it. */
+export function callbackOriginOf(callback: CallbackOptions | SealedCallback): string {
+  return isSealed(callback) ? callback.origin : reducedUrl(callback.url);
 }
