@@ -20,5 +20,18 @@ export async function managedJobs(client: EdgecronClient): Promise<Job[]> {
   for await (const job of everyItem((cursor) => client.jobs.list({ limit: 200, cursor }))) {
     if (!admin || job.tenantId === ADMIN_TENANT) jobs.push(job);
   }
+  // A key without the write scope is shown targets by their origin and bodies by their hash
+  // (docs/security.md, "What each scope sees"): compared with the file, every one would differ.
+  if (jobs.some(shownReduced)) {
+    throw new EdgecronError(
+      403,
+      "insufficient_scope",
+      "this key is shown targets reduced (it lacks the write scope): apply, --dry-run too, needs a write key",
+    );
+  }
   return jobs;
 }
+
+/** Is any of a job's sealed parts shown reduced, as to a read key? */
+export const shownReduced = (job: Job): boolean =>
+  job.target?.reduced === true || job.notify?.reduced === true || (job.steps ?? []).some((s) => s.target.reduced === true);

@@ -60,6 +60,8 @@ export function Job({ client, id }: { client: EdgecronClient; id: string }) {
               <code>
                 {j.target.method} {j.target.url}
               </code>
+              {/* A key without write is shown the URL's origin only (docs/security.md). */}
+              {j.target.reduced && <span class="muted"> (origin only: this key may not see the whole URL)</span>}
             </dd>
           </>
         )}

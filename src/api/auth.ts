@@ -82,18 +82,20 @@ function presentedToken(c: AppContext): string | null {
 }
 
 /**
- * The /v2 (QStash) surface as a whole: it publishes, schedules and cancels, so it needs the
- * `write` scope, and a key limited to a prefix of job names may not use it (its messages are
- * not named jobs).
+ * The /v2 (QStash) surface: each route by its row of the scope table, as /v1 (`authorize`). A
+ * key limited to a prefix of job names may use none of it: its messages, schedules and queues
+ * are not named jobs, so no prefix could hold for them.
  */
 export const authorizeQstash: MiddlewareHandler<AppEnv> = async (c, next) => {
-  const grant = grantOf(c.var.caller);
-  if (!grants(grant.scopes, "write") || grant.jobPrefix !== null) {
-    throw new ApiError(403, "insufficient_scope", 'the QStash API needs the "write" scope, for the whole tenant', {
-      "WWW-Authenticate": 'Bearer realm="edgecron", error="insufficient_scope", scope="write"',
-    });
+  const { jobPrefix } = grantOf(c.var.caller);
+  if (jobPrefix !== null) {
+    throw new ApiError(
+      403,
+      "insufficient_scope",
+      `this key is limited to jobs named "${jobPrefix}…"; the QStash API's messages and schedules are not named jobs, so it needs a key for the whole tenant`,
+    );
   }
-  return next();
+  return authorize(c, next);
 };
 
 /** The key's first characters, its public prefix (src/app/tenants.ts, mintKey): what failures are also counted by. */

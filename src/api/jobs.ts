@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { seesSealed } from "../app/caller";
 import { createJob } from "../app/create-jobs";
 import { explainJob } from "../app/explain";
 import { jobHistory, MAX_HISTORY_SPAN_MS } from "../app/history";
@@ -112,16 +113,18 @@ async function answerJob<S extends 200 | 201>(c: AppContext, state: JobState, st
 }
 
 /**
- * A job's target (or each step's) is shown with its URL and body opened and header names only
- * (see viewTarget); its notification URL opened too.
+ * A job's target (or each step's) is shown with header names only, its URL and body opened to a
+ * caller who sees sealed values whole, reduced to a `read` key (see viewTarget); its
+ * notification URL likewise.
  */
 export async function present(c: AppContext, { job, runtime }: JobState) {
   const keys = c.env.ENCRYPTION_KEYS;
-  const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id));
+  const whole = seesSealed(c.var.caller);
+  const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id, whole));
   const steps =
     job.spec.steps &&
-    (await Promise.all(job.spec.steps.map(async (step) => ({ ...step, target: await viewTarget(keys, step.target, job.id) }))));
-  const notify = job.spec.notify && (await viewNotify(keys, job.spec.notify, job.tenantId));
+    (await Promise.all(job.spec.steps.map(async (step) => ({ ...step, target: await viewTarget(keys, step.target, job.id, whole) }))));
+  const notify = job.spec.notify && (await viewNotify(keys, job.spec.notify, job.tenantId, whole));
   return presentJob(job, { target, steps, notify }, runtime);
 }
 

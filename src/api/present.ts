@@ -1,6 +1,6 @@
 import type { CatalogJob } from "../catalog/jobs";
 import { chainedFromOf } from "../model/ids";
-import type { Job, Notify, StepView, TargetView } from "../model/job";
+import type { Job, StepView, TargetView } from "../model/job";
 import type { Run } from "../model/run";
 import type { RunView } from "../protocol/shard-rpc";
 import type { AttemptRow } from "../protocol/stored-rows";
@@ -13,7 +13,7 @@ const isoOrNull = (ms: number | null) => (ms === null ? null : iso(ms));
 /** A job as the API shows it: the catalog's definition, its sealed parts as shown, and the shard's runtime view. */
 export function presentJob(
   job: CatalogJob,
-  shown: { target?: TargetView; steps?: StepView[]; notify?: Notify },
+  shown: { target?: TargetView; steps?: StepView[]; notify?: Job["notify"] },
   runtime: { nextRunAt: number | null; completed: boolean } | undefined,
 ): Job {
   const nextRunAt = runtime?.nextRunAt ?? null;

@@ -1,8 +1,10 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { type Caller, seesSealed } from "../app/caller";
 import { changeTenant, createTenant, listTenants, loadTenant } from "../app/tenants";
 import type { Tenant } from "../catalog/tenants";
 import { pageOf, Text } from "../model/common";
 import { NotifySchema } from "../model/job";
+import { Reduced } from "../model/target";
 import { viewNotify } from "../security/notify-urls";
 import type { AppEnv } from "./context";
 import { AUTHENTICATED, adminOnly, badCursor, idTooLong, invalid, JSON_BODY, tenantNotFound } from "./error-cases";
@@ -45,7 +47,7 @@ const TenantSchema = z
       retentionDays: z.int().nullable(),
     }),
     notify: z
-      .object({ url: z.string(), on: z.array(z.string()) })
+      .object({ url: z.string(), on: z.array(z.string()), reduced: Reduced })
       .nullable()
       .openapi({ description: "Notifications for its jobs that name none of their own (see a job's `notify`); null: none." }),
     createdAt: z.string(),
@@ -54,12 +56,12 @@ const TenantSchema = z
 
 const badId = idTooLong(100);
 
-/** A tenant as the API shows it: its notification URL opened (it is sealed at rest). */
-const presentTenant = async (env: Env, t: Tenant) => ({
+/** A tenant as the API shows it: its notification URL (sealed at rest) opened, or to a `read` key reduced to its origin. */
+const presentTenant = async (env: Env, caller: Caller, t: Tenant) => ({
   id: t.id,
   name: t.name,
   limits: t.limits,
-  notify: t.notify && (await viewNotify(env.ENCRYPTION_KEYS, t.notify, t.id)),
+  notify: t.notify && (await viewNotify(env.ENCRYPTION_KEYS, t.notify, t.id, seesSealed(caller))),
   createdAt: new Date(t.createdAt).toISOString(),
 });
 
@@ -94,7 +96,7 @@ tenants.openapi(
   }),
   async (c) => {
     const { tenant, key } = await createTenant(c.env, c.var.caller, c.req.valid("json") ?? {});
-    return c.json({ ...(await presentTenant(c.env, tenant)), apiKey: key.apiKey, keyId: key.id }, 201);
+    return c.json({ ...(await presentTenant(c.env, c.var.caller, tenant)), apiKey: key.apiKey, keyId: key.id }, 201);
   },
 );
 
@@ -113,7 +115,7 @@ tenants.openapi(
   }),
   async (c) => {
     const page = await listTenants(c.env, c.var.caller, c.req.valid("query"));
-    const items = await Promise.all(page.items.map((t) => presentTenant(c.env, t)));
+    const items = await Promise.all(page.items.map((t) => presentTenant(c.env, c.var.caller, t)));
     return c.json({ items, nextCursor: page.nextCursor }, 200);
   },
 );
@@ -128,7 +130,7 @@ tenants.openapi(
     request: { params: tenantParam },
     responses: { 200: json(TenantSchema, "the tenant"), ...errors(badId, tenantNotFound, AUTHENTICATED) },
   }),
-  async (c) => c.json(await presentTenant(c.env, await loadTenant(c.env, c.var.caller, c.req.valid("param").id)), 200),
+  async (c) => c.json(await presentTenant(c.env, c.var.caller, await loadTenant(c.env, c.var.caller, c.req.valid("param").id)), 200),
 );
 
 tenants.openapi(
@@ -163,5 +165,8 @@ tenants.openapi(
     },
   }),
   async (c) =>
-    c.json(await presentTenant(c.env, await changeTenant(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))), 200),
+    c.json(
+      await presentTenant(c.env, c.var.caller, await changeTenant(c.env, c.var.caller, c.req.valid("param").id, c.req.valid("json"))),
+      200,
+    ),
 );

@@ -1,5 +1,5 @@
 import type { Tenant } from "../catalog/tenants";
-import { ALL_SCOPES, coversJob, type Grant } from "../model/scopes";
+import { ALL_SCOPES, coversJob, type Grant, grants } from "../model/scopes";
 
 /**
  * Who is calling: the admin token (every tenant, every scope; `next` when it is the token being
@@ -26,6 +26,13 @@ export function ownsTenant(caller: Caller, tenantId: string): boolean {
 export function grantOf(caller: Caller): Grant {
   return caller.admin ? { scopes: ALL_SCOPES, jobPrefix: null } : caller.key;
 }
+
+/**
+ * Does this caller see what is sealed at rest (target URLs, header values, bodies, notification
+ * and callback URLs) whole? Only with the `write` scope, which could change them anyway; a
+ * `read` key sees them reduced (src/security/reduced.ts, docs/security.md).
+ */
+export const seesSealed = (caller: Caller): boolean => grants(grantOf(caller).scopes, "write");
 
 /** May this caller see this job: its tenant's, and under its key's job prefix if it has one. */
 export function mayTouchJob(caller: Caller, job: { tenantId: string; name: string | null }): boolean {

@@ -3939,6 +3939,11 @@ export interface components {
             notify?: {
                 url: string;
                 on: ("failed" | "dead" | "paused" | "recovered")[];
+                /**
+                 * @description Present when the key lacks the `write` scope: `url` is the URL's origin only, and a body is shown by its size and SHA-256 (docs/security.md).
+                 * @enum {boolean}
+                 */
+                reduced?: true;
             };
             breaker?: boolean;
             onSuccess?: string[];
@@ -4010,6 +4015,15 @@ export interface components {
             /** @description A string is sent as is; JSON is sent as application/json. Stored encrypted. */
             body?: string | unknown[] | Record<string, unknown>;
             bodyBase64?: string;
+            /** @description Instead of the body, to a key without `write`: its size as sent. */
+            bodyBytes?: number;
+            /** @description Instead of the body, to a key without `write`: the SHA-256 (hex) of the body as sent. */
+            bodySha256?: string;
+            /**
+             * @description Present when the key lacks the `write` scope: `url` is the URL's origin only, and a body is shown by its size and SHA-256 (docs/security.md).
+             * @enum {boolean}
+             */
+            reduced?: true;
         };
         StepView: {
             id: string;
@@ -4524,6 +4538,11 @@ export interface components {
             notify: {
                 url: string;
                 on: string[];
+                /**
+                 * @description Present when the key lacks the `write` scope: `url` is the URL's origin only, and a body is shown by its size and SHA-256 (docs/security.md).
+                 * @enum {boolean}
+                 */
+                reduced?: true;
             } | null;
             createdAt: string;
         };

@@ -9,7 +9,7 @@ import { FlowControlSchema } from "./flow-control";
 import { JOB_ID } from "./ids";
 import { DEFAULT_RETRY, RetrySchema } from "./retry";
 import { oneTargetOrSteps, StepsSchema, StepViewSchema, type StoredStep } from "./step";
-import { HttpUrl, type StoredTarget, TargetSchema, TargetViewSchema } from "./target";
+import { HttpUrl, Reduced, type StoredTarget, TargetSchema, TargetViewSchema } from "./target";
 
 export { BackoffSchema, DEFAULT_RETRY, RetrySchema } from "./retry";
 export { type Step, StepSchema, type StepView, StepViewSchema, type StoredStep } from "./step";
@@ -308,7 +308,7 @@ export const JobSchema = z
     flowControl: FlowControlSchema.optional(),
     retention: RetentionSchema.optional(),
     pauseAfterFailures: z.int().optional(),
-    notify: z.object({ url: z.string(), on: z.array(z.enum(NOTIFY_EVENTS)) }).optional(),
+    notify: z.object({ url: z.string(), on: z.array(z.enum(NOTIFY_EVENTS)), reduced: Reduced }).optional(),
     breaker: z.boolean().optional(),
     onSuccess: z.array(z.string()).optional(),
     onFailure: z.array(z.string()).optional(),

@@ -152,7 +152,13 @@ export function originOf(target: { origin?: string; url?: string }): string {
   }
 }
 
-/** A target as responses show it: header names, never their values. */
+/** Says that a view is a `read` key's, what is sealed reduced (src/security/reduced.ts). */
+export const Reduced = z.literal(true).optional().openapi({
+  description:
+    "Present when the key lacks the `write` scope: `url` is the URL's origin only, and a body is shown by its size and SHA-256 (docs/security.md).",
+});
+
+/** A target as responses show it: header names, never their values; to a `read` key, its URL's origin and its body's digest. */
 export const TargetViewSchema = z
   .object({
     url: z.string(),
@@ -160,6 +166,12 @@ export const TargetViewSchema = z
     headerNames: z.array(z.string()),
     body: TargetSchema.shape.body,
     bodyBase64: z.string().optional(),
+    bodyBytes: z.int().optional().openapi({ description: "Instead of the body, to a key without `write`: its size as sent." }),
+    bodySha256: z
+      .string()
+      .optional()
+      .openapi({ description: "Instead of the body, to a key without `write`: the SHA-256 (hex) of the body as sent." }),
+    reduced: Reduced,
   })
   .openapi("TargetView");
 export type TargetView = z.infer<typeof TargetViewSchema>;

@@ -1,3 +1,4 @@
+import { reducedUrl } from "../security/reduced";
 import { open, seal } from "../security/sealing";
 import { keyRing } from "../security/targets";
 import type { CallbackOptions, QstashMeta, SealedCallback } from "./meta";
@@ -60,4 +61,9 @@ export async function resealCallbacks(keys: string | undefined, meta: QstashMeta
     },
     tenantId,
   );
+}
+
+/** The origin of a stored callback's URL, which stays readable: what a `read` key is shown of it. */
+export function callbackOriginOf(callback: CallbackOptions | SealedCallback): string {
+  return isSealed(callback) ? callback.origin : reducedUrl(callback.url);
 }

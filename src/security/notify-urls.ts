@@ -50,11 +50,16 @@ export async function resealNotify(keys: string | undefined, notify: StoredNotif
   return sealNotify(keys, { on: notify.on, url: await openNotifyUrl(keys, sealedUrlOf(notify), tenantId) }, tenantId);
 }
 
+/** A receiver as responses show it; `reduced` when it is only the origin a `read` key may see. */
+export type NotifyView = Notify & { reduced?: true };
+
 /**
- * What a response shows: the URL opened. One that cannot be opened (its key was dropped from
- * ENCRYPTION_KEYS) shows its origin rather than failing the whole answer.
+ * What a response shows: the URL opened if the caller sees sealed values whole (`whole`),
+ * otherwise its origin (src/security/reduced.ts). One that cannot be opened (its key was dropped
+ * from ENCRYPTION_KEYS) shows its origin rather than failing the whole answer.
  */
-export async function viewNotify(keys: string | undefined, notify: StoredNotify, tenantId: string): Promise<Notify> {
+export async function viewNotify(keys: string | undefined, notify: StoredNotify, tenantId: string, whole: boolean): Promise<NotifyView> {
+  if (!whole) return { url: notifyOriginOf(notify), on: notify.on, reduced: true };
   try {
     return { url: await openNotifyUrl(keys, sealedUrlOf(notify), tenantId), on: notify.on };
   } catch (err) {

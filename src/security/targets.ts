@@ -1,5 +1,6 @@
 import { Misconfigured } from "../config";
 import { originOf, type StoredTarget, type Target, type TargetSecrets, type TargetView } from "../model/job";
+import { bodyDigest } from "./reduced";
 import { type KeyRing, loadKeyRing, open, seal } from "./sealing";
 
 /**
@@ -78,11 +79,17 @@ export async function openTarget(keys: string | undefined, target: StoredTarget 
 }
 
 /**
- * What a response shows: the URL and body opened, header names, never their values. A target
- * that cannot be opened (its key was dropped from ENCRYPTION_KEYS) shows its origin and no body
- * rather than failing the whole answer.
+ * What a response shows: header names, never their values; the URL and body opened if the
+ * caller sees sealed values whole (`whole`), otherwise the URL's origin and the body's size and
+ * SHA-256 (src/security/reduced.ts). A target that cannot be opened (its key was dropped from
+ * ENCRYPTION_KEYS) shows its origin and no body rather than failing the whole answer.
  */
-export async function viewTarget(keys: string | undefined, target: StoredTarget | LegacyTarget, jobId: string): Promise<TargetView> {
+export async function viewTarget(
+  keys: string | undefined,
+  target: StoredTarget | LegacyTarget,
+  jobId: string,
+  whole: boolean,
+): Promise<TargetView> {
   const headerNames = headerNamesOf(target);
   let opened: TargetSecrets = {};
   try {
@@ -91,6 +98,10 @@ export async function viewTarget(keys: string | undefined, target: StoredTarget 
     console.error(`job ${jobId}: target not shown: ${(err as Error).message}`);
   }
   const { body, bodyBase64 } = opened;
+  if (!whole) {
+    const digest = await bodyDigest(opened);
+    return { url: originOf(target), method: target.method, headerNames, ...digest, reduced: true };
+  }
   return {
     url: opened.url ?? originOf(target),
     method: target.method,

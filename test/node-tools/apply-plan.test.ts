@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { SERVER_DEFAULTS } from "../../cli/apply/defaults.ts";
 import { type DeclaredJob, declaredJobs } from "../../cli/apply/file.ts";
 import { AmbiguousName, planApply } from "../../cli/apply/plan.ts";
+import { shownReduced } from "../../cli/apply/scope.ts";
 import { UsageError } from "../../cli/exit.ts";
 import { APP_MODULE, type AppModule } from "../../tools/client-schema/render.ts";
 
@@ -275,5 +276,15 @@ describe("the defaults apply assumes", () => {
       misfire: CreateJob.properties.misfire.default,
       catchupWindow: CreateJob.properties.catchupWindow.default,
     }).toEqual(SERVER_DEFAULTS);
+  });
+});
+
+describe("apply with a key shown targets reduced", () => {
+  it("knows a job a read key sees (its target's origin, its body's hash) from one shown whole, and plans from none", () => {
+    expect(shownReduced(apiJob("job_a", "a"))).toBe(false);
+    const origin = { url: "http://127.0.0.1:9", method: "POST" as const, headerNames: ["Authorization"], reduced: true as const };
+    expect(shownReduced(apiJob("job_a", "a", { target: { ...origin, bodyBytes: 7, bodySha256: "ab" } }))).toBe(true);
+    expect(shownReduced(apiJob("job_a", "a", { notify: { url: "http://127.0.0.1:9", on: ["dead"], reduced: true } }))).toBe(true);
+    expect(shownReduced(apiJob("job_a", "a", { target: undefined, steps: [{ id: "s", target: origin }] } as Partial<Job>))).toBe(true);
   });
 });

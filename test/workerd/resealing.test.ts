@@ -196,7 +196,7 @@ describe("re-sealing after a rotation of ENCRYPTION_KEYS", () => {
     ] as const) {
       expect(notify).toMatchObject({ origin: new URL(url).origin, on: ["dead"], secrets: { kid: "t1" } });
       expect(JSON.stringify(notify)).not.toContain("receiver");
-      expect(await viewNotify(env.ENCRYPTION_KEYS, notify, tenant.id)).toEqual({ url, on: ["dead"] });
+      expect(await viewNotify(env.ENCRYPTION_KEYS, notify, tenant.id, true)).toEqual({ url, on: ["dead"] });
     }
     // The API shows them whole.
     expect(await (await tenant.api(`/v1/jobs/${job.id}`)).json()).toMatchObject({ notify: { url: jobUrl } });

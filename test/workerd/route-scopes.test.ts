@@ -1,14 +1,15 @@
 import { env, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
+import { qstash } from "../../src/api/qstash/app";
 import { ROUTE_SCOPES } from "../../src/api/route-scopes";
 import { grants, SCOPES, type Scope } from "../../src/model/scopes";
 import { api, createJob, createTenant, receiverPath } from "./helpers";
 
 /**
- * Least privilege (docs/security.md): every route of /openapi.json has its scope in the one
- * table (src/api/route-scopes.ts), and every route is called with a key of every scope: a key
- * below the route's scope is refused with 403 naming the scope and changes nothing; a key at
- * or above it is not refused for its scope.
+ * Least privilege (docs/security.md): every route of /openapi.json, and every route of the /v2
+ * (QStash) app, has its scope in the one table (src/api/route-scopes.ts), and every route is
+ * called with a key of every scope: a key below the route's scope is refused with 403 naming
+ * the scope and changes nothing; a key at or above it is not refused for its scope.
  */
 
 const ORIGIN = "https://edgecron.test";
@@ -27,6 +28,17 @@ async function operations(): Promise<string[]> {
       .map((m) => `${m.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`),
   );
 }
+
+/**
+ * The /v2 routes, from the /v2 app's own route table (they are not in /openapi.json): a route
+ * added there without a row in the scope table fails the walk.
+ */
+function qstashOperations(): string[] {
+  return [...new Set(qstash.routes.filter((r) => r.method !== "ALL").map((r) => `${r.method} /v2${r.path}`))];
+}
+
+/** Every route, /v1 (as /openapi.json has them) and /v2. */
+const allOperations = async () => [...(await operations()), ...qstashOperations()];
 
 type Tenant = Awaited<ReturnType<typeof createTenant>>;
 let tenant: Tenant;
@@ -48,6 +60,7 @@ const withKey =
 /** A request to a route with its parameters filled in: the tenant's own ids, so that what is allowed finds its object. */
 function requestFor(route: string): { path: string; init: Parameters<typeof api>[1] } {
   const [method, template] = route.split(" ") as [string, string];
+  if (template.startsWith("/v2/")) return qstashRequestFor(method, template);
   const path = template
     .replace("/tenants/:id", `/tenants/${tenant.id}`)
     .replace(":keyId", "key_00000000000000000000")
@@ -55,6 +68,29 @@ function requestFor(route: string): { path: string; init: Parameters<typeof api>
     .replace("/runs/:id", `/runs/run_${walkedJobId.slice(4)}_0000`);
   const hasBody = ["POST", "PATCH", "PUT"].includes(method);
   return { path, init: { method, ...(hasBody && { json: {} }) } };
+}
+
+/** A /v2 request: destinations on the loopback receiver, ids and names of nothing the tenant has. */
+function qstashRequestFor(method: string, template: string): { path: string; init: Parameters<typeof api>[1] } {
+  const path = template
+    .replace(":queue", "walked-queue")
+    .replace(":name", "walked-name")
+    .replace(":id", "none")
+    .replace("*", receiverPath("scopes-v2"));
+  const hasBody = ["POST", "PATCH", "PUT"].includes(method);
+  return { path, init: { method, ...(hasBody && { json: {} }) } };
+}
+
+/** A refusal's code and message: /v1's `{ error: { code, message } }`, or /v2's (QStash's) `{ error: message }`. */
+function refusalOf(route: string, res: Response, text: string): { code?: string; message?: string } {
+  if (!res.headers.get("Content-Type")?.includes("json")) return {};
+  const error = (JSON.parse(text) as { error?: string | { code: string; message: string } }).error;
+  if (route.includes(" /v2/")) {
+    if (typeof error !== "string") return {};
+    // QStash's shape has no code: a 403 about the key's scope or its prefix is this one.
+    return { ...(res.status === 403 && /scope|not named jobs/.test(error) && { code: "insufficient_scope" }), message: error };
+  }
+  return typeof error === "object" ? error : {};
 }
 
 beforeAll(async () => {
@@ -76,7 +112,13 @@ describe("the route scope table", () => {
     expect(documented.length).toBeGreaterThan(30);
     const missing = documented.filter((r) => !(r in ROUTE_SCOPES));
     expect(missing, "routes without a scope in src/api/route-scopes.ts").toEqual([]);
-    const stale = Object.keys(ROUTE_SCOPES).filter((r) => !documented.includes(r));
+    const v2 = qstashOperations();
+    expect(v2.length).toBeGreaterThan(30);
+    expect(
+      v2.filter((r) => !(r in ROUTE_SCOPES)),
+      "/v2 routes without a scope in src/api/route-scopes.ts",
+    ).toEqual([]);
+    const stale = Object.keys(ROUTE_SCOPES).filter((r) => !documented.includes(r) && !v2.includes(r));
     expect(stale, "scopes of routes that do not exist").toEqual([]);
   });
 
@@ -95,7 +137,7 @@ describe("the route scope table", () => {
   });
 
   it("refuses every route to a key below its scope (403 naming the scope), and not to one at or above it", async () => {
-    const routes = await operations();
+    const routes = await allOperations();
     const seen: string[] = [];
     for (const route of routes) {
       const access = ROUTE_SCOPES[route]!;
@@ -105,23 +147,22 @@ describe("the route scope table", () => {
         const res = await withKey(keys[scope]!)(path, init);
         // /metrics answers in Prometheus's text format; every refusal is JSON.
         const text = await res.text();
-        const body = (res.headers.get("Content-Type")?.includes("json") ? JSON.parse(text) : {}) as {
-          error?: { code: string; message: string };
-        };
+        const refusal = refusalOf(route, res, text);
         if (grants([scope], access.scope)) {
-          expect(body.error?.code, `${route} with a ${scope} key: ${JSON.stringify(body)}`).not.toBe("insufficient_scope");
-          expect(res.status, `${route} with a ${scope} key`).not.toBe(500);
+          expect(refusal.code, `${route} with a ${scope} key: ${text}`).not.toBe("insufficient_scope");
+          expect(res.status, `${route} with a ${scope} key: ${text}`).not.toBe(500);
         } else {
-          expect(res.status, `${route} with a ${scope} key`).toBe(403);
-          expect(body.error?.code).toBe("insufficient_scope");
-          expect(body.error?.message, route).toContain(`"${access.scope}"`);
+          expect(res.status, `${route} with a ${scope} key: ${text}`).toBe(403);
+          expect(refusal.code, route).toBe("insufficient_scope");
+          expect(refusal.message, route).toContain(`"${access.scope}"`);
           expect(res.headers.get("WWW-Authenticate")).toContain(`scope="${access.scope}"`);
           seen.push(`${route} ${scope}`);
         }
       }
     }
-    // Write and admin routes exist, so some refusals must have been seen.
+    // Write and admin routes exist, so some refusals must have been seen; /v2 has both.
     expect(seen.length).toBeGreaterThan(20);
+    expect(seen.filter((r) => r.includes(" /v2/")).length).toBeGreaterThan(20);
   });
 
   it("refuses every route about the whole tenant to a key limited to a job prefix, and no per-job route within its scope", async () => {
@@ -129,18 +170,18 @@ describe("the route scope table", () => {
     expect(made.status, JSON.stringify(made.json)).toBe(201);
     const limited = withKey(made.json.apiKey as string);
     let refusedWhole = 0;
-    for (const route of await operations()) {
+    for (const route of await allOperations()) {
       const access = ROUTE_SCOPES[route]!;
       if (access === "completion-token") continue;
       const { path, init } = requestFor(route);
       const res = await limited(path, init);
       const text = await res.text();
-      const code = res.headers.get("Content-Type")?.includes("json")
-        ? (JSON.parse(text) as { error?: { code: string } }).error?.code
-        : undefined;
+      const { code, message } = refusalOf(route, res, text);
       if (!access.perJob || !grants(["write"], access.scope)) {
         expect([res.status, code], route).toEqual([403, "insufficient_scope"]);
         if (!access.perJob) refusedWhole++;
+        // /v2 says why: its messages are not named jobs.
+        if (route.includes(" /v2/")) expect(message, route).toContain("not named jobs");
       } else {
         expect(code, `${route}: ${text}`).not.toBe("insufficient_scope");
         expect(res.status, route).not.toBe(500);
@@ -164,6 +205,31 @@ describe("the route scope table", () => {
     expect(job.paused).toBe(false);
     expect((await count(KEYS))!.n).toBe(keysBefore!.n);
     expect((await count(AUDIT))!.n).toBe(auditBefore!.n);
+  });
+});
+
+describe("the QStash signing keys", () => {
+  it("a write key neither reads nor rotates them through /v2/keys (403 naming admin), and nothing is rotated", async () => {
+    const admin = withKey(keys.admin!);
+    const write = withKey(keys.write!);
+    const before = await (await admin("/v1/signing-keys")).text();
+    const AUDIT = "SELECT COUNT(*) AS n FROM audit_log WHERE tenant_id = ?";
+    const auditBefore = await env.DB.prepare(AUDIT).bind(tenant.id).first<{ n: number }>();
+    for (const [path, init] of [
+      ["/v2/keys", {}],
+      ["/v2/keys/rotate", { method: "POST" }],
+    ] as const) {
+      const res = await write(path, init);
+      const text = await res.text();
+      expect(res.status, `${path}: ${text}`).toBe(403);
+      // In QStash's shape, as /v2 answers every error.
+      expect(JSON.parse(text)).toEqual({ error: expect.stringContaining('"admin"') });
+      expect(text).not.toMatch(/whsec_|"current"/);
+    }
+    expect(await (await admin("/v1/signing-keys")).text()).toBe(before);
+    expect((await env.DB.prepare(AUDIT).bind(tenant.id).first<{ n: number }>())!.n).toBe(auditBefore!.n);
+    // The admin key may, as on /v1.
+    expect((await admin("/v2/keys")).status).toBe(200);
   });
 });
 

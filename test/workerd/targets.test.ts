@@ -29,16 +29,30 @@ describe("targets at rest", () => {
 
   it("the view shows the URL, header names and the body, never header values; an unopenable target shows its origin", async () => {
     const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
-    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a")).toEqual({
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a", true)).toEqual({
       url: target.url,
       method: "POST",
       headerNames: ["Authorization"],
       body: { a: 1 },
     });
-    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other")).toEqual({
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_other", true)).toEqual({
       url: "https://example.com",
       method: "POST",
       headerNames: ["Authorization"],
+    });
+  });
+
+  it("the view of a key without write is the URL's origin, header names and the body's size and SHA-256", async () => {
+    const stored = await sealTarget(env.ENCRYPTION_KEYS, target, "job_a");
+    const sent = new TextEncoder().encode(JSON.stringify(target.body));
+    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", sent));
+    expect(await viewTarget(env.ENCRYPTION_KEYS, stored, "job_a", false)).toEqual({
+      url: "https://example.com",
+      method: "POST",
+      headerNames: ["Authorization"],
+      bodyBytes: sent.byteLength,
+      bodySha256: [...digest].map((b) => b.toString(16).padStart(2, "0")).join(""),
+      reduced: true,
     });
   });
 
@@ -78,7 +92,7 @@ describe("targets at rest", () => {
   it("a job saved before sealing (headers and body in clear) still runs and shows names only", async () => {
     const legacy = target as unknown as StoredTarget;
     expect(await openTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).toEqual({ url: target.url, headers: target.headers, body: target.body });
-    expect((await viewTarget(env.ENCRYPTION_KEYS, legacy, "job_a")).headerNames).toEqual(["Authorization"]);
+    expect((await viewTarget(env.ENCRYPTION_KEYS, legacy, "job_a", true)).headerNames).toEqual(["Authorization"]);
     expect(headerNamesOf(legacy)).toEqual(["Authorization"]);
   });
 });

@@ -1,4 +1,5 @@
 import { Hono } from "hono";
+import { seesSealed } from "../../app/caller";
 import { deleteDeadLetters, getDeadLetter, listDeadLetters, retryDeadLetters } from "../../app/qstash/dead-letters";
 import { presentDeadLetter } from "../../app/qstash/present";
 import { QstashInputError } from "../../qstash/errors";
@@ -35,17 +36,17 @@ dlq.get("/dlq", async (c) => {
     const found = (await Promise.all(many(c, "dlqIds")!.map((id) => getDeadLetter(c.env, c.var.caller, id).catch(() => null)))).filter(
       (d) => d !== null,
     );
-    return c.json({ messages: await Promise.all(found.map((d) => presentDeadLetter(c.env, d.run, d.job))) }, 200);
+    return c.json({ messages: await Promise.all(found.map((d) => presentDeadLetter(c.env, d.run, d.job, seesSealed(c.var.caller)))) }, 200);
   }
   const cursor = c.req.query("cursor") || undefined;
   const page = await listDeadLetters(c.env, c.var.caller, { count: intQuery(c, "count", 1, 200) ?? 100, cursor, filter: filterOf(c) });
-  const messages = await Promise.all(page.items.map((d) => presentDeadLetter(c.env, d.run, d.job)));
+  const messages = await Promise.all(page.items.map((d) => presentDeadLetter(c.env, d.run, d.job, seesSealed(c.var.caller))));
   return c.json({ messages, ...(page.cursor !== undefined && { cursor: page.cursor }) }, 200);
 });
 
 dlq.get("/dlq/:id", async (c) => {
   const d = await getDeadLetter(c.env, c.var.caller, c.req.param("id"));
-  return c.json(await presentDeadLetter(c.env, d.run, d.job), 200);
+  return c.json(await presentDeadLetter(c.env, d.run, d.job, seesSealed(c.var.caller)), 200);
 });
 
 dlq.delete("/dlq/:id", async (c) => {

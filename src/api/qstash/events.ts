@@ -1,7 +1,9 @@
 import { Hono } from "hono";
+import { seesSealed } from "../../app/caller";
 import { type EventFilter, listEvents } from "../../app/qstash/events";
 import { QstashInputError } from "../../qstash/errors";
 import type { LogState } from "../../qstash/events";
+import { reducedUrl } from "../../security/reduced";
 import type { AppEnv } from "../context";
 import { intQuery, many } from "./request";
 
@@ -28,5 +30,7 @@ events.get("/events", async (c) => {
   const cursor = c.req.query("cursor") || undefined;
   if (cursor !== undefined && !/^job_[0-9a-z]{19}$/.test(cursor)) throw new QstashInputError("cursor", "not a cursor this API answered");
   const page = await listEvents(c.env, c.var.caller, { count: intQuery(c, "count", 1, 1_000) ?? 100, cursor, filter });
+  // An event names its message's URL, sealed at rest: a `read` key is shown its origin.
+  if (!seesSealed(c.var.caller)) page.events = page.events.map((e) => ({ ...e, url: reducedUrl(e.url) }));
   return c.json(page, 200);
 });

@@ -1,4 +1,5 @@
 import { Hono } from "hono";
+import { seesSealed } from "../../app/caller";
 import { cancelMessage, cancelMessages, findMessages, loadMessage } from "../../app/qstash/messages";
 import { presentMessage } from "../../app/qstash/present";
 import type { AppEnv } from "../context";
@@ -8,7 +9,7 @@ import { intQuery, many } from "./request";
 export const messages = new Hono<AppEnv>();
 
 messages.get("/messages/:id", async (c) =>
-  c.json(await presentMessage(c.env, await loadMessage(c.env, c.var.caller, c.req.param("id"))), 200),
+  c.json(await presentMessage(c.env, await loadMessage(c.env, c.var.caller, c.req.param("id")), seesSealed(c.var.caller)), 200),
 );
 
 messages.delete("/messages/:id", async (c) => {

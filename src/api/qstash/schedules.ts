@@ -1,4 +1,5 @@
 import { type Context, Hono } from "hono";
+import { seesSealed } from "../../app/caller";
 import { presentSchedule } from "../../app/qstash/present";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, upsertSchedule } from "../../app/qstash/schedules";
 import { parseDestination } from "../../qstash/destination";
@@ -11,7 +12,12 @@ export const schedules = new Hono<AppEnv>();
 
 schedules.get("/schedules", async (c) => {
   const states = await listSchedules(c.env, c.var.caller);
-  return c.json(await Promise.all(states.map((s) => presentSchedule(c.env, s.row.scheduleId, s.job, s.row.createdAt, s.nextRunAt))), 200);
+  return c.json(
+    await Promise.all(
+      states.map((s) => presentSchedule(c.env, s.row.scheduleId, s.job, s.row.createdAt, s.nextRunAt, seesSealed(c.var.caller))),
+    ),
+    200,
+  );
 });
 
 for (const action of ["pause", "resume"] as const) {
@@ -25,7 +31,7 @@ for (const action of ["pause", "resume"] as const) {
 
 schedules.get("/schedules/:id", async (c) => {
   const s = await getSchedule(c.env, c.var.caller, c.req.param("id"));
-  return c.json(await presentSchedule(c.env, s.row.scheduleId, s.job, s.row.createdAt, s.nextRunAt), 200);
+  return c.json(await presentSchedule(c.env, s.row.scheduleId, s.job, s.row.createdAt, s.nextRunAt, seesSealed(c.var.caller)), 200);
 });
 
 schedules.delete("/schedules/:id", async (c) => {

@@ -1,9 +1,11 @@
 import { Hono } from "hono";
 import { z } from "zod";
+import { seesSealed } from "../../app/caller";
 import { tenantOf } from "../../app/qstash/tenant";
 import { deleteUrlGroup, listUrlGroups, readUrlGroup, writeUrlGroup } from "../../app/qstash/url-groups";
 import type { Endpoint, TopicRow } from "../../catalog/qstash";
 import { QstashInputError } from "../../qstash/errors";
+import { reducedUrl } from "../../security/reduced";
 import type { AppContext, AppEnv } from "../context";
 import { bodyText } from "./request";
 
@@ -35,7 +37,13 @@ async function endpointsOf(c: AppContext): Promise<Array<z.infer<typeof Endpoint
   return parsed.data.endpoints;
 }
 
-const present = (t: TopicRow) => ({ name: t.name, endpoints: t.endpoints, createdAt: t.createdAt, updatedAt: t.updatedAt });
+/** A URL group; its endpoints' URLs (sealed at rest) reduced to their origins for a `read` key. */
+const present = (t: TopicRow, whole: boolean) => ({
+  name: t.name,
+  endpoints: whole ? t.endpoints : t.endpoints.map((e) => ({ ...e, url: reducedUrl(e.url) })),
+  createdAt: t.createdAt,
+  updatedAt: t.updatedAt,
+});
 const TOPIC_NAME = /^[A-Za-z0-9_.-]{1,100}$/;
 
 topics.post("/topics/:name/endpoints", async (c) => {
@@ -70,12 +78,17 @@ topics.delete("/topics/:name/endpoints", async (c) => {
   return c.json({}, 200);
 });
 
-topics.get("/topics", async (c) => c.json((await listUrlGroups(c.env, tenantOf(c.var.caller))).map(present), 200));
+topics.get("/topics", async (c) =>
+  c.json(
+    (await listUrlGroups(c.env, tenantOf(c.var.caller))).map((t) => present(t, seesSealed(c.var.caller))),
+    200,
+  ),
+);
 
 topics.get("/topics/:name", async (c) => {
   const topic = await readUrlGroup(c.env, tenantOf(c.var.caller), c.req.param("name"));
   if (!topic) throw new QstashInputError("name", `no URL group named ${c.req.param("name")}`, 404);
-  return c.json(present(topic), 200);
+  return c.json(present(topic, seesSealed(c.var.caller)), 200);
 });
 
 topics.delete("/topics/:name", async (c) => {

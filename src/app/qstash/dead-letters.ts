@@ -47,7 +47,8 @@ async function visible(env: Env, caller: Caller, runs: RunView[]): Promise<DeadL
   for (const job of held) jobs.set(job.id, job);
   return runs.flatMap((run) => {
     const job = jobs.get(run.jobId);
-    return job?.spec.target && !removed.has(run.id) && DEAD_LETTER_STATES.includes(run.state) ? [{ run, job }] : [];
+    // A QStash message's or schedule's only: a /v1 job's dead run is /v1's (/v1/dead-letters).
+    return job?.spec.target?.qstash && !removed.has(run.id) && DEAD_LETTER_STATES.includes(run.state) ? [{ run, job }] : [];
   });
 }
 

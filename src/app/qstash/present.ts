@@ -2,7 +2,8 @@ import type { CatalogJob } from "../../catalog/jobs";
 import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { QstashMeta } from "../../qstash/meta";
-import { openCallback } from "../../qstash/sealed-callbacks";
+import { callbackOriginOf, openCallback } from "../../qstash/sealed-callbacks";
+import { bodyDigest, HIDDEN_VALUE, reducedUrl } from "../../security/reduced";
 import { openTarget } from "../../security/targets";
 import { cronText } from "./cron";
 
@@ -25,11 +26,24 @@ export async function destinationIn(env: Env, job: CatalogJob, urls: string[] | 
   return url !== null && urls.includes(url);
 }
 
-/** What is sealed of a message: its URL, headers as QStash lists them (each name to its values), body and callback URLs. */
-async function opened(env: Env, job: CatalogJob) {
+/**
+ * What is sealed of a message: its URL, headers as QStash lists them (each name to its values),
+ * body and callback URLs; opened if the caller sees sealed values whole (`whole`), otherwise
+ * reduced (src/security/reduced.ts): origins, header names with their values hidden, the
+ * body's size and SHA-256.
+ */
+async function opened(env: Env, job: CatalogJob, whole: boolean) {
   const keys = env.ENCRYPTION_KEYS;
   const { url, ...secrets } = await openTarget(keys, job.spec.target!, job.id);
   const meta = job.spec.target!.qstash;
+  if (!whole) {
+    const header = Object.fromEntries(Object.keys(secrets.headers ?? {}).map((k) => [k, [HIDDEN_VALUE]]));
+    const callbacks = {
+      ...(meta?.callback && { callback: callbackOriginOf(meta.callback) }),
+      ...(meta?.failureCallback && { failureCallback: callbackOriginOf(meta.failureCallback) }),
+    };
+    return { url: reducedUrl(url), header, ...(await bodyDigest(secrets)), ...callbacks, reduced: true as const };
+  }
   const callbacks = {
     ...(meta?.callback && { callback: (await openCallback(keys, meta.callback, job.tenantId)).url }),
     ...(meta?.failureCallback && { failureCallback: (await openCallback(keys, meta.failureCallback, job.tenantId)).url }),
@@ -58,20 +72,29 @@ function common(job: CatalogJob) {
   };
 }
 
-export async function presentMessage(env: Env, job: CatalogJob) {
+/** The views take `whole`: does the caller see sealed values whole (src/app/caller.ts, seesSealed)? */
+
+export async function presentMessage(env: Env, job: CatalogJob, whole: boolean) {
   const at = job.spec.schedule.at;
   return {
     messageId: messageIdOfJob(job.id),
     ...common(job),
-    ...(await opened(env, job)),
+    ...(await opened(env, job, whole)),
     ...(at !== undefined && { notBefore: Date.parse(at) }),
     createdAt: job.createdAt,
   };
 }
 
-export async function presentSchedule(env: Env, scheduleId: string, job: CatalogJob, createdAt: number, nextRunAt: number | null) {
+export async function presentSchedule(
+  env: Env,
+  scheduleId: string,
+  job: CatalogJob,
+  createdAt: number,
+  nextRunAt: number | null,
+  whole: boolean,
+) {
   const shared = common(job);
-  const { url, ...target } = await opened(env, job);
+  const { url, ...target } = await opened(env, job, whole);
   return {
     scheduleId,
     cron: cronText(job.spec.schedule),
@@ -86,7 +109,7 @@ export async function presentSchedule(env: Env, scheduleId: string, job: Catalog
 }
 
 /** A dead letter: the run that ended without success, with what its last attempt answered. */
-export async function presentDeadLetter(env: Env, run: RunView, job: CatalogJob) {
+export async function presentDeadLetter(env: Env, run: RunView, job: CatalogJob, whole: boolean) {
   const meta = job.spec.target?.qstash;
   const messageId = meta?.scheduleId ? messageIdOfRun(run.id) : messageIdOfJob(job.id);
   const response = run.error?.match(/^HTTP \d+: ([\s\S]*)$/)?.[1];
@@ -94,7 +117,7 @@ export async function presentDeadLetter(env: Env, run: RunView, job: CatalogJob)
     dlqId: run.id,
     messageId,
     ...common(job),
-    ...(await opened(env, job)),
+    ...(await opened(env, job, whole)),
     createdAt: run.createdAt,
     ...(run.status !== null && { responseStatus: run.status }),
     ...(response !== undefined && { responseBody: response }),
