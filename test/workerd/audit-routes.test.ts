@@ -274,14 +274,15 @@ async function entriesOf(tenantId: string, action: string, subject: string) {
 /** Publishes messages to a target that always fails, with no retry, and waits until each is a dead letter. */
 async function deadLetters(count: number, name = "audit-dead"): Promise<string[]> {
   const url = receiverPath(name, "status=500");
+  const ids = new Set<string>();
   for (let i = 0; i < count; i++) {
     const res = await call(`/v2/publish/${url}`, { method: "POST", headers: { "Upstash-Retries": "0" }, body: "x" });
-    await ok(res);
+    ids.add((await ok(res)).messageId as string);
   }
   return vi.waitFor(
     async () => {
-      const { messages } = (await ok(await call("/v2/dlq"))) as { messages: Array<{ dlqId: string; url: string }> };
-      const ours = messages.filter((m) => m.url === url);
+      const { messages } = (await ok(await call("/v2/dlq"))) as { messages: Array<{ dlqId: string; messageId: string }> };
+      const ours = messages.filter((m) => ids.has(m.messageId));
       expect(ours).toHaveLength(count);
       return ours.map((m) => m.dlqId);
     },
