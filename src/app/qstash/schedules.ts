@@ -61,7 +61,7 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
     ],
     "schedules",
   );
-  // Its job's creation is audited as a job's; this entry says which job the schedule's id now names.
+  // The job's creation has its own entry; this one says which job the schedule's id now names.
   const entry = entryOf(caller, {
     tenantId,
     action: previous ? "schedule.update" : "schedule.create",
@@ -123,7 +123,6 @@ export async function deleteSchedule(env: Env, caller: Caller, scheduleId: strin
 }
 
 /** Pauses or resumes the schedule's job: audited as the job's change (job.pause, job.resume), which schedule.create names. */
-
 export async function pauseSchedule(env: Env, caller: Caller, scheduleId: string, paused: boolean): Promise<void> {
   const row = await rowOf(env, caller, scheduleId);
   await changeJob(env, caller, row.jobId, { paused });
