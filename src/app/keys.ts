@@ -11,6 +11,8 @@ import { loadTenant, type MintedKey, mintKey } from "./tenants";
  * admin scope may. A key records the key that made it, and revoking a key revokes the keys it
  * made, except the caller's own line: a leaked key's keys go with it, and a key may still revoke
  * the key that made it (rotation: the old key makes the new one, the new one revokes the old).
+ * Sparing lasts for that call only: the spared key stays in its maker's line, so a revocation of
+ * that maker made later from outside the line (the owner's, once a leak is found) takes it.
  */
 
 /** What a key shows of itself in the audit log: never the key, nor its hash. */
@@ -83,7 +85,9 @@ function spareOf(caller: Caller, keyId: string): string | null {
  * once: one transaction, and an audit entry per key (those revoked with their maker name it in
  * `revokedWith`). Answers the ids of the keys revoked with it. A tenant may not leave itself
  * without a live key (it would lock itself out), counting those; the admin may. A key already
- * revoked is answered as revoked, and nothing more is.
+ * revoked is answered as revoked, and its live line goes as it would have: otherwise a leaked key
+ * L could mint L2, revoke L with L2 (sparing L2, the caller), and the owner's revocation of L,
+ * finding it revoked, would leave L2 live.
  */
 export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyId: string): Promise<{ alsoRevoked: string[] }> {
   const tenant = await loadTenant(env, caller, tenantId);
@@ -92,13 +96,14 @@ export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyI
   for (let attempt = 1; attempt <= REVOKE_ATTEMPTS; attempt++) {
     const line = await lineOfKey(env.DB, tenant.id, keyId, spare);
     if (!line) throw notFound("key", keyId);
-    if (line.key.revokedAt !== null) return { alsoRevoked: [] };
+    const rootLive = line.key.revokedAt === null;
     const made = line.made.filter((k) => k.revokedAt === null);
-    if (!caller.admin && line.liveKeys <= 1 + made.length) throw lastKey(made.length);
+    if (!rootLive && made.length === 0) return { alsoRevoked: [] };
+    if (!caller.admin && line.liveKeys <= (rootLive ? 1 : 0) + made.length) throw lastKey(made.length);
     const now = Date.now();
-    const entries = revocationEntries(caller, tenant.id, line.key, made, now);
-    const ids: [string, ...string[]] = [keyId, ...made.map((k) => k.id)];
-    if (await revokeKeys(env.DB, tenant.id, ids, spare, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
+    const entries = revocationEntries(caller, tenant.id, rootLive ? line.key : null, line.key.id, made, now);
+    const ids = [...(rootLive ? [keyId] : []), ...made.map((k) => k.id)];
+    if (await revokeKeys(env.DB, tenant.id, keyId, ids, spare, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
       return { alsoRevoked: made.map((k) => k.id) };
     }
     // Since the line was read, a key was made in it or one of the tenant's keys was revoked:
@@ -111,11 +116,11 @@ export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyI
   );
 }
 
-/** One key.revoke entry per key: the one asked for, then each revoked with it, naming it. */
-function revocationEntries(caller: Caller, tenantId: string, key: ApiKeyRow, made: ApiKeyRow[], now: number) {
+/** One key.revoke entry per key: the one asked for (null: it was already revoked), then each revoked with it, naming it. */
+function revocationEntries(caller: Caller, tenantId: string, key: ApiKeyRow | null, keyId: string, made: ApiKeyRow[], now: number) {
   const entry = (k: ApiKeyRow, after: Record<string, unknown>) =>
     entryOf(caller, { tenantId, action: "key.revoke", subject: k.id, before: keyRecord(k), after }, now);
-  return [entry(key, { revokedAt: now }), ...made.map((k) => entry(k, { revokedAt: now, revokedWith: key.id }))];
+  return [...(key ? [entry(key, { revokedAt: now })] : []), ...made.map((k) => entry(k, { revokedAt: now, revokedWith: keyId }))];
 }
 
 /**

@@ -39,6 +39,9 @@ type Row = Record<string, unknown>;
 
 const all = async (what: string, stmt: D1PreparedStatement) => (await guard(what, () => stmt.all<Row>())).results;
 const run = (what: string, stmt: D1PreparedStatement) => guard(what, () => stmt.run());
+/** A change and `also` (its audit entry) in one batch, a transaction; the change's result. */
+const runWith = async (what: string, db: D1Database, stmt: D1PreparedStatement, also: D1PreparedStatement[]) =>
+  also.length === 0 ? run(what, stmt) : (await guard(what, () => db.batch([stmt, ...also])))[0]!;
 
 // ---- schedules ----
 
@@ -64,23 +67,39 @@ export async function listScheduleRows(db: D1Database, tenantId: string): Promis
   return rows.map(toSchedule);
 }
 
-/** The schedule now runs as `jobId`; its creation time stays that of its first version. */
-export async function putScheduleRow(db: D1Database, tenantId: string, scheduleId: string, jobId: string, now: number): Promise<void> {
-  await run(
+/** The schedule now runs as `jobId`; its creation time stays that of its first version. `also` joins its batch. */
+export async function putScheduleRow(
+  db: D1Database,
+  tenantId: string,
+  scheduleId: string,
+  jobId: string,
+  now: number,
+  also: D1PreparedStatement[] = [],
+): Promise<void> {
+  await runWith(
     "write schedule",
+    db,
     db
       .prepare(
         `INSERT INTO qstash_schedules (tenant_id, schedule_id, job_id, created_at) VALUES (?, ?, ?, ?)
          ON CONFLICT (tenant_id, schedule_id) DO UPDATE SET job_id = excluded.job_id`,
       )
       .bind(tenantId, scheduleId, jobId, now),
+    also,
   );
 }
 
-export async function deleteScheduleRow(db: D1Database, tenantId: string, scheduleId: string): Promise<void> {
-  await run(
+export async function deleteScheduleRow(
+  db: D1Database,
+  tenantId: string,
+  scheduleId: string,
+  also: D1PreparedStatement[] = [],
+): Promise<void> {
+  await runWith(
     "delete schedule",
+    db,
     db.prepare("DELETE FROM qstash_schedules WHERE tenant_id = ? AND schedule_id = ?").bind(tenantId, scheduleId),
+    also,
   );
 }
 
@@ -147,20 +166,28 @@ export async function upsertQueueRow(
   name: string,
   set: { parallelism?: number; paused?: boolean },
   now: number,
+  also: D1PreparedStatement[] = [],
 ) {
-  await run(
+  await runWith(
     "write queue",
+    db,
     db
       .prepare(
         `INSERT INTO qstash_queues (tenant_id, name, parallelism, paused, created_at, updated_at) VALUES (?1, ?2, COALESCE(?3, 1), COALESCE(?4, 0), ?5, ?5)
          ON CONFLICT (tenant_id, name) DO UPDATE SET parallelism = COALESCE(?3, parallelism), paused = COALESCE(?4, paused), updated_at = ?5`,
       )
       .bind(tenantId, name, set.parallelism ?? null, set.paused === undefined ? null : set.paused ? 1 : 0, now),
+    also,
   );
 }
 
-export async function deleteQueueRow(db: D1Database, tenantId: string, name: string): Promise<boolean> {
-  const result = await run("delete queue", db.prepare("DELETE FROM qstash_queues WHERE tenant_id = ? AND name = ?").bind(tenantId, name));
+export async function deleteQueueRow(db: D1Database, tenantId: string, name: string, also: D1PreparedStatement[] = []): Promise<boolean> {
+  const result = await runWith(
+    "delete queue",
+    db,
+    db.prepare("DELETE FROM qstash_queues WHERE tenant_id = ? AND name = ?").bind(tenantId, name),
+    also,
+  );
   return result.meta.changes > 0;
 }
 
@@ -184,15 +211,24 @@ export async function listTopicRows(db: D1Database, tenantId: string): Promise<S
   );
 }
 
-export async function putTopicRow(db: D1Database, tenantId: string, name: string, endpoints: Sealed, now: number): Promise<void> {
-  await run(
+export async function putTopicRow(
+  db: D1Database,
+  tenantId: string,
+  name: string,
+  endpoints: Sealed,
+  now: number,
+  also: D1PreparedStatement[] = [],
+): Promise<void> {
+  await runWith(
     "write url group",
+    db,
     db
       .prepare(
         `INSERT INTO qstash_topics (tenant_id, name, endpoints, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4)
          ON CONFLICT (tenant_id, name) DO UPDATE SET endpoints = excluded.endpoints, updated_at = ?4`,
       )
       .bind(tenantId, name, JSON.stringify(endpoints), now),
+    also,
   );
 }
 
@@ -233,10 +269,12 @@ export async function resealTopicRow(db: D1Database, tenantId: string, topic: St
   return result.meta.changes > 0;
 }
 
-export async function deleteTopicRow(db: D1Database, tenantId: string, name: string): Promise<boolean> {
-  const result = await run(
+export async function deleteTopicRow(db: D1Database, tenantId: string, name: string, also: D1PreparedStatement[] = []): Promise<boolean> {
+  const result = await runWith(
     "delete url group",
+    db,
     db.prepare("DELETE FROM qstash_topics WHERE tenant_id = ? AND name = ?").bind(tenantId, name),
+    also,
   );
   return result.meta.changes > 0;
 }
@@ -252,12 +290,22 @@ export async function removedDeadLetters(db: D1Database, runIds: string[]): Prom
   return new Set(rows.map((r) => r.run_id as string));
 }
 
-/** Marks dead letters deleted; answers how many were not already. */
-export async function removeDeadLetters(db: D1Database, entries: Array<{ tenantId: string; runId: string }>, now: number): Promise<number> {
+/**
+ * Marks dead letters deleted, each followed in the one batch by its `also` (its audit entry,
+ * written only if it was not deleted already: `ifChanged`); answers how many were not already.
+ */
+export async function removeDeadLetters(
+  db: D1Database,
+  entries: Array<{ tenantId: string; runId: string; also?: D1PreparedStatement }>,
+  now: number,
+): Promise<number> {
   if (entries.length === 0) return 0;
   const stmt = db.prepare("INSERT INTO qstash_dlq_removed (tenant_id, run_id, removed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
-  const results = await guard("remove dead letters", () => db.batch(entries.map((e) => stmt.bind(e.tenantId, e.runId, now))));
-  return results.reduce((n, r) => n + r.meta.changes, 0);
+  const removals = entries.map((e) => stmt.bind(e.tenantId, e.runId, now));
+  const statements = entries.flatMap((e, i) => [removals[i]!, ...(e.also ? [e.also] : [])]);
+  const results = await guard("remove dead letters", () => db.batch(statements));
+  const ofRemovals = new Set(removals);
+  return results.reduce((n, r, i) => n + (ofRemovals.has(statements[i]!) ? r.meta.changes : 0), 0);
 }
 
 /** A retried dead letter that fails again is a dead letter again. */

@@ -213,9 +213,10 @@ export async function listKeys(db: D1Database, tenantId: string): Promise<ApiKey
  * and those of them that are live. The walk stops at `spare` (?3; null: nowhere): that key and
  * the keys it made are not in the line, so a key revoking the key that made it (rotation: the new
  * key revokes the old) is not revoked with it, nor are its own keys. Keys made by `spare` are only
- * ever reached through it: a key has one maker. The walk goes through revoked keys too, since a
- * key revoked by a key it made leaves that key's line live under it: revoking the revoked key's
- * maker later takes that line. created_by always names an older key, so a line has no cycle.
+ * ever reached through it: a key has one maker. The walk goes through revoked keys too, the root
+ * included, since a key revoked by a key it made leaves that key's line live under it: revoking
+ * the revoked key again, or its maker, later takes that line. created_by always names an older
+ * key, so a line has no cycle.
  */
 const LINE_OF_KEY = `WITH RECURSIVE line(id) AS (
     SELECT id FROM api_keys WHERE id = ?2 AND tenant_id = ?1
@@ -251,18 +252,19 @@ export async function lineOfKey(db: D1Database, tenantId: string, keyId: string,
 }
 
 /**
- * Revokes a key and the live keys it made (`line`: the key's id first, then theirs; the walk
- * stops at `spare`, as in lineOfKey), in one statement, and `also` (the audit entries, written
- * only if the keys were) in its batch. A compare-and-set: it revokes only if those are still
- * exactly the line's live keys (none minted nor revoked since they were read), so the entries
- * name every key revoked and no other; false otherwise, and nothing changed. `keepOne` refuses to
- * leave the tenant without a live key (it would lock itself out); the count and the write are the
- * same statement.
+ * Revokes the live keys of `root`'s line (`live`: root's id first if it is live, then the live
+ * keys it made; the walk stops at `spare`, as in lineOfKey), in one statement, and `also` (the
+ * audit entries, written only if the keys were) in its batch. A compare-and-set: it revokes only
+ * if those are still exactly the line's live keys (none minted nor revoked since they were read),
+ * so the entries name every key revoked and no other; false otherwise, and nothing changed.
+ * `keepOne` refuses to leave the tenant without a live key (it would lock itself out); the count
+ * and the write are the same statement.
  */
 export async function revokeKeys(
   db: D1Database,
   tenantId: string,
-  line: readonly [string, ...string[]],
+  root: string,
+  live: readonly string[],
   spare: string | null,
   now: number,
   keepOne: boolean,
@@ -279,7 +281,7 @@ export async function revokeKeys(
              AND NOT EXISTS (SELECT 1 FROM live WHERE id NOT IN (SELECT value FROM json_each(?5)))
              AND (?6 = 0 OR (SELECT COUNT(*) FROM api_keys WHERE tenant_id = ?1 AND revoked_at IS NULL) > json_array_length(?5))`,
         )
-        .bind(tenantId, line[0], spare, now, JSON.stringify(line), keepOne ? 1 : 0),
+        .bind(tenantId, root, spare, now, JSON.stringify(live), keepOne ? 1 : 0),
       ...also,
     ]),
   );

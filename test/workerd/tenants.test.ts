@@ -366,6 +366,78 @@ describe("keys made by a key", () => {
     for (const e of await revokeEntriesOf(t)) expect(e.actor).toBe(k.id);
   });
 
+  it("the dodge: a leaked key L mints L2, L2 revokes L (spared then); the owner revoking L again takes L2", async () => {
+    const t = await createTenant();
+    const l = await mintWith(t.api, t);
+    const l2 = await mintWith(asKey(l.apiKey), t);
+    const l2a = await mintWith(asKey(l2.apiKey), t, ["read"]);
+    expect(await jsonOf(await asKey(l2.apiKey)(`/v1/tenants/${t.id}/keys/${l.id}`, { method: "DELETE" }))).toEqual({
+      id: l.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
+    expect(await signsIn(l.apiKey, l2.apiKey, l2a.apiKey)).toEqual([401, 200, 200]);
+    const revokedAt = (await keysOf(t)).get(l.id)!.revokedAt;
+
+    // The owner, with a key outside L's line, revokes L: L stays as it was, its live line goes.
+    const answer = await jsonOf(await t.api(`/v1/tenants/${t.id}/keys/${l.id}`, { method: "DELETE" }));
+    expect(answer).toEqual({ id: l.id, revoked: true, alsoRevoked: [l2.id, l2a.id] });
+    expect(await signsIn(l.apiKey, l2.apiKey, l2a.apiKey, t.apiKey)).toEqual([401, 401, 401, 200]);
+    expect((await keysOf(t)).get(l.id)!.revokedAt).toBe(revokedAt);
+    const entries = await revokeEntriesOf(t);
+    expect(entries.map((e) => `${e.actor} ${e.subject}`).sort()).toEqual(
+      [`${l2.id} ${l.id}`, `${t.keyId} ${l2.id}`, `${t.keyId} ${l2a.id}`].sort(),
+    );
+    for (const e of entries.filter((e) => e.actor === t.keyId)) expect(e.change.after).toMatchObject({ revokedWith: l.id });
+  });
+
+  it("the dodge, with the admin token: revoking the revoked key takes the line its revoker was spared in", async () => {
+    const t = await createTenant();
+    const l = await mintWith(t.api, t);
+    const l2 = await mintWith(asKey(l.apiKey), t);
+    expect((await asKey(l2.apiKey)(`/v1/tenants/${t.id}/keys/${l.id}`, { method: "DELETE" })).status).toBe(200);
+    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${l.id}`, { method: "DELETE" }))).toEqual({
+      id: l.id,
+      revoked: true,
+      alsoRevoked: [l2.id],
+    });
+    expect(await signsIn(l2.apiKey, t.apiKey)).toEqual([401, 200]);
+  });
+
+  it("a key spared by revoking its maker is spared only from its own call: repeating it spares it again; the maker's maker takes it", async () => {
+    const { t, k, k1, k2, k1a } = await family();
+    // Rotation: K1, which K made, revokes K; repeated (a retry), it spares K1 again and revokes nothing.
+    expect(await jsonOf(await asKey(k1.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }))).toEqual({
+      id: k.id,
+      revoked: true,
+      alsoRevoked: [k2.id],
+    });
+    expect(await jsonOf(await asKey(k1.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }))).toEqual({
+      id: k.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
+    expect(await signsIn(k1.apiKey, k1a.apiKey)).toEqual([200, 200]);
+    // K1a, below K1, revoking K again spares itself, not K1 (the keys between go).
+    expect(await jsonOf(await asKey(k1a.apiKey)(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }))).toEqual({
+      id: k.id,
+      revoked: true,
+      alsoRevoked: [k1.id],
+    });
+    expect(await signsIn(k.apiKey, k1.apiKey, k2.apiKey, k1a.apiKey, t.apiKey)).toEqual([401, 401, 401, 200, 200]);
+    // The admin token, revoking K again, takes what is left of K's line; after that nothing more.
+    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }))).toEqual({
+      id: k.id,
+      revoked: true,
+      alsoRevoked: [k1a.id],
+    });
+    expect(await jsonOf(await api(`/v1/tenants/${t.id}/keys/${k.id}`, { method: "DELETE" }))).toEqual({
+      id: k.id,
+      revoked: true,
+      alsoRevoked: [],
+    });
+  });
+
   it("a key may not revoke itself with keys that would leave the tenant no live key: 409, nothing changes; the new key may revoke it", async () => {
     const t = await createTenant();
     // Every key the tenant has is in its first key's line.
@@ -401,9 +473,9 @@ describe("keys made by a key", () => {
     const b = await mintWith(asKey(a.apiKey), t);
     const before = await keysOf(t);
     // As a revocation that read A's line before B was made would write: A alone.
-    expect(await revokeKeys(env.DB, t.id, [a.id], null, Date.now(), true)).toBe(false);
+    expect(await revokeKeys(env.DB, t.id, a.id, [a.id], null, Date.now(), true)).toBe(false);
     expect(await keysOf(t)).toEqual(before);
-    expect(await revokeKeys(env.DB, t.id, [a.id, b.id], null, Date.now(), true)).toBe(true);
+    expect(await revokeKeys(env.DB, t.id, a.id, [a.id, b.id], null, Date.now(), true)).toBe(true);
     expect(await signsIn(a.apiKey, b.apiKey, t.apiKey)).toEqual([401, 401, 200]);
   });
 
@@ -414,9 +486,9 @@ describe("keys made by a key", () => {
     // …but a key K2 made is: a revocation that read the line before it was made writes nothing.
     const k2a = await mintWith(asKey(k2.apiKey), t, ["read"]);
     const before = await keysOf(t);
-    expect(await revokeKeys(env.DB, t.id, [k.id, k2.id], k1.id, Date.now(), true)).toBe(false);
+    expect(await revokeKeys(env.DB, t.id, k.id, [k.id, k2.id], k1.id, Date.now(), true)).toBe(false);
     expect(await keysOf(t)).toEqual(before);
-    expect(await revokeKeys(env.DB, t.id, [k.id, k2.id, k2a.id], k1.id, Date.now(), true)).toBe(true);
+    expect(await revokeKeys(env.DB, t.id, k.id, [k.id, k2.id, k2a.id], k1.id, Date.now(), true)).toBe(true);
     expect(await signsIn(k.apiKey, k2.apiKey, k2a.apiKey, k1.apiKey, late.apiKey)).toEqual([401, 401, 401, 200, 200]);
   });
 

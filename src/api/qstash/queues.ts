@@ -1,9 +1,9 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { queueLags, syncQueueGroup } from "../../app/qstash/queue-groups";
-import { setQueuePaused } from "../../app/qstash/queues";
+import { queueLags } from "../../app/qstash/queue-groups";
+import { deleteQueue, setQueuePaused, upsertQueue } from "../../app/qstash/queues";
 import { tenantOf } from "../../app/qstash/tenant";
-import { deleteQueueRow, getQueueRow, listQueueRows, type QueueRow, upsertQueueRow } from "../../catalog/qstash";
+import { getQueueRow, listQueueRows, type QueueRow } from "../../catalog/qstash";
 import { QstashInputError } from "../../qstash/errors";
 import type { AppEnv } from "../context";
 import { bodyText } from "./request";
@@ -51,13 +51,7 @@ queues.post("/queues", async (c) => {
     throw new QstashInputError(issue.path.join(".") || "body", issue.message);
   }
   const { queueName, parallelism, paused } = parsed.data;
-  const tenantId = tenantOf(c.var.caller);
-  const before = await getQueueRow(c.env.DB, tenantId, queueName);
-  await upsertQueueRow(c.env.DB, tenantId, queueName, { parallelism }, Date.now());
-  // The flag changes only when it differs (the SDK sends it on every upsert); the gate is told
-  // every time, so an upsert repeated after a failed one sets what the catalog says.
-  if (paused !== undefined && paused !== (before?.paused ?? false)) await setQueuePaused(c.env, c.var.caller, queueName, paused);
-  else await syncQueueGroup(c.env, tenantId, queueName);
+  await upsertQueue(c.env, c.var.caller, queueName, { parallelism, paused });
   return c.json({}, 200);
 });
 
@@ -83,19 +77,16 @@ queues.get("/queues/:name", async (c) => {
 
 queues.delete("/queues/:name", async (c) => {
   const name = c.req.param("name");
-  const tenantId = tenantOf(c.var.caller);
-  if (!(await deleteQueueRow(c.env.DB, tenantId, name))) throw new QstashInputError("queue", `no queue named ${name}`, 404);
-  // Its messages left in flight or waiting are held to what each stated when enqueued.
-  await syncQueueGroup(c.env, tenantId, name);
+  if (!(await deleteQueue(c.env, c.var.caller, name))) throw new QstashInputError("queue", `no queue named ${name}`, 404);
   return c.json({}, 200);
 });
 
 for (const action of ["pause", "resume"] as const) {
   queues.post(`/queues/:name/${action}`, async (c) => {
-    const tenantId = tenantOf(c.var.caller);
     const name = c.req.param("name");
-    await loadQueue(c.env, tenantId, name);
-    await setQueuePaused(c.env, c.var.caller, name, action === "pause");
+    if (!(await setQueuePaused(c.env, c.var.caller, name, action === "pause"))) {
+      throw new QstashInputError("queue", `no queue named ${name}`, 404);
+    }
     return c.json({}, 200);
   });
 }

@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { seesSealed } from "../../app/caller";
 import { tenantOf } from "../../app/qstash/tenant";
-import { deleteUrlGroup, listUrlGroups, readUrlGroup, writeUrlGroup } from "../../app/qstash/url-groups";
+import { addEndpoints, deleteUrlGroup, listUrlGroups, MAX_ENDPOINTS, readUrlGroup, removeEndpoints } from "../../app/qstash/url-groups";
 import type { Endpoint, TopicRow } from "../../catalog/qstash";
 import { QstashInputError } from "../../qstash/errors";
 import { reducedUrl } from "../../security/reduced";
@@ -12,7 +12,6 @@ import { bodyText } from "./request";
 /** /v2/topics: URL groups. A publish to a group's name fans out: one message per endpoint. */
 export const topics = new Hono<AppEnv>();
 
-const MAX_ENDPOINTS = 100;
 const EndpointSchema = z.object({
   name: z.string().min(1).max(100).optional(),
   url: z
@@ -52,29 +51,14 @@ topics.post("/topics/:name/endpoints", async (c) => {
   const added = await endpointsOf(c);
   const missing = added.findIndex((e) => e.url === undefined);
   if (missing >= 0) throw new QstashInputError(`endpoints.${missing}.url`, "required");
-  const tenantId = tenantOf(c.var.caller);
-  const current = (await readUrlGroup(c.env, tenantId, name))?.endpoints ?? [];
-  const merged: Endpoint[] = [...current];
-  for (const e of added as Endpoint[]) {
-    const at = merged.findIndex((m) => m.url === e.url || (e.name !== undefined && m.name === e.name));
-    if (at >= 0) merged[at] = e;
-    else merged.push(e);
-  }
-  if (merged.length > MAX_ENDPOINTS) throw new QstashInputError("endpoints", `a URL group has at most ${MAX_ENDPOINTS} endpoints`);
-  await writeUrlGroup(c.env, tenantId, name, merged, Date.now());
+  await addEndpoints(c.env, c.var.caller, name, added as Endpoint[]);
   return c.json({}, 200);
 });
 
 topics.delete("/topics/:name/endpoints", async (c) => {
   const name = c.req.param("name");
   const removed = await endpointsOf(c);
-  const tenantId = tenantOf(c.var.caller);
-  const topic = await readUrlGroup(c.env, tenantId, name);
-  if (!topic) throw new QstashInputError("name", `no URL group named ${name}`, 404);
-  const kept = topic.endpoints.filter(
-    (e) => !removed.some((r) => (r.url !== undefined && r.url === e.url) || (r.name !== undefined && r.name === e.name)),
-  );
-  await writeUrlGroup(c.env, tenantId, name, kept, Date.now());
+  if (!(await removeEndpoints(c.env, c.var.caller, name, removed))) throw new QstashInputError("name", `no URL group named ${name}`, 404);
   return c.json({}, 200);
 });
 
@@ -92,7 +76,7 @@ topics.get("/topics/:name", async (c) => {
 });
 
 topics.delete("/topics/:name", async (c) => {
-  if (!(await deleteUrlGroup(c.env, tenantOf(c.var.caller), c.req.param("name")))) {
+  if (!(await deleteUrlGroup(c.env, c.var.caller, c.req.param("name")))) {
     throw new QstashInputError("name", `no URL group named ${c.req.param("name")}`, 404);
   }
   return c.json({}, 200);

@@ -4,6 +4,7 @@ import { removeDeadLetters, removedDeadLetters, restoreDeadLetters } from "../..
 import { DEAD_LETTER_STATES } from "../../model/run-states";
 import type { RunView } from "../../protocol/shard-rpc";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
+import { audit, entryOf } from "../audit";
 import type { Caller } from "../caller";
 import { deadLetters, getRun, retryRun } from "../runs";
 import { standaloneJobsByIds } from "../standalone-jobs";
@@ -91,17 +92,31 @@ export async function getDeadLetter(env: Env, caller: Caller, dlqId: string): Pr
   return found;
 }
 
-/** Deletes dead letters; how many there were to delete (an id already gone counts none). */
+/**
+ * Deletes dead letters; how many there were to delete (an id already gone counts none). Each
+ * has its dlq.delete entry in the batch that hides it, written only if it did.
+ */
 export async function deleteDeadLetters(env: Env, caller: Caller, ids: string[]): Promise<number> {
   const found = (await Promise.all(ids.map((id) => getDeadLetter(env, caller, id).catch(() => null)))).filter((d) => d !== null);
+  const now = Date.now();
   return removeDeadLetters(
     env.DB,
-    found.map((d) => ({ tenantId: d.job.tenantId, runId: d.run.id })),
-    Date.now(),
+    found.map((d) => {
+      const entry = entryOf(
+        caller,
+        { tenantId: d.job.tenantId, action: "dlq.delete", subject: d.run.id, before: { jobId: d.job.id, state: d.run.state }, after: null },
+        now,
+      );
+      return { tenantId: d.job.tenantId, runId: d.run.id, also: audit(env.DB, entry, { ifChanged: true }) };
+    }),
+    now,
   );
 }
 
-/** Retries dead letters: each run gets another attempt now; the message ids delivered again. */
+/**
+ * Retries dead letters: each run gets another attempt now; the message ids delivered again.
+ * Each retry is its run's, audited as one (run.retry, written once the shard answered).
+ */
 export async function retryDeadLetters(env: Env, caller: Caller, ids: string[]): Promise<DeadLetter[]> {
   const found = (await Promise.all(ids.map((id) => getDeadLetter(env, caller, id).catch(() => null)))).filter((d) => d !== null);
   const retried: DeadLetter[] = [];

@@ -5,6 +5,7 @@ import type { Destination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
 import { newScheduleId } from "../../qstash/ids";
+import { audit, entryOf } from "../audit";
 import type { Caller } from "../caller";
 import { changeJob, readJob } from "../jobs";
 import { parseCron } from "./cron";
@@ -14,7 +15,9 @@ import { tenantOf } from "./tenant";
 /**
  * Schedules: each is an edgecron cron job, so that it shows in /v1, the dashboard and the CLI;
  * its QStash id maps to the job (qstash_schedules). Upserting an existing id creates the new
- * version's job and deletes the old one, so a fire never runs with half of each.
+ * version's job and deletes the old one, so a fire never runs with half of each. The job's
+ * changes are audited as a job's; the id's mapping has its own entries (schedule.create,
+ * schedule.update, schedule.delete), each in the batch that writes it.
  */
 export interface ScheduleRequest {
   destination: Destination;
@@ -58,7 +61,15 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
     ],
     "schedules",
   );
-  await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, Date.now());
+  // The job's creation has its own entry; this one says which job the schedule's id now names.
+  const entry = entryOf(caller, {
+    tenantId,
+    action: previous ? "schedule.update" : "schedule.create",
+    subject: scheduleId,
+    before: previous && { jobId: previous.jobId },
+    after: { jobId: job!.id, origin: new URL(destination.url).origin, cron: options.cron },
+  });
+  await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, Date.now(), [audit(env.DB, entry, { ifChanged: true })]);
   if (previous && previous.jobId !== job!.id) await changeJob(env, caller, previous.jobId, { deleted: true }).catch(ignoreGone);
   return { scheduleId };
 }
@@ -106,9 +117,12 @@ export async function listSchedules(env: Env, caller: Caller): Promise<ScheduleS
 export async function deleteSchedule(env: Env, caller: Caller, scheduleId: string): Promise<void> {
   const row = await rowOf(env, caller, scheduleId);
   if (await getJob(env.DB, row.jobId)) await changeJob(env, caller, row.jobId, { deleted: true }).catch(ignoreGone);
-  await deleteScheduleRow(env.DB, tenantOf(caller), scheduleId);
+  const tenantId = tenantOf(caller);
+  const entry = entryOf(caller, { tenantId, action: "schedule.delete", subject: scheduleId, before: { jobId: row.jobId }, after: null });
+  await deleteScheduleRow(env.DB, tenantId, scheduleId, [audit(env.DB, entry, { ifChanged: true })]);
 }
 
+/** Pauses or resumes the schedule's job: audited as the job's change (job.pause, job.resume), which schedule.create names. */
 export async function pauseSchedule(env: Env, caller: Caller, scheduleId: string, paused: boolean): Promise<void> {
   const row = await rowOf(env, caller, scheduleId);
   await changeJob(env, caller, row.jobId, { paused });
