@@ -6,6 +6,7 @@ import { registerShards } from "../catalog/shards";
 import { getTenant, settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
+import { CHAIN_FIELDS, recordChainPrefixes } from "../model/chains";
 import { DEFAULT_TENANT, MAX_NAMED_SHARDS, newJobId, newStandaloneJobId, shardFor, shardNamedBy, shardNumber } from "../model/ids";
 import { type CreateJob, CreateJobSchema, canonicalSchedule } from "../model/job";
 import type { JobRuntime } from "../protocol/stored-rows";
@@ -14,7 +15,7 @@ import { chunksOf } from "../sql";
 import { shardStub } from "../stubs";
 import { acceptSteps, acceptTarget } from "./accept-targets";
 import { audit, entryOf } from "./audit";
-import type { Caller } from "./caller";
+import { type Caller, grantOf } from "./caller";
 import { checkChains } from "./chains";
 import { checkJobName, type JobState, jobRecord } from "./jobs";
 import { reserveMessages } from "./message-quota";
@@ -34,7 +35,7 @@ export const MAX_BATCH_JOBS = 1_000;
 export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
   const now = Date.now();
   checkJobName(caller, input.name);
-  const job = await acceptJob(env, tenantIdOf(caller), input, now, { held: false });
+  const job = await acceptJob(env, tenantIdOf(caller), grantOf(caller).jobPrefix, input, now, { held: false });
   // The admin's jobs are the default tenant's, read in the same round trip as the insert; the
   // audit entry is written only if the quota let the job in.
   const statements = [
@@ -156,7 +157,7 @@ async function acceptItem(
   if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
   try {
     checkJobName(caller, parsed.data.name);
-    return { index, job: await acceptJob(env, tenantId, parsed.data, now, place) };
+    return { index, job: await acceptJob(env, tenantId, grantOf(caller).jobPrefix, parsed.data, now, place) };
   } catch (err) {
     // Anything else (D1 unreachable while checking chains) fails the whole call.
     if (err instanceof ApiError) return { index, error: itemError(index, err) };
@@ -209,7 +210,14 @@ function newIdAndShard(place: Placement, shardCount: number, now: number): { id:
 }
 
 /** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen. */
-async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number, place: Placement): Promise<CatalogJob> {
+async function acceptJob(
+  env: Env,
+  tenantId: string,
+  jobPrefix: string | null,
+  input: CreateJob,
+  now: number,
+  place: Placement,
+): Promise<CatalogJob> {
   const { name, target, steps, ...fields } = input;
   const { id, shard } = newIdAndShard(place, config(env).shardCount, now);
   const job: CatalogJob = {
@@ -232,8 +240,9 @@ async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: numb
     updatedAt: now,
     deletedAt: null,
   };
-  await checkChains(env.DB, job, job.spec);
-  return job;
+  const setter = { jobPrefix, fields: CHAIN_FIELDS };
+  await checkChains(env.DB, job, job.spec, setter);
+  return { ...job, spec: recordChainPrefixes(job.spec, setter) };
 }
 
 /**
