@@ -9,6 +9,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { MAX_MESSAGES_PER_REQUEST } from "../../src/app/message-quota";
 import type { Shard } from "../../src/shard/shard";
+import { LIVE_MESSAGES_OF_TENANT_SQL } from "../../src/shard/view-store";
 import { api, createTenant, hitsOf, receiverPath, shardOf } from "./helpers";
 
 type Tenant = Awaited<ReturnType<typeof createTenant>>;
@@ -124,6 +125,23 @@ describe("a tenant's live messages", () => {
     const res = await publishTo(tenant, url, { "Upstash-Delay": "1h" });
     expect(res.status).toBe(429);
     expect(await messagesHeld(tenant.id)).toBe(2);
+  });
+
+  it("a shard counts a tenant's live messages from its index, a seek per message, never a walk of its jobs or runs", async () => {
+    const tenant = await createTenant();
+    await published(tenant, receiverPath("quota-plan"), { "Upstash-Delay": "1h" });
+    const { results } = await env.DB.prepare("SELECT shard FROM shard_tenants WHERE tenant_id = ?")
+      .bind(tenant.id)
+      .all<{ shard: string }>();
+    const plan = await runInDurableObject(shardOf({ shard: results[0]!.shard }), (_s: Shard, state) =>
+      state.storage.sql
+        .exec(`EXPLAIN QUERY PLAN ${LIVE_MESSAGES_OF_TENANT_SQL}`, tenant.id)
+        .toArray()
+        .map((r) => r.detail as string),
+    );
+    expect(plan[0]).toMatch(/^SEARCH j USING (COVERING )?INDEX jobs_standalone \(tenant_id=\?\)$/);
+    expect(plan.slice(1).join(" | ")).toMatch(/SEARCH r USING (PRIMARY KEY|INDEX \S+) \(id>\? AND id<\?\)/);
+    expect(plan.join(" | ")).not.toMatch(/SCAN/);
   });
 });
 
