@@ -17,11 +17,13 @@ export function presentJob(
   runtime: { nextRunAt: number | null; completed: boolean } | undefined,
 ): Job {
   const nextRunAt = runtime?.nextRunAt ?? null;
+  // Who set its chains is the fire-time check's (src/app/chains.ts), not part of the definition.
+  const { chainPrefixes: _, ...spec } = job.spec;
   return {
     id: job.id,
     tenantId: job.tenantId,
     name: job.name,
-    ...job.spec,
+    ...spec,
     description: describeSchedule(job.spec.schedule),
     target: shown.target,
     steps: shown.steps,

@@ -30,6 +30,10 @@ const LimitsSchema = z
       .nullable()
       .optional()
       .openapi({ description: "API requests per second with its keys (429 above)." }),
+    maxLiveMessages: z.int().min(1).max(1_000_000).nullable().optional().openapi({
+      description:
+        "QStash messages live at once (published, not yet delivered, dead or cancelled); a publish over it is a 429 that creates nothing; null: no limit.",
+    }),
     retentionDays: z.int().min(1).max(3_650).nullable().optional().openapi({
       description: "Days finished runs stay in their shards before the archive; null: the default (7). A job's own retention wins.",
     }),
@@ -44,6 +48,7 @@ const TenantSchema = z
       maxJobs: z.int().nullable(),
       maxRunsInFlight: z.int().nullable(),
       requestsPerSecond: z.int().nullable(),
+      maxLiveMessages: z.int().nullable(),
       retentionDays: z.int().nullable(),
     }),
     notify: z

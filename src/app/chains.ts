@@ -1,5 +1,6 @@
-import { invalidField } from "../api/errors";
+import { ApiError, invalidField } from "../api/errors";
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
+import { CHAIN_FIELDS, type ChainSetter } from "../model/chains";
 import { type JobSpec, MAX_CHAIN_DEPTH } from "../model/job";
 
 type Chains = Pick<JobSpec, "onSuccess" | "onFailure">;
@@ -11,15 +12,27 @@ type Chains = Pick<JobSpec, "onSuccess" | "onFailure">;
  * field (`onSuccess.1`). Chains are followed through the catalog one level per read (a job
  * names at most 10 jobs), up to MAX_CHAIN_DEPTH levels.
  */
-export async function checkChains(db: D1Database, job: { id: string; tenantId: string }, chains: Chains): Promise<void> {
-  const named = (["onSuccess", "onFailure"] as const).flatMap((field) => (chains[field] ?? []).map((id, i) => ({ field, i, id })));
+export async function checkChains(
+  db: D1Database,
+  job: { id: string; tenantId: string },
+  chains: Chains,
+  setter: ChainSetter,
+): Promise<void> {
+  const named = CHAIN_FIELDS.flatMap((field) => (chains[field] ?? []).map((id, i) => ({ field, i, id })));
   if (named.length === 0) return;
   const live = await liveJobs(
     db,
     job.tenantId,
     named.map((n) => n.id),
   );
+  const { jobPrefix } = setter;
   for (const { field, i, id } of named) {
+    // Unknown and outside the prefix answer alike: the key learns nothing of jobs it cannot see.
+    if (jobPrefix !== null && setter.fields.includes(field) && !live.get(id)?.name?.startsWith(jobPrefix)) {
+      throw new ApiError(403, "insufficient_scope", `${field}.${i}: this key may only chain to jobs named "${jobPrefix}…"`, {}, [
+        { path: `${field}.${i}`, message: `must be a job whose name starts with "${jobPrefix}"` },
+      ]);
+    }
     if (id === job.id) throw invalidField(`${field}.${i}`, "a job cannot trigger itself");
     if (!live.has(id)) throw invalidField(`${field}.${i}`, `no job ${id} in this tenant`);
   }

@@ -6,6 +6,7 @@ import { registerShards } from "../catalog/shards";
 import { getTenant, settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
 import { config } from "../config";
 import { failpoint } from "../faults";
+import { CHAIN_FIELDS, recordChainPrefixes } from "../model/chains";
 import { DEFAULT_TENANT, MAX_NAMED_SHARDS, newJobId, newStandaloneJobId, shardFor, shardNamedBy, shardNumber } from "../model/ids";
 import { type CreateJob, CreateJobSchema, canonicalSchedule } from "../model/job";
 import type { JobRuntime } from "../protocol/stored-rows";
@@ -14,9 +15,10 @@ import { chunksOf } from "../sql";
 import { shardStub } from "../stubs";
 import { acceptSteps, acceptTarget } from "./accept-targets";
 import { audit, entryOf } from "./audit";
-import type { Caller } from "./caller";
+import { type Caller, grantOf } from "./caller";
 import { checkChains } from "./chains";
 import { checkJobName, type JobState, jobRecord } from "./jobs";
+import { reserveMessages } from "./message-quota";
 import { acceptNotify } from "./notify";
 
 /**
@@ -33,7 +35,7 @@ export const MAX_BATCH_JOBS = 1_000;
 export async function createJob(env: Env, caller: Caller, input: CreateJob): Promise<JobState> {
   const now = Date.now();
   checkJobName(caller, input.name);
-  const job = await acceptJob(env, tenantIdOf(caller), input, now, { held: false });
+  const job = await acceptJob(env, tenantIdOf(caller), grantOf(caller).jobPrefix, input, now, { held: false });
   // The admin's jobs are the default tenant's, read in the same round trip as the insert; the
   // audit entry is written only if the quota let the job in.
   const statements = [
@@ -59,11 +61,13 @@ export interface CreateOptions {
   allOrNothing?: boolean;
   /**
    * QStash messages: held by their shards alone (`standalone`, docs/qstash.md), with no catalog
-   * row, so no quota and no audit entry (a message is data, not configuration: docs/security.md).
-   * `shardOf` may name an item's shard (a callback's, beside its message). A standalone job's id
-   * names its shard, since the id is all that finds it later.
+   * row, so not under `maxJobs` and with no audit entry (a message is data, not configuration:
+   * docs/security.md). `counted`: they are reserved under the tenant's `maxLiveMessages` at its
+   * gate (message-quota.ts) once every item passed its checks; a callback's message, which the
+   * consumer publishes, is not. `shardOf` may name an item's shard (a callback's, beside its
+   * message). A standalone job's id names its shard, since the id is all that finds it later.
    */
-  standalone?: { shardOf?: (index: number) => string | undefined };
+  standalone?: { counted: boolean; shardOf?: (index: number) => string | undefined };
 }
 
 /** Each item of a batch: created, or why not (a 4xx naming the item, and its field if it was one). */
@@ -101,7 +105,7 @@ export async function createJobs(
   // All or nothing: one item refused creates none of them.
   if (options.allOrNothing && accepted.length < items.length) return outcomes;
   for (const { index, job } of accepted) options.decorate?.(job, index);
-  if (options.standalone) return handOverStandalone(env, caller, accepted, outcomes);
+  if (options.standalone) return handOverStandalone(env, caller, accepted, outcomes, options.standalone.counted);
 
   // The tenant, and its room under the quota: what finds none is refused without a write.
   let tenant = caller.admin ? null : caller.tenant;
@@ -153,7 +157,7 @@ async function acceptItem(
   if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
   try {
     checkJobName(caller, parsed.data.name);
-    return { index, job: await acceptJob(env, tenantId, parsed.data, now, place) };
+    return { index, job: await acceptJob(env, tenantId, grantOf(caller).jobPrefix, parsed.data, now, place) };
   } catch (err) {
     // Anything else (D1 unreachable while checking chains) fails the whole call.
     if (err instanceof ApiError) return { index, error: itemError(index, err) };
@@ -206,7 +210,14 @@ function newIdAndShard(place: Placement, shardCount: number, now: number): { id:
 }
 
 /** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen. */
-async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: number, place: Placement): Promise<CatalogJob> {
+async function acceptJob(
+  env: Env,
+  tenantId: string,
+  jobPrefix: string | null,
+  input: CreateJob,
+  now: number,
+  place: Placement,
+): Promise<CatalogJob> {
   const { name, target, steps, ...fields } = input;
   const { id, shard } = newIdAndShard(place, config(env).shardCount, now);
   const job: CatalogJob = {
@@ -229,8 +240,9 @@ async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: numb
     updatedAt: now,
     deletedAt: null,
   };
-  await checkChains(env.DB, job, job.spec);
-  return job;
+  const setter = { jobPrefix, fields: CHAIN_FIELDS };
+  await checkChains(env.DB, job, job.spec, setter);
+  return { ...job, spec: recordChainPrefixes(job.spec, setter) };
 }
 
 /**
@@ -240,14 +252,28 @@ async function acceptJob(env: Env, tenantId: string, input: CreateJob, now: numb
  * a shard that cannot take them fails the call (503, to be retried) instead of being left to it;
  * a call over several shards may then have handed some of its messages over.
  */
-async function handOverStandalone(env: Env, caller: Caller, accepted: Accepted[], outcomes: BatchOutcome[]): Promise<BatchOutcome[]> {
+async function handOverStandalone(
+  env: Env,
+  caller: Caller,
+  accepted: Accepted[],
+  outcomes: BatchOutcome[],
+  counted: boolean,
+): Promise<BatchOutcome[]> {
   const tenant = caller.admin ? tenantOf((await getTenant(env.DB, DEFAULT_TENANT)) ?? undefined) : caller.tenant;
   const held = accepted.map((a) => ({ ...a, job: { ...a.job, standalone: true as const } }));
-  await registerShards(
-    env.DB,
-    tenant.id,
-    held.map((a) => a.job.shard),
-  );
+  const giveBack = counted ? await reserveMessages(env, tenant, held.length) : async () => {};
+  try {
+    await registerShards(
+      env.DB,
+      tenant.id,
+      held.map((a) => a.job.shard),
+    );
+  } catch (err) {
+    // None was handed over. (A shard that fails below may follow others that took theirs: the
+    // reservation stands, on the safe side, until a recount puts it right.)
+    await giveBack();
+    throw err;
+  }
   const runtimes = await handOver(env, tenant, held, (shard, list, err) => {
     console.error(`${list.length} message(s): shard ${shard} unreachable, refused`, err);
     throw new ApiError(503, "shard_unavailable", "a shard could not take the message; retry the request", { "Retry-After": "5" });

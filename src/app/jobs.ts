@@ -3,6 +3,7 @@ import { ApiError, invalidField, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
 import type { AuditEntry } from "../catalog/audit";
 import { type CatalogJob, getJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
+import { type ChainField, recordChainPrefixes } from "../model/chains";
 import { JOB_ID, newTriggerKey } from "../model/ids";
 import { canonicalSchedule, type JobSpec, type PatchJobSchema } from "../model/job";
 import type { BackfillResult, RunView } from "../protocol/shard-rpc";
@@ -138,7 +139,7 @@ export async function patchJob(
     const current = await loadJob(env, caller, id);
     checkIfMatch(current, ifMatch);
     const now = Date.now();
-    const spec = await patchedSpec(env, current, fields, now);
+    const spec = await patchedSpec(env, caller, current, fields, now);
     const after = { name: name === undefined ? current.name : name, spec };
     const entry = jobEntry(caller, current, "job.patch", jobRecord(current), after);
     const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now, current.version, [
@@ -149,7 +150,13 @@ export async function patchJob(
   throw new ApiError(409, "conflict", `the job kept changing while this change was applied (${PATCH_ATTEMPTS} times); repeat the request`);
 }
 
-async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<typeof PatchJobSchema>, "name">, now: number) {
+async function patchedSpec(
+  env: Env,
+  caller: Caller,
+  current: CatalogJob,
+  fields: Omit<z.infer<typeof PatchJobSchema>, "name">,
+  now: number,
+) {
   const { id } = current;
   const {
     jitter,
@@ -187,8 +194,12 @@ async function patchedSpec(env: Env, current: CatalogJob, fields: Omit<z.infer<t
     if (value === null) delete spec[key];
     else if (value !== undefined) (spec as Record<string, unknown>)[key] = value;
   }
-  if (onSuccess || onFailure) await checkChains(env.DB, current, spec);
-  return spec;
+  const setter = {
+    jobPrefix: grantOf(caller).jobPrefix,
+    fields: (["onSuccess", "onFailure"] as const).filter((f): f is ChainField => fields[f] !== undefined),
+  };
+  if (onSuccess || onFailure) await checkChains(env.DB, current, spec, setter);
+  return recordChainPrefixes(spec, setter);
 }
 
 function definedOnly<T extends object>(o: T): Partial<T> {

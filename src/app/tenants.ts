@@ -10,6 +10,7 @@ import {
   type TenantLimits,
   updateTenant,
 } from "../catalog/tenants";
+import { DEFAULT_MAX_LIVE_MESSAGES } from "../gate/message-quota";
 import { newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
 import type { Notify } from "../model/job";
 import { shardStub } from "../stubs";
@@ -19,7 +20,13 @@ import { acceptNotify } from "./notify";
 import { type Page, paged, tenantCursor } from "./pagination";
 
 /** A new tenant's limits unless given: generous, but a runaway client cannot take the whole system. */
-const DEFAULT_LIMITS = { maxJobs: 10_000, maxRunsInFlight: 1_000, requestsPerSecond: 100, retentionDays: null };
+const DEFAULT_LIMITS = {
+  maxJobs: 10_000,
+  maxRunsInFlight: 1_000,
+  requestsPerSecond: 100,
+  retentionDays: null,
+  maxLiveMessages: DEFAULT_MAX_LIVE_MESSAGES,
+};
 
 /** Limits as a request gives them: absent keeps the current (or default) value, null means no limit. */
 export type LimitsChange = Partial<TenantLimits>;

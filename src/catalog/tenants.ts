@@ -13,6 +13,11 @@ export interface TenantLimits {
   maxRunsInFlight: number | null;
   /** API requests per second with this tenant's keys. */
   requestsPerSecond: number | null;
+  /**
+   * QStash messages live at once (published and not yet delivered, dead or cancelled), counted
+   * by the tenant's gate (src/gate/message-quota.ts): messages have no catalog row to count.
+   */
+  maxLiveMessages: number | null;
   /** Days its finished runs stay in their shards before the archive; null: the default. */
   retentionDays: number | null;
 }
@@ -60,6 +65,7 @@ export const toTenant = (r: Row): Tenant => ({
     maxJobs: (r.max_jobs as number | null) ?? null,
     maxRunsInFlight: (r.max_runs_in_flight as number | null) ?? null,
     requestsPerSecond: (r.requests_per_second as number | null) ?? null,
+    maxLiveMessages: (r.max_live_messages as number | null) ?? null,
     retentionDays: (r.retention_days as number | null) ?? null,
   },
   notify: typeof r.notify === "string" ? (JSON.parse(r.notify) as StoredNotify) : null,
@@ -111,8 +117,8 @@ export async function insertTenant(
     db.batch([
       db
         .prepare(
-          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at, notify, legacy_signature)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          `INSERT INTO tenants (id, name, max_jobs, max_runs_in_flight, requests_per_second, retention_days, signing_generation, version, created_at, notify, legacy_signature, max_live_messages)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
         .bind(
           tenant.id,
@@ -126,6 +132,7 @@ export async function insertTenant(
           tenant.createdAt,
           tenant.notify ? JSON.stringify(tenant.notify) : null,
           tenant.legacySignature ? 1 : 0,
+          tenant.limits.maxLiveMessages,
         ),
       insertKeyStatement(db, tenant.id, { ...key, scopes: ALL_SCOPES, jobPrefix: null, createdBy: null }, tenant.createdAt),
       ...also,
@@ -306,6 +313,7 @@ export async function updateTenant(
            max_runs_in_flight = CASE WHEN ? THEN ? ELSE max_runs_in_flight END,
            requests_per_second = CASE WHEN ? THEN ? ELSE requests_per_second END,
            retention_days = CASE WHEN ? THEN ? ELSE retention_days END,
+           max_live_messages = CASE WHEN ? THEN ? ELSE max_live_messages END,
            notify = CASE WHEN ? THEN ? ELSE notify END,
            signing_generation = signing_generation + ?,
            legacy_signature = COALESCE(?, legacy_signature)
@@ -320,6 +328,8 @@ export async function updateTenant(
       l.requestsPerSecond ?? null,
       has("retentionDays"),
       l.retentionDays ?? null,
+      has("maxLiveMessages"),
+      l.maxLiveMessages ?? null,
       change.notify === undefined ? 0 : 1,
       change.notify ? JSON.stringify(change.notify) : null,
       change.rotateSigning ? 1 : 0,

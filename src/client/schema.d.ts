@@ -4532,6 +4532,7 @@ export interface components {
                 maxJobs: number | null;
                 maxRunsInFlight: number | null;
                 requestsPerSecond: number | null;
+                maxLiveMessages: number | null;
                 retentionDays: number | null;
             };
             /** @description Notifications for its jobs that name none of their own (see a job's `notify`); null: none. */
@@ -4553,6 +4554,8 @@ export interface components {
             maxRunsInFlight?: number | null;
             /** @description API requests per second with its keys (429 above). */
             requestsPerSecond?: number | null;
+            /** @description QStash messages live at once (published, not yet delivered, dead or cancelled); a publish over it is a 429 that creates nothing; null: no limit. */
+            maxLiveMessages?: number | null;
             /** @description Days finished runs stay in their shards before the archive; null: the default (7). A job's own retention wins. */
             retentionDays?: number | null;
         };

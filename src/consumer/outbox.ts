@@ -1,4 +1,6 @@
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
+import { chainMayFire } from "../model/chains";
+import { jobIdOfRun } from "../model/ids";
 import type { ChainMessage, NotifyMessage, OutboxMessage } from "../protocol/queue-messages";
 import { openNotifyUrl } from "../security/notify-urls";
 import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
@@ -56,7 +58,10 @@ export async function deliverOutbox(
 
 /** The catalog's rows of the batch's chained jobs, in one read; null when D1 could not answer (they are retried). */
 async function chainedJobs(env: Env, messages: Message<OutboxMessage>[]): Promise<Map<string, CatalogJob> | null> {
-  const ids = [...new Set(messages.flatMap((m) => (m.body.kind === "chain" ? [m.body.jobId] : [])))];
+  // The chained jobs, and the jobs whose runs chain them: the chain's prefix is checked on both.
+  const ids = [
+    ...new Set(messages.flatMap((m) => (m.body.kind === "chain" ? [m.body.jobId, jobIdOfRun(m.body.fromRunId) ?? m.body.jobId] : []))),
+  ];
   if (ids.length === 0) return new Map();
   try {
     return new Map((await getJobsByIds(env.DB, ids)).map((job) => [job.id, job]));
@@ -77,6 +82,12 @@ async function triggerChained(env: Env, m: ChainMessage, jobs: Map<string, Catal
   // Checked again here, not only when the chain was saved: the job may have been deleted since.
   if (!job || job.deletedAt !== null || job.tenantId !== m.tenantId) {
     console.warn(`run ${m.fromRunId}: chained job ${m.jobId} no longer exists; nothing triggered`);
+    return null;
+  }
+  // The key that set the chain may have been limited to a prefix, which the job may have left since.
+  const source = jobs.get(jobIdOfRun(m.fromRunId) ?? "");
+  if (!chainMayFire(source && source.tenantId === m.tenantId ? source : undefined, job)) {
+    console.warn(`run ${m.fromRunId}: chained job ${m.jobId} is outside the job prefix of the key that set the chain; nothing triggered`);
     return null;
   }
   try {

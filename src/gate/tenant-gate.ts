@@ -5,6 +5,7 @@ import { shardStub } from "../stubs";
 import { type Breaker, check, closedBreaker, record } from "./breaker";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
+import { decideAfterRecount, decideReserve, giveBack, type MessageCount, UNCOUNTED, type Verdict } from "./message-quota";
 import { parsePermitKey } from "./permit-keys";
 
 /**
@@ -17,7 +18,8 @@ import { parsePermitKey } from "./permit-keys";
  * circuit breakers, one per target origin (breaker.ts): every consumer asks it before calling.
  * Flow-control groups (a job's `flowControl`, a QStash queue) are counted here too, with
  * permits of their own in the same grant (group-permits.ts): a run takes every permit it needs
- * in one call, or none.
+ * in one call, or none. And it counts the tenant's live QStash messages against its
+ * `maxLiveMessages` (message-quota.ts): a row written per publish, none per run.
  */
 export class TenantGate extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -33,6 +35,7 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+      CREATE TABLE IF NOT EXISTS message_count (one INTEGER PRIMARY KEY CHECK (one = 1), state TEXT NOT NULL);
     ${GROUP_SCHEMA}`);
     this.groups = new GroupPermits(this.sql);
   }
@@ -47,6 +50,43 @@ export class TenantGate extends DurableObject<Env> {
       return { ok: true, retryAfterMs: 0 };
     }
     return { ok: false, retryAfterMs: Math.ceil(((1 - this.bucket.tokens) / perSecond) * 1000) };
+  }
+
+  // ---- live QStash messages (message-quota.ts): one row, the count as JSON ----
+
+  /**
+   * Reserves `n` messages under `limit`. `recount`: nothing is reserved yet; the caller counts the
+   * tenant's shards and answers with `messagesCounted(from, …)`.
+   */
+  async reserveMessages(n: number, limit: number): Promise<{ verdict: Verdict; from: number; live: number }> {
+    const now = Date.now();
+    const { verdict, next } = decideReserve(this.messageCount(), n, limit, now);
+    this.saveMessageCount(next);
+    return { verdict, from: next.recountFrom ?? now, live: next.live };
+  }
+
+  /** The shards' count of the recount begun at `from`, and the publish of `n` that asked for it, decided against it. */
+  async messagesCounted(from: number, counted: number, n: number, limit: number): Promise<{ verdict: Verdict; live: number }> {
+    const { verdict, next } = decideAfterRecount(this.messageCount(), from, counted, n, limit, Date.now());
+    this.saveMessageCount(next);
+    return { verdict, live: next.live };
+  }
+
+  /** Messages reserved and not made after all (their publish failed): given back. */
+  async giveBackMessages(n: number): Promise<void> {
+    this.saveMessageCount(giveBack(this.messageCount(), n));
+  }
+
+  private messageCount(): MessageCount {
+    const row = this.sql.exec("SELECT state FROM message_count").toArray()[0];
+    return row ? (JSON.parse(row.state as string) as MessageCount) : UNCOUNTED;
+  }
+
+  private saveMessageCount(count: MessageCount): void {
+    this.sql.exec(
+      "INSERT INTO message_count (one, state) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET state = excluded.state",
+      JSON.stringify(count),
+    );
   }
 
   /**

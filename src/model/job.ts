@@ -252,7 +252,15 @@ export type JobSpec = Omit<CreateJob, "name" | "target" | "steps" | "notify"> & 
   target?: StoredTarget;
   steps?: StoredStep[];
   notify?: StoredNotify;
+  /**
+   * The job prefix of the key that set each chain, where it had one (src/app/chains.ts): a
+   * chained job is triggered only while its name is under it, so a key limited to a prefix never
+   * reaches a job outside it through a chain, even one renamed out of it since. Not shown.
+   */
+  chainPrefixes?: ChainPrefixes;
 };
+
+export type ChainPrefixes = Partial<Record<"onSuccess" | "onFailure", string>>;
 
 /** PATCH: any of the fields, replaced whole; the rest stay as they are. */
 export const PatchJobSchema = z

@@ -14,7 +14,20 @@ export type Method = (typeof METHODS)[number];
 /** Edgecron's bounds: a target's timeout, a job's attempts (20, so 19 retries). */
 export const MAX_RETRIES = 19;
 export const DEFAULT_RETRIES = 3;
-const MAX_DELAY_MS = 365 * 86_400_000;
+/**
+ * The furthest a message may be due: QStash's own longest delay (a year, on its paid plans).
+ * Upstash-Delay, a callback's -Delay and Upstash-Not-Before are each held to it, so a message
+ * cannot sit in its shard, and in the tenant's `maxLiveMessages`, for longer.
+ */
+export const MAX_DELAY_DAYS = 365;
+export const MAX_DELAY_MS = MAX_DELAY_DAYS * 86_400_000;
+
+/** A delay header within [0, MAX_DELAY_MS], refused naming the bound in days. */
+function delayHeader(name: string, text: string): number {
+  const ms = durationHeader(name, text, 0, Number.MAX_SAFE_INTEGER);
+  if (ms > MAX_DELAY_MS) throw new QstashInputError(name, `"${text}" is too long: a message may be delayed at most ${MAX_DELAY_DAYS}d`);
+  return ms;
+}
 
 export interface FlowControl {
   key: string;
@@ -113,20 +126,32 @@ function callbackOf(headers: HeaderSource, header: string): CallbackOptions | un
   const t = opt("Timeout");
   if (t !== null) options.timeoutMs = durationHeader(`${header}-Timeout`, t, 1_000, 900_000);
   const d = opt("Delay");
-  if (d !== null) options.delayMs = durationHeader(`${header}-Delay`, d, 0, MAX_DELAY_MS);
+  if (d !== null) options.delayMs = delayHeader(`${header}-Delay`, d);
   const fwd = forwarded(headers, `${header.toLowerCase()}-forward-`);
   if (Object.keys(fwd).length > 0) options.headers = fwd;
   return options;
+}
+
+/** Upstash-Not-Before: unix seconds, at most MAX_DELAY_DAYS from now (a time past is now). */
+function notBeforeHeader(text: string, nowMs: number): number {
+  const latest = Math.floor((nowMs + MAX_DELAY_MS) / 1000);
+  const seconds = integer("Upstash-Not-Before", text, 0, Number.MAX_SAFE_INTEGER);
+  if (seconds > latest) {
+    throw new QstashInputError(
+      "Upstash-Not-Before",
+      `${seconds} is too far ahead: a message may be due at most ${MAX_DELAY_DAYS}d from now (unix seconds up to ${latest})`,
+    );
+  }
+  return seconds * 1000;
 }
 
 export function parseMessageHeaders(headers: HeaderSource, nowMs: number): MessageOptions {
   const get = (name: string) => headers.get(name);
   const m = get("Upstash-Method");
   const delay = get("Upstash-Delay");
-  const delayMs = delay === null ? 0 : durationHeader("Upstash-Delay", delay, 0, MAX_DELAY_MS);
+  const delayMs = delay === null ? 0 : delayHeader("Upstash-Delay", delay);
   const notBefore = get("Upstash-Not-Before");
-  const notBeforeMs =
-    notBefore === null ? nowMs + delayMs : integer("Upstash-Not-Before", notBefore, 0, Date.parse("2099-12-31T00:00:00Z") / 1000) * 1000;
+  const notBeforeMs = notBefore === null ? nowMs + delayMs : notBeforeHeader(notBefore, nowMs);
   const retries = get("Upstash-Retries");
   const retryDelay = get("Upstash-Retry-Delay");
   const timeout = get("Upstash-Timeout");

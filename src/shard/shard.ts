@@ -189,6 +189,11 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.runtime.metered("listStandaloneJobs", async () => this.views.listStandaloneJobs(tenantId, limit, beforeId ?? null));
   }
 
+  /** The tenant's live QStash messages in this shard: its gate's recount (src/gate/message-quota.ts). */
+  async countLiveMessages(tenantId: string): Promise<number> {
+    return this.runtime.metered("countLiveMessages", async () => this.views.countLiveMessages(tenantId));
+  }
+
   async trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">> {
     return this.runtime.metered("trigger", async (here) => {
       const answer = this.runtime.change((now) => this.firing.trigger(jobId, by, now));

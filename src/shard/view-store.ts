@@ -1,5 +1,5 @@
 import { runKeyRange } from "../model/ids";
-import { DEAD_LETTER_STATES, sqlList } from "../model/run-states";
+import { DEAD_LETTER_STATES, FINAL_STATES, sqlList } from "../model/run-states";
 import type { ShardMetrics } from "../protocol/shard-rpc";
 import type { AttemptRow, JobDefinition, RunRow } from "../protocol/stored-rows";
 import { rowsForList } from "../sql";
@@ -10,6 +10,15 @@ const DEAD_LETTERS = sqlList(DEAD_LETTER_STATES);
 /** A page of a tenant's live standalone jobs, newest first: a range of `jobs_standalone` (the plan is tested). */
 export const STANDALONE_OF_TENANT_SQL =
   "SELECT * FROM jobs WHERE standalone = 1 AND deleted = 0 AND tenant_id = ? AND id < ? ORDER BY id DESC LIMIT ?";
+
+/**
+ * How many of a tenant's standalone jobs (QStash messages) are live: not cancelled, and not
+ * ended (delivered, dead, cancelled): a message has one run, in its job's key range
+ * (`runKeyRange`), and none before it fires. A range of `jobs_standalone`, then a seek per job.
+ */
+export const LIVE_MESSAGES_OF_TENANT_SQL = `SELECT COUNT(*) AS n FROM jobs AS j WHERE j.standalone = 1 AND j.deleted = 0 AND j.tenant_id = ?
+  AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.id > 'run_' || substr(j.id, 5) || '_' AND r.id < 'run_' || substr(j.id, 5) || '\`'
+    AND r.state IN (${sqlList(FINAL_STATES)}))`;
 
 /**
  * The statements of views (`views.ts`): pages of a job's runs, dead letters, attempt logs,
@@ -23,6 +32,11 @@ export class ViewStore {
   /** Of these ids, the jobs this shard holds alone (QStash messages, step 22), deleted ones included. */
   standaloneJobs(ids: string[]): JobDefinition[] {
     return rowsForList(this.sql, ids, (list) => `SELECT * FROM jobs WHERE id IN (${list}) AND standalone = 1`).map(toDefinition);
+  }
+
+  /** The tenant's live messages here, for its gate's count (src/gate/message-quota.ts). */
+  countLiveMessages(tenantId: string): number {
+    return this.sql.exec(LIVE_MESSAGES_OF_TENANT_SQL, tenantId).one().n as number;
   }
 
   /**

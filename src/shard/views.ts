@@ -72,6 +72,10 @@ export class Views {
     return this.reads.listStandaloneJobs(tenantId, limit, beforeId);
   }
 
+  countLiveMessages(tenantId: string): number {
+    return this.reads.countLiveMessages(tenantId);
+  }
+
   jobRuntimes(ids: string[]): JobRuntime[] {
     // Each job with its next fire as it stands, not as its row holds it (fired-through.ts, `live`).
     return this.store

@@ -174,3 +174,16 @@ describe("0017: a key records the key that made it", () => {
     expect(JSON.stringify(plan)).toContain("api_keys_by_maker");
   });
 });
+
+describe("0018: a tenant's limit of live messages", () => {
+  const upgrade = migrations.indexOf("0018_live_messages.sql");
+
+  it("tenants from before get the default a new tenant gets; the default tenant stays without limits", () => {
+    const db = catalogUpTo(upgrade);
+    apply(db, migrations[upgrade]!);
+    expect(db.prepare("SELECT id, max_live_messages FROM tenants ORDER BY id").all()).toEqual([
+      { id: "default", max_live_messages: null },
+      { id: "ten_aaaaaaaaaaaaaaaaaaaa", max_live_messages: 10_000 },
+    ]);
+  });
+});

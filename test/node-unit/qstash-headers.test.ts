@@ -66,6 +66,11 @@ describe("Upstash-* headers", () => {
     expect(o.flowControl).toEqual({ key: "k", parallelism: 2, rate: 10, periodMs: 60_000 });
   });
 
+  it("takes a delay or a time up to a year ahead, QStash's longest", () => {
+    expect(parse({ "Upstash-Delay": "365d" }).delayMs).toBe(365 * 86_400_000);
+    expect(parse({ "Upstash-Not-Before": String(NOW / 1000 + 365 * 86_400) }).notBeforeMs).toBe(NOW + 365 * 86_400_000);
+  });
+
   it("takes Upstash-Not-Before (unix seconds) over Upstash-Delay", () => {
     expect(parse({ "Upstash-Not-Before": "1796083200", "Upstash-Delay": "10s" }).notBeforeMs).toBe(1_796_083_200_000);
   });
@@ -78,6 +83,9 @@ describe("Upstash-* headers", () => {
     [{ "Upstash-Retries": "20" }, "Upstash-Retries"],
     [{ "Upstash-Timeout": "0s" }, "Upstash-Timeout"],
     [{ "Upstash-Not-Before": "tomorrow" }, "Upstash-Not-Before"],
+    // A year and a day ahead: past QStash's longest delay (what was refused only after 2099).
+    [{ "Upstash-Not-Before": String(NOW / 1000 + 366 * 86_400) }, "Upstash-Not-Before"],
+    [{ "Upstash-Callback": "https://example.com/cb", "Upstash-Callback-Delay": "400d" }, "Upstash-Callback-Delay"],
     [{ "Upstash-Callback": "ftp://example.com" }, "Upstash-Callback"],
     [{ "Upstash-Failure-Callback": "https://example.com", "Upstash-Failure-Callback-Retries": "x" }, "Upstash-Failure-Callback-Retries"],
     [{ "Upstash-Retry-Delay": "retried +" }, "Upstash-Retry-Delay"],

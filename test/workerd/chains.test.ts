@@ -40,6 +40,11 @@ async function outboxChains(job: Job): Promise<string[]> {
   );
 }
 
+const withKey =
+  (key: string) =>
+  (path: string, init: Parameters<typeof api>[1] = {}) =>
+    api(path, { ...init, headers: { ...Object.fromEntries(new Headers(init.headers)), Authorization: `Bearer ${key}` } });
+
 async function expectRefused(res: Response, path: string, reason: RegExp): Promise<void> {
   expect(res.status, await res.clone().text()).toBe(400);
   const body = (await res.json()) as { error: { code: string; issues: Array<{ path: string; message: string }> } };
@@ -190,6 +195,94 @@ describe("chained jobs: onSuccess and onFailure", () => {
     const cleared = (await (await api(`/v1/jobs/${a.id}`, { method: "PATCH", json: { onSuccess: null } })).json()) as Job;
     expect(cleared.onSuccess).toBeUndefined();
   });
+  it("a key limited to a job prefix chains only to jobs under it: 403 naming the field, nothing changed", async () => {
+    const tenant = await createTenant();
+    const made = await tenant.api(`/v1/tenants/${tenant.id}/keys`, {
+      method: "POST",
+      json: { scopes: ["read", "write"], jobPrefix: "deploy-" },
+    });
+    expect(made.status, await made.clone().text()).toBe(201);
+    const prefixed = withKey(((await made.json()) as { apiKey: string }).apiKey);
+    const job = (name: string) => ({ name, schedule: FAR_CRON, target: { url: receiverPath(`prefix-${name}`) }, breaker: false });
+    const [outside, inside, own] = await Promise.all([
+      createJob(job("other"), tenant.api),
+      createJob(job("deploy-next"), tenant.api),
+      createJob(job("deploy-own"), tenant.api),
+    ]);
+
+    const refused = await prefixed("/v1/jobs", { method: "POST", json: { ...job("deploy-new"), onFailure: [inside.id, outside.id] } });
+    expect(refused.status, await refused.clone().text()).toBe(403);
+    const body = (await refused.json()) as { error: { code: string; message: string; issues: Array<{ path: string }> } };
+    expect(body.error).toMatchObject({ code: "insufficient_scope", issues: [{ path: "onFailure.1" }] });
+    expect(body.error.message).toBe('onFailure.1: this key may only chain to jobs named "deploy-…"');
+    // An id that is no job answers the same: the key learns nothing of jobs it cannot see.
+    const unknown = await prefixed("/v1/jobs", {
+      method: "POST",
+      json: { ...job("deploy-new"), onSuccess: ["job_000000000aaaaaaaaaa"] },
+    });
+    expect(unknown.status).toBe(403);
+    const patched = await prefixed(`/v1/jobs/${own.id}`, { method: "PATCH", json: { onSuccess: [outside.id] } });
+    expect(patched.status).toBe(403);
+    expect(((await patched.json()) as { error: { issues: Array<{ path: string }> } }).error.issues[0]!.path).toBe("onSuccess.0");
+    const names = ((await (await tenant.api("/v1/jobs")).json()) as { items: Job[] }).items.map((j) => j.name).sort();
+    expect(names).toEqual(["deploy-next", "deploy-own", "other"]);
+    const ownNow = (await (await tenant.api(`/v1/jobs/${own.id}`)).json()) as Job;
+    expect(ownNow).toMatchObject({ version: own.version });
+    expect(ownNow.onSuccess).toBeUndefined();
+
+    // Under the prefix it is a chain like any other; the tenant's own key chains anywhere.
+    const chained = await prefixed(`/v1/jobs/${own.id}`, { method: "PATCH", json: { onSuccess: [inside.id] } });
+    expect(chained.status, await chained.clone().text()).toBe(200);
+    expect(await chained.json()).toMatchObject({ onSuccess: [inside.id] });
+    expect((await tenant.api(`/v1/jobs/${inside.id}`, { method: "PATCH", json: { onSuccess: [outside.id] } })).status).toBe(200);
+  });
+
+  it("a chain set by a prefixed key does not fire a job renamed out of the prefix since; the tenant's own chain to it does", async () => {
+    const tenant = await createTenant();
+    const made = await tenant.api(`/v1/tenants/${tenant.id}/keys`, {
+      method: "POST",
+      json: { scopes: ["read", "write"], jobPrefix: "ci-" },
+    });
+    const prefixed = withKey(((await made.json()) as { apiKey: string }).apiKey);
+    const job = (name: string, extra: Record<string, unknown> = {}) => ({
+      name,
+      schedule: FAR_CRON,
+      target: { url: receiverPath(`fire-${name}`) },
+      breaker: false,
+      ...extra,
+    });
+    const target = await createJob(job("ci-target"), prefixed);
+    const bySetter = await createJob(job("ci-source", { onSuccess: [target.id] }), prefixed);
+    const byTenant = await createJob(job("tenant-source", { onSuccess: [target.id] }), tenant.api);
+    // The tenant's own key renames the chained job out of the prefix.
+    const renamed = await tenant.api(`/v1/jobs/${target.id}`, { method: "PATCH", json: { name: "deploy-target" } });
+    expect(renamed.status, await renamed.clone().text()).toBe(200);
+
+    const blocked = await tenant.api(`/v1/jobs/${bySetter.id}/trigger`, { method: "POST" });
+    expect(blocked.status).toBe(202);
+    const blockedRun = (await blocked.json()) as Run;
+    await waitForRun(blockedRun.id, ["succeeded"]);
+    const allowed = await tenant.api(`/v1/jobs/${byTenant.id}/trigger`, { method: "POST" });
+    const allowedRun = (await allowed.json()) as Run;
+    await waitForRun(allowedRun.id, ["succeeded"]);
+    // Both chains settled; only the one the tenant's key set made a run.
+    await vi.waitFor(async () => expect([...(await outboxChains(bySetter)), ...(await outboxChains(byTenant))]).toEqual([]));
+    const runs = (await listRuns(target.id)).filter((r) => r.trigger === "chain");
+    expect(runs.map((r) => r.chainedFrom)).toEqual([allowedRun.id]);
+    // Delivered again by hand, the blocked chain still makes nothing.
+    await deliver({
+      kind: "chain",
+      shard: bySetter.shard,
+      id: `${blockedRun.id}:chain:${target.id}`,
+      tenantId: tenant.id,
+      jobId: target.id,
+      fromRunId: blockedRun.id,
+    });
+    expect((await listRuns(target.id)).filter((r) => r.trigger === "chain")).toHaveLength(1);
+    // The recorded prefix is the fire-time check's, not part of the job as shown.
+    expect(Object.keys((await (await tenant.api(`/v1/jobs/${bySetter.id}`)).json()) as Job)).not.toContain("chainPrefixes");
+  });
+
   it(`a loop too long for the save's check ends ${MAX_CHAIN_DEPTH} hops from the run that began it`, async () => {
     // A ring of MAX_CHAIN_DEPTH + 2 jobs: the save that closes it follows the chain only
     // MAX_CHAIN_DEPTH levels, so it is accepted, as a loop made by two racing saves would be.

@@ -136,7 +136,9 @@ export async function createQstashJobs(
     decorate: (job, index) => {
       if (job.spec.target) job.spec.target.qstash = metas[index]!;
     },
-    ...(kind === "messages" && { standalone: { shardOf: (index: number) => drafts[index]!.shard } }),
+    ...(kind === "messages" && {
+      standalone: { counted: !drafts.some((d) => d.meta.callbackOf !== undefined), shardOf: (index: number) => drafts[index]!.shard },
+    }),
   });
   const failed = outcomes.find((o) => "error" in o);
   if (failed && "error" in failed) throw qstashError(failed.error);

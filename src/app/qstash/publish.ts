@@ -8,6 +8,7 @@ import type { QstashMeta } from "../../qstash/meta";
 import { openDedupUrl, sealDedupUrl } from "../../qstash/sealed-urls";
 import { bodyDigest } from "../../security/request-signature";
 import type { Caller } from "../caller";
+import { MAX_MESSAGES_PER_REQUEST } from "../message-quota";
 import { createQstashJobs, type JobDraft } from "./jobs";
 import { tenantOf } from "./tenant";
 import { readUrlGroup } from "./url-groups";
@@ -110,6 +111,13 @@ export async function publish(env: Env, caller: Caller, requests: PublishRequest
   const now = Date.now();
   const tenantId = tenantOf(caller);
   const planned = await Promise.all(requests.map((r) => plan(env, tenantId, r, now)));
+  const messages = planned.reduce((n, p) => n + p.drafts.length, 0);
+  if (messages > MAX_MESSAGES_PER_REQUEST) {
+    throw new QstashInputError(
+      requests.length > 1 ? "body" : "destination",
+      `this request would make ${messages} messages (one per item, and per endpoint of a URL group); at most ${MAX_MESSAGES_PER_REQUEST} a request`,
+    );
+  }
   const hits = await dedupHits(
     env.DB,
     tenantId,
