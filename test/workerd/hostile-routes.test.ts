@@ -119,8 +119,9 @@ async function answerOf(res: Response): Promise<{ status: number; text: string; 
   const text = await res.text();
   let code: string | undefined;
   if (res.headers.get("Content-Type")?.includes("json")) {
-    const body = JSON.parse(text) as { error?: { code?: string } | string };
-    code = typeof body.error === "object" ? body.error.code : undefined;
+    const body = JSON.parse(text) as { error?: { code?: string } | string | null } | null;
+    const error = body?.error;
+    code = error !== null && typeof error === "object" ? error.code : undefined;
   }
   return { status: res.status, text, code };
 }
@@ -134,7 +135,9 @@ async function makeKey(as: Tenant, body: unknown): Promise<{ apiKey: string; id:
 async function batchJobs(tenant: Tenant, names: string[]): Promise<Array<{ id: string; shard: string; name: string }>> {
   const res = await tenant.api("/v1/jobs/batch", {
     method: "POST",
-    json: { jobs: names.map((name) => ({ name, schedule: { cron: "0 0 1 1 *" }, target: { url: receiverPath("hostile") }, breaker: false })) },
+    json: {
+      jobs: names.map((name) => ({ name, schedule: { cron: "0 0 1 1 *" }, target: { url: receiverPath("hostile") }, breaker: false })),
+    },
   });
   expect(res.status, await res.clone().text()).toBe(200);
   const { results } = (await res.json()) as { results: Array<{ status: number; job?: { id: string; shard: string; name: string } }> };
@@ -234,7 +237,11 @@ beforeAll(async () => {
   const [ta, tb] = [await createTenant({ requestsPerSecond: null }), await createTenant({ requestsPerSecond: null })];
   const names = (prefix: string) => Array.from({ length: 250 }, (_, i) => `walked-${prefix}-${i}`);
   const [jobA, jobB] = sameShard(await batchJobs(ta, names("a")), await batchJobs(tb, names("b")), (j) => j.shard);
-  const [messageA, messageB] = sameShard(await batchMessages(ta, 250), await batchMessages(tb, 250), (id) => shardNamedBy(jobIdOfMessage(id)!)!);
+  const [messageA, messageB] = sameShard(
+    await batchMessages(ta, 250),
+    await batchMessages(tb, 250),
+    (id) => shardNamedBy(jobIdOfMessage(id)!)!,
+  );
   a = await objectsOf(ta, jobA.id, messageA);
   b = await objectsOf(tb, jobB.id, messageB);
   for (const scope of SCOPES) credentials[scope] = (await makeKey(ta, { scopes: [scope] })).apiKey;
@@ -244,6 +251,17 @@ beforeAll(async () => {
   const revocation = await ta.api(`/v1/tenants/${ta.id}/keys/${revoked.id}`, { method: "DELETE" });
   expect(revocation.status, await revocation.clone().text()).toBeLessThan(300);
 }, 120_000);
+
+describe("the walk's premise", () => {
+  it("the objects it names exist for their owner and for nobody else", async () => {
+    for (const path of [`/v1/jobs/${a.jobId}`, `/v2/messages/${a.messageId}`, `/v2/dlq/${a.dlqId}`, `/v2/schedules/${a.scheduleId}`]) {
+      expect((await a.tenant.api(path)).status, path).toBe(200);
+      expect((await b.tenant.api(path)).status, path).toBe(404);
+    }
+    const count = await env.DB.prepare("SELECT COUNT(*) AS n FROM api_keys WHERE tenant_id = ?").bind(a.tenant.id).first<{ n: number }>();
+    expect(count!.n).toBeGreaterThanOrEqual(6);
+  });
+});
 
 describe("the hostile walk", () => {
   it("knows every route's access, /v1's and /v2's", () => {
@@ -325,17 +343,7 @@ describe("the hostile walk", () => {
       }
     }
     // Each kind met some route it could not use, but the admin token, which meets none.
-    for (const [kind] of kinds.slice(0, -1)) expect([...statuses].filter(([k, s]) => k.endsWith(kind) && s >= 401 && s <= 403).length, kind).toBeGreaterThan(0);
+    for (const [kind] of kinds.slice(0, -1))
+      expect([...statuses].filter(([k, s]) => k.endsWith(kind) && s >= 401 && s <= 403).length, kind).toBeGreaterThan(0);
   }, 300_000);
-});
-
-describe("the walk's premise", () => {
-  it("the objects it names exist for their owner and for nobody else", async () => {
-    for (const path of [`/v1/jobs/${a.jobId}`, `/v2/messages/${a.messageId}`, `/v2/dlq/${a.dlqId}`, `/v2/schedules/${a.scheduleId}`]) {
-      expect((await a.tenant.api(path)).status, path).toBe(200);
-      expect((await b.tenant.api(path)).status, path).toBe(404);
-    }
-    const count = await env.DB.prepare("SELECT COUNT(*) AS n FROM api_keys WHERE tenant_id = ?").bind(a.tenant.id).first<{ n: number }>();
-    expect(count!.n).toBeGreaterThanOrEqual(6);
-  });
 });
