@@ -2,7 +2,7 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { audit } from "./audit";
 import { authenticate, authorize, authorizeQstash, limitBody, limitQstashBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
-import { docsHeaders } from "./browser-headers";
+import { docsHeaders, noSniff } from "./browser-headers";
 import type { AppEnv } from "./context";
 import { docs } from "./docs";
 import { errorResponse, noSuchRoute } from "./errors";
@@ -22,7 +22,7 @@ import { tenants } from "./tenants";
 
 export const app = new OpenAPIHono<AppEnv>();
 
-app.use("*", nameOperation);
+app.use("*", nameOperation, noSniff);
 app.onError(errorResponse);
 app.notFound(() => {
   throw noSuchRoute();
