@@ -152,7 +152,9 @@ describe("a QStash message", () => {
 describe("a bulk call by ids", () => {
   /** One more id than a request may name, the real one among them. */
   const tooMany = (name: string, real: string) =>
-    [real, ...Array.from({ length: 100 }, (_, i) => `${real.slice(0, -4)}${String(i).padStart(4, "0")}`)].map((id) => `${name}=${id}`).join("&");
+    [real, ...Array.from({ length: 100 }, (_, i) => `${real.slice(0, -4)}${String(i).padStart(4, "0")}`)]
+      .map((id) => `${name}=${id}`)
+      .join("&");
 
   it("of more than 100 messageIds is refused with a 400 naming the field and the cap, and cancels none", async () => {
     const tenant = await createTenant();

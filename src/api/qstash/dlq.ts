@@ -33,9 +33,7 @@ async function targets(c: AppContext): Promise<string[]> {
 dlq.get("/dlq", async (c) => {
   const ids = idList(c, "dlqIds");
   if (ids) {
-    const found = (await Promise.all(ids.map((id) => getDeadLetter(c.env, c.var.caller, id).catch(() => null)))).filter(
-      (d) => d !== null,
-    );
+    const found = (await Promise.all(ids.map((id) => getDeadLetter(c.env, c.var.caller, id).catch(() => null)))).filter((d) => d !== null);
     return c.json({ messages: await Promise.all(found.map((d) => presentDeadLetter(c.env, d.run, d.job))) }, 200);
   }
   const cursor = c.req.query("cursor") || undefined;

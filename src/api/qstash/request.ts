@@ -59,7 +59,10 @@ export const MAX_IDS = 100;
 export function ids(c: Context, name: string): string[] | undefined {
   const values = many(c, name);
   if (values && values.length > MAX_IDS) {
-    throw new QstashInputError(name, `at most ${MAX_IDS} ids in one request (${values.length} given); page through the rest with count and cursor`);
+    throw new QstashInputError(
+      name,
+      `at most ${MAX_IDS} ids in one request (${values.length} given); page through the rest with count and cursor`,
+    );
   }
   return values;
 }
