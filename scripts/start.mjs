@@ -18,7 +18,7 @@ import { clock, eachLine, lastLines, openLog, quietConsole, sweepLine } from "./
 import { processConfigs, runnerRegistered, topologyOf } from "./dev-topology.ts";
 
 const port = Number(process.env.PORT ?? 8787);
-const token = process.env.API_TOKEN ?? "dev-token";
+const token = process.env.API_TOKEN ?? "dev-admin-token-for-local-use-only";
 const persistTo = process.env.PERSIST_DIR; // default: wrangler's own .wrangler/state
 const sweepEveryMs = Number(process.env.SWEEP_INTERVAL_MS ?? 60_000); // the cron trigger is "* * * * *"
 // EDGECRON_TOPOLOGY: "two" (the default) runs the runner Worker as a second `wrangler dev`,
