@@ -1,8 +1,8 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { grantOf } from "../app/caller";
-import { adminTokens } from "../config";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
+import { adminTokens } from "../config";
 import { API_KEY } from "../model/ids";
 import { grants } from "../model/scopes";
 import { gateStub } from "../stubs";

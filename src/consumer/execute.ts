@@ -7,7 +7,7 @@ import { signCompletionToken } from "../security/completion-tokens";
 import { redactUrl } from "../security/redact";
 import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
-import { type TargetPolicy, targetRefusal } from "../security/target-guard";
+import { policyOf, type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
@@ -41,12 +41,13 @@ export interface ExecuteContext {
 }
 
 export function executeContext(env: Env): ExecuteContext {
-  const { publicUrl, allowPrivateTargets } = config(env);
+  const settings = config(env);
+  const { publicUrl } = settings;
   return {
     publicUrl,
     encryptionKeys: env.ENCRYPTION_KEYS,
     signingSecret: env.SIGNING_SECRET,
-    policy: { allowPrivate: allowPrivateTargets },
+    policy: policyOf(settings),
     qstashCallback: (order, outcome, sent, answer) => sendQstashCallback(env, order, outcome, sent, answer),
   };
 }

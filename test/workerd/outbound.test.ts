@@ -11,15 +11,16 @@
  * Only loopback addresses ever receive traffic here: 0.0.0.0 reaches the local host if the
  * guard were broken, and metadata addresses are tested at creation only, never executed.
  */
-import { env, runInDurableObject } from "cloudflare:test";
+import { createExecutionContext, env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { openTarget, sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
 import { REQUEST_SIGNATURE_HEADER, type VerifyRequestInput, verifyRequest, verifySignature } from "../../src/verify";
 import type { Hit } from "../support/hit";
-import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, TOKEN, waitForRun } from "./helpers";
 
 type Caller = typeof api;
 interface SigningKeys {
@@ -604,7 +605,9 @@ describe("redirects at execution", () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url, body: { sealed: "at rest" } }, retry: { maxAttempts: 3 } });
     const run = await waitForRun(await trigger(job), FINAL);
     expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
-    expect(run.error).toContain(`redirect to ${new URL(dest).origin}/[redacted] not followed: the request's body is not sent on to another origin`);
+    expect(run.error).toContain(
+      `redirect to ${new URL(dest).origin}/[redacted] not followed: the request's body is not sent on to another origin`,
+    );
     expect(run.error).not.toContain(new URL(dest).pathname);
     expect(await hitsOf(dest)).toHaveLength(0);
   });
@@ -664,6 +667,41 @@ describe("redirects at execution", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
+
+describe("the deployment's own host (PUBLIC_URL)", () => {
+  const PUBLIC = "https://edgecron.example";
+
+  /** The Worker deployed at PUBLIC, its API called at that host. */
+  async function callDeployed(path: string, body: unknown): Promise<Response> {
+    const request = new Request(`${PUBLIC}${path}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    return worker.fetch(request, { ...env, PUBLIC_URL: PUBLIC } as Env, createExecutionContext());
+  }
+
+  it.each([
+    ["a target", { schedule: FAR_CRON, target: { url: `${PUBLIC}/v1/jobs` } }, "target.url"],
+    ["a target on another port", { schedule: FAR_CRON, target: { url: "https://EDGECRON.example:8443/v2/publish/x" } }, "target.url"],
+    ["a step's target", { schedule: FAR_CRON, steps: [{ id: "a", target: { url: `${PUBLIC}/v1/tenants` } }] }, "steps.0.target.url"],
+    ["a notification URL", { schedule: FAR_CRON, target: { url: receiverPath("own") }, notify: { url: `${PUBLIC}/v1/x` } }, "notify.url"],
+  ])("%s at it is refused at creation with a 400 naming the field, nothing stored", async (_, body, field) => {
+    const count = () => env.DB.prepare("SELECT COUNT(*) AS n FROM jobs").first<number>("n");
+    const before = await count();
+    const res = await callDeployed("/v1/jobs", body);
+    expect(res.status, await res.clone().text()).toBe(400);
+    const { error } = (await res.json()) as { error: { code: string; message: string; issues: Array<{ path: string; message: string }> } };
+    expect(error.code).toBe("invalid_request");
+    expect(error.issues).toContainEqual({ path: field, message: expect.stringContaining("own host: a job may not call edgecron itself") });
+    expect(await count()).toBe(before);
+  });
+
+  it("a target elsewhere is taken by the same deployment", async () => {
+    const res = await callDeployed("/v1/jobs", { schedule: FAR_CRON, target: { url: "https://other.example/v1/jobs" }, breaker: false });
+    expect(res.status, await res.clone().text()).toBe(201);
+  });
+});
 
 describe("always refused at creation, even with ALLOW_PRIVATE_TARGETS on", () => {
   const NEVER: Array<[string, string]> = [

@@ -196,3 +196,22 @@ describe("a bulk call by ids", () => {
     expect(await hitsOf(url)).toHaveLength(1);
   });
 });
+
+describe("a forwarded header naming the client's address", () => {
+  it.each(["X-Forwarded-For", "X-Real-IP", "CF-Connecting-IP", "True-Client-IP", "Forwarded"])(
+    "Upstash-Forward-%s is a 400 naming it, and no message is made",
+    async (name) => {
+      const tenant = await createTenant();
+      const url = receiverPath("forged-client");
+      const res = await tenant.api(`/v2/publish/${url}`, {
+        method: "POST",
+        headers: { "Content-Type": "text/plain", [`Upstash-Forward-${name}`]: "203.0.113.7" },
+        body: "hi",
+      });
+      const text = await res.text();
+      expect(res.status, text).toBe(400);
+      expect(JSON.parse(text).error.toLowerCase()).toContain(`upstash-forward-${name.toLowerCase()}`);
+      expect(JSON.parse(text).error).toContain("client's address");
+    },
+  );
+});
