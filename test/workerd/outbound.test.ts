@@ -143,7 +143,13 @@ describe("signatures", () => {
     expect(await setLegacy(tenant.api, false)).toMatchObject({ legacySignature: false, legacyHeader: null });
     const withoutLegacy = await hitOfRun(url, await trigger(job, tenant.api).then(async (id) => (await waitForRun(id, ["succeeded"])).id));
     expect(withoutLegacy.headers["edgecron-signature"]).toBeUndefined();
-    expect(await verifyHitV2(withoutLegacy, [keys.current], { acceptLegacy: true })).toMatchObject({ ok: true, scheme: "v2" });
+    expect(await verifyHitV2(withoutLegacy, [keys.current])).toMatchObject({ ok: true, scheme: "v2" });
+    // With the first scheme too, a request stripped of V2 is a downgrade, refused.
+    const { "edgecron-signature-v2": _v2, ...stripped } = withLegacy.headers;
+    expect(await verifyHitV2({ ...withLegacy, headers: stripped }, [keys.current], { acceptLegacy: true })).toEqual({
+      ok: false,
+      reason: "legacy_only",
+    });
 
     const audit = await api(`/v1/audit?tenantId=${tenant.id}&action=signing.schemes`);
     const entries = ((await audit.json()) as { items: Array<{ change: { before: unknown; after: unknown } }> }).items;
