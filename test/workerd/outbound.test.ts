@@ -3,8 +3,8 @@
  * - every request is signed for its tenant (current and next secret) with Edgecron-Signature-V2,
  *   and the first scheme beside it while the tenant keeps it; rotation moves on;
  * - a target's headers and body are sealed at rest, in D1 and in the shard, and never shown;
- * - redirects are followed by hand, each hop through the SSRF guard, the job's own headers
- *   kept to the origin the user named;
+ * - redirects are followed by hand, each hop through the SSRF guard and unsigned, the job's own
+ *   headers kept to the origin the user named;
  * - addresses that are never allowed (metadata, unspecified) are refused at creation even
  *   with ALLOW_PRIVATE_TARGETS on, as this project has it.
  *
@@ -507,9 +507,12 @@ describe("redirects at execution", () => {
       expect(hit.method).toBe("PUT");
       expect(hit.headers).toMatchObject({ authorization: "Bearer same-origin", "x-custom": "c", "content-type": "application/json" });
       expect(JSON.parse(hit.body)).toEqual(body);
-      expect(await verifyHit(hit, [(await signingKeys()).current])).toMatchObject({ ok: true });
-      // Signed per hop: each hop's token names the URL it was sent to.
-      expect(await verifyHitV2(hit, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { sub: hit.url } });
+    }
+    // Signed once, for the URL the job names; the hop the target chose carries no signature.
+    expect(await verifyHitV2(first, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { sub: url } });
+    expect(await verifyHit(first, [(await signingKeys()).current])).toMatchObject({ ok: true });
+    for (const name of ["edgecron-signature", "edgecron-signature-v2", "upstash-signature"]) {
+      expect(second.headers[name], name).toBeUndefined();
     }
   });
 
@@ -553,18 +556,33 @@ describe("redirects at execution", () => {
     }
   });
 
-  // Signed per hop: a hop whose body was dropped carries a signature over the empty body.
-  it("after a 303 drops the body, the next hop's signature verifies against the empty body it received", async () => {
-    const dest = receiverPath("sig303-dest");
-    const url = receiverPath("sig303", redirectTo(303, dest));
-    const job = await createJob({ schedule: FAR_CRON, target: { url, body: { dropped: true } } });
-    const runId = await trigger(job);
-    await waitForRun(runId, ["succeeded"]);
-    const second = await hitOfRun(dest, runId);
-    expect(second).toMatchObject({ method: "GET", body: "" });
-    expect(await verifyHit(second, [(await signingKeys()).current])).toMatchObject({ ok: true });
-    expect(await verifyHitV2(second, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { method: "GET" } });
-  });
+  // A signature names one URL. Signed again at a hop, it would be edgecron's signature for a URL
+  // the target chose: a redirect to the tenant's other endpoint on that origin would carry one
+  // that verifies there.
+  it.each([301, 302, 303, 307, 308])(
+    "a same-origin %i hop carries no signature of either scheme, and none verifies there",
+    async (status) => {
+      const dest = receiverPath(`unsigned-${status}-dest`);
+      const url = receiverPath(`unsigned-${status}`, redirectTo(status, dest));
+      const job = await createJob({ schedule: FAR_CRON, target: { url, body: { sent: status } } });
+      const runId = await trigger(job);
+      expect(await waitForRun(runId, FINAL)).toMatchObject({ state: "succeeded", status: 200 });
+      const keys = await signingKeys();
+      const first = await hitOfRun(url, runId);
+      expect(await verifyHitV2(first, [keys.current])).toMatchObject({ ok: true, claims: { sub: url } });
+      const second = await hitOfRun(dest, runId);
+      for (const name of ["edgecron-signature", "edgecron-signature-v2", "upstash-signature"]) {
+        expect(second.headers[name], name).toBeUndefined();
+      }
+      expect(await verifyHitV2(second, [keys.current, keys.next])).toEqual({ ok: false, reason: "missing_header" });
+      // The first hop's own token does not verify at the second either: it names the first URL.
+      expect(
+        await verifyHitV2({ ...second, headers: { ...second.headers, "edgecron-signature-v2": first.headers["edgecron-signature-v2"]! } }, [
+          keys.current,
+        ]),
+      ).toMatchObject({ ok: false });
+    },
+  );
 
   it("a cross-origin redirect drops the job's own headers, the completion token and every signature, keeps edgecron's others", async () => {
     const dest = onLocalhost(receiverPath("cross-dest"));
