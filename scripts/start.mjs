@@ -14,7 +14,7 @@ import { once } from "node:events";
 import { existsSync, mkdirSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, relative } from "node:path";
-import { clock, eachLine, lastLines, openLog, quietConsole, sweepLine } from "./dev-output.ts";
+import { clock, eachLine, lastLines, logLine, openLog, quietConsole, sweepLine } from "./dev-output.ts";
 import { processConfigs, runnerRegistered, topologyOf } from "./dev-topology.ts";
 
 const port = Number(process.env.PORT ?? 8787);
@@ -150,14 +150,15 @@ async function wranglerDev(configs, servesApi) {
   if (log !== null) {
     // One sorter per stream: an error's stack follows it on its own stream.
     for (const stream of [child.stdout, child.stderr]) {
-      stream.on("data", (chunk) => writeSync(log, chunk));
-      eachLine(
-        stream,
-        quietConsole({
-          error: (line) => console.error(line),
-          sweep: (figures) => console.log(sweepLine(figures, new Date())),
-        }),
-      );
+      const sort = quietConsole({
+        error: (line) => console.error(logLine(line)),
+        sweep: (figures) => console.log(sweepLine(figures, new Date())),
+      });
+      // Line by line, so that a credential in a request's URL is marked even across chunks.
+      eachLine(stream, (line) => {
+        writeSync(log, `${logLine(line)}\n`);
+        sort(line);
+      });
     }
   }
   child.on("exit", async (code, signal) => {
