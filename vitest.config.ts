@@ -22,9 +22,9 @@ function workerdProject(
           // test Worker does, through src/index.ts's queue handler, with the runner's settings.
           queueConsumers: runnerQueueConsumers(),
           bindings: {
-            API_TOKEN: "test-token",
+            API_TOKEN: "test-token-0123456789abcdef0123456789ab",
             // The admin token being rotated in (docs/security.md): accepted beside API_TOKEN.
-            API_TOKEN_NEXT: "test-token-next",
+            API_TOKEN_NEXT: "test-token-next-0123456789abcdef01234567",
             ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
             SIGNING_SECRET: TEST_SIGNING_SECRET,
             ALLOW_PRIVATE_TARGETS: String(allowPrivateTargets),

@@ -72,6 +72,12 @@ export function sweepLine(report: SweepFigures, at: Date): string {
   return `[edgecron] ${clock(at)} sweep: ${shards} checked, ${report.jobsRepaired} repaired (${report.durationMs} ms)`;
 }
 
+/**
+ * A line as the log keeps it: a `qstash_token` query parameter (a /v2 credential, src/api/auth.ts)
+ * marked, as wrangler prints each request's URL, query included.
+ */
+export const logLine = (line: string) => line.replace(/([?&]qstash_token=)[^&\s#]*/gi, "$1[redacted]");
+
 /** HH:MM:SS, local time. */
 export const clock = (at: Date) => at.toTimeString().slice(0, 8);
 

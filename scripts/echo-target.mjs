@@ -2,8 +2,8 @@
 // A local HTTP target for trying edgecron: prints every request it receives and answers 200
 // (or the status in ?status=, to watch retries). `npm run target`; PORT defaults to 9000.
 // With SIGNING_SECRETS=<current>,<next> (from GET /v1/signing-keys) it also checks each
-// request's Edgecron-Signature-V2 (or, for a tenant that keeps it, the first scheme), the way a
-// real target should.
+// request's Edgecron-Signature-V2, the way a real target should (never the first scheme alone,
+// which edgecron sends only beside V2).
 import { createServer } from "node:http";
 import { verifyRequest } from "../src/verify.ts";
 
@@ -20,7 +20,7 @@ createServer((req, res) => {
     if (secrets.length > 0) {
       // The URL edgecron called: this server's own address and the request's path and query.
       const url = `http://${h.host}${req.url}`;
-      const check = await verifyRequest({ method: req.method, url, headers: h, body, secrets, acceptLegacy: true });
+      const check = await verifyRequest({ method: req.method, url, headers: h, body, secrets });
       signature = check.ok ? `  signature=valid (${check.scheme})` : `  signature=INVALID (${check.reason})`;
     }
     console.log(

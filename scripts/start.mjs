@@ -14,11 +14,11 @@ import { once } from "node:events";
 import { existsSync, mkdirSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, relative } from "node:path";
-import { clock, eachLine, lastLines, openLog, quietConsole, sweepLine } from "./dev-output.ts";
+import { clock, eachLine, lastLines, logLine, openLog, quietConsole, sweepLine } from "./dev-output.ts";
 import { processConfigs, runnerRegistered, topologyOf } from "./dev-topology.ts";
 
 const port = Number(process.env.PORT ?? 8787);
-const token = process.env.API_TOKEN ?? "dev-token";
+const token = process.env.API_TOKEN ?? "dev-admin-token-for-local-use-only";
 const persistTo = process.env.PERSIST_DIR; // default: wrangler's own .wrangler/state
 const sweepEveryMs = Number(process.env.SWEEP_INTERVAL_MS ?? 60_000); // the cron trigger is "* * * * *"
 // EDGECRON_TOPOLOGY: "two" (the default) runs the runner Worker as a second `wrangler dev`,
@@ -150,14 +150,15 @@ async function wranglerDev(configs, servesApi) {
   if (log !== null) {
     // One sorter per stream: an error's stack follows it on its own stream.
     for (const stream of [child.stdout, child.stderr]) {
-      stream.on("data", (chunk) => writeSync(log, chunk));
-      eachLine(
-        stream,
-        quietConsole({
-          error: (line) => console.error(line),
-          sweep: (figures) => console.log(sweepLine(figures, new Date())),
-        }),
-      );
+      const sort = quietConsole({
+        error: (line) => console.error(logLine(line)),
+        sweep: (figures) => console.log(sweepLine(figures, new Date())),
+      });
+      // Line by line, so that a credential in a request's URL is marked even across chunks.
+      eachLine(stream, (line) => {
+        writeSync(log, `${logLine(line)}\n`);
+        sort(line);
+      });
     }
   }
   child.on("exit", async (code, signal) => {

@@ -125,3 +125,25 @@ export function parseConfig(vars: Partial<Record<VarName, string>>, isQueue: (bi
     dispatchQueues: Object.freeze(v.DISPATCH_QUEUES),
   });
 }
+
+/** Shortest admin token taken: it is compared whole, so its length is all that stands against guessing it. */
+export const MIN_ADMIN_TOKEN_LENGTH = 32;
+
+/**
+ * The admin tokens: API_TOKEN, and API_TOKEN_NEXT while one is rotated in (optional, so not in
+ * the generated Env; empty counts as unset). Throws Misconfigured naming a token that is too
+ * short (never its value): a short one would be accepted as it is, and guessed.
+ */
+export function adminTokens(env: Env): { current: string; next: string | undefined } {
+  const { API_TOKEN: current, API_TOKEN_NEXT: next } = env as Env & { API_TOKEN_NEXT?: string };
+  for (const [name, value] of [
+    ["API_TOKEN", current],
+    ["API_TOKEN_NEXT", next],
+  ] as const) {
+    if (name === "API_TOKEN_NEXT" && !value) continue;
+    if (typeof value !== "string" || value.length < MIN_ADMIN_TOKEN_LENGTH) {
+      throw new Misconfigured(`${name}: must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters long (it is the admin token)`);
+    }
+  }
+  return { current, next: next || undefined };
+}

@@ -12,7 +12,9 @@
  * - `Edgecron-Signature` (verifySignature), the first scheme, kept for a deprecation period per
  *   tenant: `t=<unix seconds>,v1=<hex>[,v1=<hex>...]`, each v1 HMAC-SHA256 over
  *   `${t}.${runId}.${body}`. It covers neither the method, the URL nor the Idempotency-Key, so a
- *   receiver could replay it to the tenant's other endpoints within its window.
+ *   receiver could replay it to the tenant's other endpoints within its window. Edgecron sends it
+ *   only beside V2, so verifyRequest never takes it alone: a request carrying it without V2 had
+ *   its V2 token stripped, to be sent somewhere V2 would not verify (a downgrade).
  * Both are keyed by the UTF-8 bytes of a signing secret (the `whsec_...` string).
  */
 
@@ -154,18 +156,22 @@ export interface VerifyRequestInput {
    * five minutes are not detected here (Idempotency-Key still deduplicates them).
    */
   seen?: (jti: string, exp: number) => boolean | Promise<boolean>;
-  /** Accept the first scheme when the request has no V2 header (a tenant with `legacySignature` on). */
+  /**
+   * @deprecated Has no effect: a request with the first scheme alone is refused (`legacy_only`),
+   * since edgecron sends it only beside V2. A target of a deployment from before V2 calls
+   * verifySignature itself, knowing that scheme binds neither the URL nor the method.
+   */
   acceptLegacy?: boolean;
   nowMs?: number;
 }
 
 export type VerifyRequestResult =
   | { ok: true; scheme: "v2"; claims: RequestClaims }
-  | { ok: true; scheme: "v1"; timestamp: number }
   | {
       ok: false;
       reason:
         | "missing_header"
+        | "legacy_only"
         | "malformed_header"
         | "no_matching_signature"
         | "not_yet_valid"
@@ -184,7 +190,7 @@ export type VerifyRequestResult =
  * `seen`) not seen before. Throws only for a caller's mistake (no secrets, a relative URL).
  */
 export async function verifyRequest(input: VerifyRequestInput): Promise<VerifyRequestResult> {
-  const { method, url, headers, body, secrets, leewaySeconds = 30, seen, acceptLegacy = false, nowMs = Date.now() } = input;
+  const { method, url, headers, body, secrets, leewaySeconds = 30, seen, nowMs = Date.now() } = input;
   if (!Array.isArray(secrets) || secrets.length === 0 || secrets.some((s) => typeof s !== "string" || s === "")) {
     throw new TypeError("verifyRequest: secrets must be a non-empty array of non-empty strings");
   }
@@ -198,16 +204,9 @@ export async function verifyRequest(input: VerifyRequestInput): Promise<VerifyRe
   }
   const header = headerOf(headers, REQUEST_SIGNATURE_HEADER);
   if (!header) {
-    // The first scheme signs text only: a binary body comes with V2 alone.
-    if (!acceptLegacy || typeof body !== "string") return { ok: false, reason: "missing_header" };
-    const legacy = await verifySignature({
-      header: headerOf(headers, SIGNATURE_HEADER),
-      runId: headerOf(headers, "X-Edgecron-Run-Id"),
-      body,
-      secrets,
-      nowMs,
-    });
-    return legacy.ok ? { ok: true, scheme: "v1", timestamp: legacy.timestamp } : legacy;
+    // Never a fallback: the first scheme binds neither the URL nor the method, so taking it
+    // alone would let whoever strips V2 send the request on to another endpoint.
+    return { ok: false, reason: headerOf(headers, SIGNATURE_HEADER) ? "legacy_only" : "missing_header" };
   }
 
   const tokens = header.split(",").map((t) => t.trim());

@@ -2,7 +2,7 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { audit } from "./audit";
 import { authenticate, authorize, authorizeQstash, limitBody, limitQstashBody, requireJsonBody } from "./auth";
 import { breakers } from "./breakers";
-import { docsHeaders } from "./browser-headers";
+import { docsHeaders, noSniff } from "./browser-headers";
 import type { AppEnv } from "./context";
 import { docs } from "./docs";
 import { errorResponse, noSuchRoute } from "./errors";
@@ -22,7 +22,7 @@ import { tenants } from "./tenants";
 
 export const app = new OpenAPIHono<AppEnv>();
 
-app.use("*", nameOperation);
+app.use("*", nameOperation, noSniff);
 app.onError(errorResponse);
 app.notFound(() => {
   throw noSuchRoute();
@@ -77,4 +77,14 @@ export const OPENAPI_HEAD = {
 
 app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer" });
 documentScopes(app as never);
-app.doc31("/openapi.json", OPENAPI_HEAD);
+
+/**
+ * /openapi.json, public: generated on its first request and kept for the isolate's life, since
+ * the routes cannot change while it runs; generating it anew on every unauthenticated request
+ * cost a walk of every route's schemas.
+ */
+let openapiJson: string | undefined;
+app.get("/openapi.json", (c) => {
+  openapiJson ??= JSON.stringify(app.getOpenAPI31Document(OPENAPI_HEAD));
+  return c.body(openapiJson, 200, { "Content-Type": "application/json" });
+});

@@ -1,6 +1,7 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { grantOf } from "../app/caller";
+import { adminTokens } from "../config";
 import { API_KEY } from "../model/ids";
 import { grants } from "../model/scopes";
 import { gateStub } from "../stubs";
@@ -101,13 +102,9 @@ export const authorizeQstash: MiddlewareHandler<AppEnv> = async (c, next) => {
 /** The key's first characters, its public prefix (src/app/tenants.ts, mintKey): what failures are also counted by. */
 const KEY_PREFIX_LENGTH = 7;
 
-/**
- * Which admin token this is, if any. API_TOKEN_NEXT is optional (a secret set only while the
- * token is rotated: docs/security.md), so it is not among wrangler.toml's required secrets and
- * not in the generated Env.
- */
+/** Which admin token this is, if any (API_TOKEN_NEXT is set only while the token is rotated: docs/security.md). */
 async function adminTokenOf(c: AppContext, presented: string): Promise<"current" | "next" | null> {
-  const { API_TOKEN: current, API_TOKEN_NEXT: next } = c.env as Env & { API_TOKEN_NEXT?: string };
+  const { current, next } = adminTokens(c.env);
   // Both are compared, whichever matches, so the time taken does not say which one it was.
   const [isCurrent, isNext] = await Promise.all([current, next].map((t) => (t ? sameSecret(presented, t) : Promise.resolve(false))));
   return isCurrent ? "current" : isNext ? "next" : null;

@@ -28,3 +28,12 @@ export const docsHeaders: MiddlewareHandler<AppEnv> = secureHeaders({
   referrerPolicy: "no-referrer",
   crossOriginOpenerPolicy: "same-origin",
 });
+
+/**
+ * On every answer, the API's included: a browser that loads one (a link to an error, a key's
+ * JSON) renders it as the type it is sent as, never sniffed into HTML that could run a script.
+ */
+export const noSniff: MiddlewareHandler<AppEnv> = async (c, next) => {
+  await next();
+  c.header("X-Content-Type-Options", "nosniff");
+};

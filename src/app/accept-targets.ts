@@ -1,14 +1,14 @@
 import { invalidField } from "../api/errors";
 import { config } from "../config";
 import type { Step, StoredStep, Target } from "../model/job";
-import { targetRefusal } from "../security/target-guard";
+import { policyOf, targetRefusal } from "../security/target-guard";
 import { sealTarget } from "../security/targets";
 
 /** What a job calls, as it is accepted when the job is created or changed. */
 
 /** The SSRF guard's verdict, then the target sealed for storage. */
 export async function acceptTarget(env: Env, target: Target, jobId: string, field = "target") {
-  const refusal = targetRefusal(target.url, { allowPrivate: config(env).allowPrivateTargets });
+  const refusal = targetRefusal(target.url, policyOf(config(env)));
   if (refusal) throw invalidField(`${field}.url`, refusal);
   return sealTarget(env.ENCRYPTION_KEYS, target, jobId);
 }

@@ -7,7 +7,7 @@ import { signCompletionToken } from "../security/completion-tokens";
 import { redactUrl } from "../security/redact";
 import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
-import { type TargetPolicy, targetRefusal } from "../security/target-guard";
+import { policyOf, type TargetPolicy, targetRefusal } from "../security/target-guard";
 import { headerNamesOf, openTarget } from "../security/targets";
 import { MAX_RESULT_BYTES } from "../workflow/steps";
 import { discardBody, readAtMost, readPrefix } from "./bodies";
@@ -21,14 +21,10 @@ const MAX_REDIRECTS = 5;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 /** Most of a QStash destination's answer its callback is sent (QStash's own callbacks carry the body whole). */
 const MAX_CALLBACK_BODY_BYTES = 256 * 1024;
-/** Credentials and signatures: they stay with the origin the user named (see `send`). */
-const CROSS_ORIGIN_DROPPED = [
-  "X-Edgecron-Completion-Token",
-  "X-Edgecron-Complete-Url",
-  SIGNATURE_HEADER,
-  REQUEST_SIGNATURE_HEADER,
-  UPSTASH_SIGNATURE,
-];
+/** Each names, or stands for, the one URL the user named: sent there only (see `send`). */
+const SIGNATURES = [SIGNATURE_HEADER, REQUEST_SIGNATURE_HEADER, UPSTASH_SIGNATURE];
+/** Credentials: they stay with the origin the user named (see `send`). */
+const CROSS_ORIGIN_DROPPED = ["X-Edgecron-Completion-Token", "X-Edgecron-Complete-Url"];
 
 /** What executing needs from the Worker's environment, read once per batch. */
 export interface ExecuteContext {
@@ -41,12 +37,13 @@ export interface ExecuteContext {
 }
 
 export function executeContext(env: Env): ExecuteContext {
-  const { publicUrl, allowPrivateTargets } = config(env);
+  const settings = config(env);
+  const { publicUrl } = settings;
   return {
     publicUrl,
     encryptionKeys: env.ENCRYPTION_KEYS,
     signingSecret: env.SIGNING_SECRET,
-    policy: { allowPrivate: allowPrivateTargets },
+    policy: policyOf(settings),
     qstashCallback: (order, outcome, sent, answer) => sendQstashCallback(env, order, outcome, sent, answer),
   };
 }
@@ -117,24 +114,27 @@ async function send(order: RunOrder, ctx: ExecuteContext, request: PreparedReque
   let method: string = target.method;
   const { headers } = request;
   let body = request.body;
-  /** A hop has left the origin the user named: from then on nothing is signed, even back at that origin. */
+  /** A hop has left the origin the user named: from then on its credentials are not sent, even back at that origin. */
   let crossed = false;
   try {
     for (let hop = 0; ; hop++) {
       const refusal = targetRefusal(url, ctx.policy);
       // A redirect's Location is the target's: its query or user info may hold a token, kept out of the run's error.
       if (refusal) return refused(hop === 0 ? `target refused: ${refusal}` : `redirect to ${redactUrl(url)} refused: ${refusal}`);
-      if (!crossed) await request.sign(method, body, url);
+      if (hop === 0) await request.sign(method, body, url);
       const response = await fetch(url, { method, headers, body, signal, redirect: "manual" });
       const location = response.headers.get("location");
       if (REDIRECTS.has(response.status) && location !== null) {
         await response.body?.cancel();
         if (hop >= MAX_REDIRECTS) return refused(`more than ${MAX_REDIRECTS} redirects`);
         const next = new URL(location, url);
-        // Credentials go to the origin the user named, no further: the job's own headers, the
-        // completion token (it could finish the run), and the signatures (whoever holds one
-        // could send it back to the tenant's own endpoints). The body, sealed at rest, does not
-        // leave that origin either: a redirect that would carry it elsewhere is not followed.
+        // Signed once, for the URL the user named, never again for a URL a target chose: a
+        // signature re-made at a hop would be edgecron's word for wherever the redirect points,
+        // the tenant's other endpoints on that origin included.
+        for (const name of SIGNATURES) headers.delete(name);
+        // Credentials go to the origin the user named, no further: the job's own headers and the
+        // completion token (it could finish the run). The body, sealed at rest, does not leave
+        // that origin either: a redirect that would carry it elsewhere is not followed.
         if (!crossed && !sameOrigin(new URL(url), next)) {
           crossed = true;
           for (const name of [...headerNamesOf(target), ...CROSS_ORIGIN_DROPPED]) headers.delete(name);
@@ -194,7 +194,7 @@ async function buildRequest(order: RunOrder, ctx: ExecuteContext) {
   if (meta) for (const [name, value] of Object.entries(upstashHeaders(meta, order))) headers.set(name, value);
   const { current, next } = await signingSecrets(ctx.signingSecret, order.tenantId, order.signingGeneration);
   const idempotencyKey = headers.get("Idempotency-Key") ?? order.runId;
-  /** Signed per hop: each hop's URL, method and body (a redirect may change all three). */
+  /** Signs the first request, the one to the URL the user named (a redirect hop is sent unsigned: `send`). */
   const sign = async (method: string, sent: string | Uint8Array | undefined, url: string) => {
     const now = Date.now();
     const signed = { method, url, body: sent, runId: order.runId, attempt: order.attempt, idempotencyKey };

@@ -22,6 +22,12 @@ export const RESERVED_HEADERS = [
   "edgecron-signature-v2",
 ];
 
+/**
+ * The client's address as a proxy reports it. A job may not send them: a target (edgecron's own
+ * API among them, whose audit log records the client) may trust them, and a job could forge them.
+ */
+export const CLIENT_ADDRESS_HEADERS = ["x-forwarded-for", "x-real-ip", "cf-connecting-ip", "true-client-ip", "forwarded"];
+
 /** Bounds on what a target may carry, checked before anything is stored. */
 export const TARGET_LIMITS = { headers: 50, headerValueChars: 8_192, headerBytes: 32_768, bodyDepth: 32 };
 
@@ -47,6 +53,8 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 function headerProblem(name: string, value: unknown): string | null {
   if (name.length > 256 || !HEADER_NAME.test(name) || name === "__proto__") return "not a valid HTTP header name";
   if (RESERVED_HEADERS.includes(name.toLowerCase())) return `${name} is set by edgecron on every request`;
+  if (CLIENT_ADDRESS_HEADERS.includes(name.toLowerCase()))
+    return `${name} names the client's address, which a target may trust: a job may not set it`;
   if (typeof value !== "string") return "must be a string";
   if (value.length > TARGET_LIMITS.headerValueChars) return `must be at most ${TARGET_LIMITS.headerValueChars} characters`;
   if (/[\r\n\0]/.test(value)) return "a header value may not contain CR, LF or NUL";

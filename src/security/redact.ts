@@ -1,8 +1,8 @@
 /**
  * What the audit log may keep of a value: secrets out, the rest as it was. Sealed fields (a
  * target's headers and body) are marked as such, never copied even sealed; fields whose name
- * says they hold a secret are replaced; URLs keep their origin and path, not their query or
- * user info, which is where a URL carries a token.
+ * says they hold a secret are replaced; URLs keep their origin only: a token is carried in the
+ * query or user info, and as often in the path (a Slack webhook's, a Telegram bot's first segment).
  */
 
 const SECRET_NAME = /secret|token|password|passphrase|api[-_]?key|authorization|cookie|credential|signature/i;
@@ -22,7 +22,7 @@ export function redact(value: unknown, name = ""): unknown {
   return value;
 }
 
-/** Origin and path; a query or user info becomes a marker, so the reader knows there was one. */
+/** The origin; a path, a query or user info becomes a marker, so the reader knows there was one. */
 export function redactUrl(raw: string): string {
   let url: URL;
   try {
@@ -31,5 +31,6 @@ export function redactUrl(raw: string): string {
     return REDACTED;
   }
   const userinfo = url.username || url.password ? `${REDACTED}@` : "";
-  return `${url.protocol}//${userinfo}${url.host}${url.pathname}${url.search ? `?${REDACTED}` : ""}`;
+  const path = url.pathname === "/" || url.pathname === "" ? "/" : `/${REDACTED}`;
+  return `${url.protocol}//${userinfo}${url.host}${path}${url.search ? `?${REDACTED}` : ""}`;
 }

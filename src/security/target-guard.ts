@@ -20,7 +20,28 @@ import ipaddr from "ipaddr.js";
 export interface TargetPolicy {
   /** For local development, where the job targets run on the same machine or network. */
   allowPrivate: boolean;
+  /**
+   * The deployment's own host (PUBLIC_URL's), which no job may call: it would reach edgecron's
+   * own API (a job publishing jobs, a chain of them) with whatever credentials it carries.
+   * `port` is null when every port of the host is the deployment (a public name, which
+   * Cloudflare serves on each of its ports), and the port when the host is a local one that
+   * serves other servers on other ports (local development).
+   */
+  own?: { hostname: string; port: string | null };
 }
+
+/** The guard's policy for a deployment's settings (src/config.ts). */
+export function policyOf(settings: { allowPrivateTargets: boolean; publicUrl: string | undefined }): TargetPolicy {
+  const policy: TargetPolicy = { allowPrivate: settings.allowPrivateTargets };
+  if (!settings.publicUrl) return policy;
+  const url = new URL(settings.publicUrl);
+  // A host the strict guard refuses is a local one: loopback, private, a local name.
+  const local = targetRefusal(url.href, { allowPrivate: false }) !== null;
+  return { ...policy, own: { hostname: hostnameOf(url), port: local ? portOf(url) : null } };
+}
+
+const hostnameOf = (url: URL) => url.hostname.toLowerCase().replace(/\.+$/, "");
+const portOf = (url: URL) => url.port || (url.protocol === "https:" ? "443" : "80");
 
 const PRIVATE_HINT = "(set ALLOW_PRIVATE_TARGETS for local development)";
 const METADATA_REFUSAL = "cloud metadata endpoints are never allowed";
@@ -59,6 +80,11 @@ export function targetRefusal(url: string, policy: TargetPolicy): string | null 
   // They would end up in logs and run records, which are not meant to hold secrets.
   if (parsed.username !== "" || parsed.password !== "") {
     return "credentials in the URL are not allowed; send them as a header";
+  }
+
+  const { own } = policy;
+  if (own && hostnameOf(parsed) === own.hostname && (own.port === null || portOf(parsed) === own.port)) {
+    return `${parsed.host} is this deployment's own host: a job may not call edgecron itself`;
   }
 
   const host = parsed.hostname;

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { lastLines, quietConsole, type SweepFigures, sweepLine } from "../../scripts/dev-output.ts";
+import { lastLines, logLine, quietConsole, type SweepFigures, sweepLine } from "../../scripts/dev-output.ts";
 
 /** What a quiet `npm start` shows of `lines` (from one stream): its errors and sweeps, in order. */
 function shown(lines: string[]): string[] {
@@ -103,5 +103,22 @@ describe("a quiet npm start's console (scripts/dev-output.ts)", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("a quiet npm start's log (scripts/dev-output.ts)", () => {
+  it("keeps no qstash_token: wrangler's line per request shows the URL, query included", () => {
+    const key = "ek_AbCd0123456789abcdefghijklmnopqrstuvwxyz";
+    const lines = [
+      `[wrangler:info] POST /v2/publish/https://example.com/hook?qstash_token=${key} 200 OK (12ms)`,
+      `[wrangler:info] GET /v2/keys?a=1&QSTASH_TOKEN=${key}&b=2 200 OK (3ms)`,
+      `[wrangler:error] GET /v2/dlq?qstash_token=${key}#x 500 Internal Server Error (5ms)`,
+    ];
+    const kept = lines.map(logLine);
+    for (const line of kept) expect(line).not.toContain(key);
+    expect(kept[0]).toBe("[wrangler:info] POST /v2/publish/https://example.com/hook?qstash_token=[redacted] 200 OK (12ms)");
+    expect(kept[1]).toBe("[wrangler:info] GET /v2/keys?a=1&QSTASH_TOKEN=[redacted]&b=2 200 OK (3ms)");
+    // What holds no token is kept as it was.
+    expect(logLine("[wrangler:info] GET /v1/jobs?limit=5 200 OK (11ms)")).toBe("[wrangler:info] GET /v1/jobs?limit=5 200 OK (11ms)");
   });
 });

@@ -156,25 +156,25 @@ describe("Edgecron-Signature-V2", () => {
     expect(await check({ ...input, headers: nodeHeaders })).toMatchObject({ ok: true });
   });
 
-  it("falls back to the first scheme only when asked, and only when V2 is absent", async () => {
+  it("never takes the first scheme alone: a request stripped of its V2 token is refused, even sent on to another URL", async () => {
     const input = await received();
-    const legacyOnly = new Headers({
-      [SIGNATURE_HEADER]: await signatureHeader([CURRENT], REQUEST.runId, input.body, NOW),
-      "X-Edgecron-Run-Id": REQUEST.runId,
-    });
-    expect(await check({ ...input, headers: legacyOnly })).toEqual({ ok: false, reason: "missing_header" });
-    expect(await check({ ...input, headers: legacyOnly }, { acceptLegacy: true })).toEqual({
-      ok: true,
-      scheme: "v1",
-      timestamp: NOW / 1000,
-    });
-    // Both present: V2 decides, so a request altered past V2 is refused even though v1 still matches.
     const both = new Headers(input.headers);
-    both.set(SIGNATURE_HEADER, legacyOnly.get(SIGNATURE_HEADER)!);
-    expect(await check({ ...input, headers: both, method: "DELETE" }, { acceptLegacy: true })).toEqual({
+    both.set(SIGNATURE_HEADER, await signatureHeader([CURRENT], REQUEST.runId, input.body, NOW));
+    // Every request edgecron signs carries V2; one that comes with the first scheme alone had its V2 token removed.
+    const stripped = new Headers(both);
+    stripped.delete(REQUEST_SIGNATURE_HEADER);
+    const elsewhere = { ...input, url: "https://hooks.example.com/admin/delete-everything", method: "DELETE" };
+    for (const options of [{}, { acceptLegacy: true }] as Array<Partial<VerifyRequestInput>>) {
+      expect(await check({ ...input, headers: stripped }, options), JSON.stringify(options)).toEqual({ ok: false, reason: "legacy_only" });
+      expect(await check({ ...elsewhere, headers: stripped }, options)).toEqual({ ok: false, reason: "legacy_only" });
+    }
+    // No signature at all is still missing_header; both present, V2 decides.
+    expect(await check({ ...input, headers: new Headers({ "X-Edgecron-Run-Id": REQUEST.runId }) })).toEqual({
       ok: false,
-      reason: "method_mismatch",
+      reason: "missing_header",
     });
+    expect(await check({ ...input, headers: both })).toMatchObject({ ok: true, scheme: "v2" });
+    expect(await check({ ...elsewhere, headers: both })).toEqual({ ok: false, reason: "url_mismatch" });
   });
 
   it("throws for a caller's mistake rather than refusing every request", async () => {

@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { targetRefusal } from "../../src/security/target-guard";
+import { policyOf, targetRefusal } from "../../src/security/target-guard";
 
 const METADATA = "cloud metadata endpoints are never allowed";
 const NOT_URL = "must be an absolute http or https URL";
@@ -183,5 +183,33 @@ describe("targetRefusal", () => {
         expect(targetRefusal(`http://0${n.toString(8)}/`, { allowPrivate })).toBe(plain);
       }),
     );
+  });
+});
+
+describe("the deployment's own host", () => {
+  const OWN = "own host: a job may not call edgecron itself";
+  const deployed = policyOf({ allowPrivateTargets: false, publicUrl: "https://Cron.Example.com/" });
+  const local = policyOf({ allowPrivateTargets: true, publicUrl: "http://localhost:8787" });
+
+  it.each([
+    ["https://cron.example.com/v1/jobs", deployed, OWN],
+    ["http://cron.example.com/v2/publish/https://x.example", deployed, OWN],
+    ["https://CRON.example.com./v1/runs/run_x/complete", deployed, OWN],
+    // Cloudflare serves a proxied host on other ports too: the port does not make it another server.
+    ["https://cron.example.com:8443/v1/jobs", deployed, OWN],
+    ["https://other.example.com/v1/jobs", deployed, null],
+    ["https://sub.cron.example.com/", deployed, null],
+    // Local development: the host is a loopback name, which serves many servers, one per port.
+    ["http://localhost:8787/v1/jobs", local, OWN],
+    ["http://localhost:9000/hook", local, null],
+    ["http://127.0.0.1:8787/v1/jobs", local, null],
+  ] as const)("%s", (url, policy, refusal) => {
+    const verdict = targetRefusal(url, policy);
+    if (refusal === null) expect(verdict).toBeNull();
+    else expect(verdict).toContain(refusal);
+  });
+
+  it("without PUBLIC_URL, the guard knows no own host", () => {
+    expect(targetRefusal("https://cron.example.com/v1/jobs", policyOf({ allowPrivateTargets: false, publicUrl: undefined }))).toBeNull();
   });
 });

@@ -189,7 +189,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     dir,
     cwd,
     port: await freePort(),
-    token: options.token ?? `e2e-${randomBytes(8).toString("hex")}`,
+    token: options.token ?? `e2e-${randomBytes(16).toString("hex")}`,
     env: { ...options.env, ...(options.topology && { EDGECRON_TOPOLOGY: options.topology }) },
     quiet: options.quiet ?? false,
     readyTimeoutMs: options.readyTimeoutMs ?? 90_000,

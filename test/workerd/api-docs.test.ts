@@ -1,6 +1,6 @@
 import { SELF } from "cloudflare:test";
 import type { z } from "@hono/zod-openapi";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { app } from "../../src/api/app";
 import { SCALAR_SCRIPT } from "../../src/api/docs";
 import { ErrorSchema } from "../../src/model/common";
@@ -129,6 +129,21 @@ function configOf(html: string): Record<string, unknown> {
 }
 
 describe("/openapi.json, as the reference shows it", () => {
+  it("is built once per isolate: the same document every time, the generator not run again per request", async () => {
+    const generate = vi.spyOn(app, "getOpenAPI31Document");
+    try {
+      const [first, second] = await Promise.all([1, 2].map(async () => (await SELF.fetch(`${ORIGIN}/openapi.json`)).text()));
+      const third = await (await SELF.fetch(`${ORIGIN}/openapi.json`)).text();
+      expect(JSON.parse(first!)).toMatchObject({ openapi: "3.1.0" });
+      expect(second).toBe(first);
+      expect(third).toBe(first);
+      // At most the first request of the isolate builds it (none, when an earlier test already did).
+      expect(generate.mock.calls.length).toBeLessThanOrEqual(1);
+    } finally {
+      generate.mockRestore();
+    }
+  });
+
   it("documents every operation: a summary, its error statuses with the Error schema and examples, 401 where a key is needed, an example of each JSON body", async () => {
     const doc = await openapi();
     const ops = operations(doc);

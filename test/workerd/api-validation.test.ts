@@ -65,6 +65,13 @@ const BAD_BODIES: Array<[string, unknown, string, string]> = [
     "target.headers.Idempotency-Key",
     "set by edgecron",
   ],
+  // The client's address as a proxy reports it: a target, or edgecron itself, may trust it (the audit log's `client`).
+  ...["X-Forwarded-For", "x-real-ip", "CF-Connecting-IP", "True-Client-IP", "Forwarded"].map((name): [string, unknown, string, string] => [
+    `client-address header ${name}`,
+    { schedule: { every: "1m" }, target: { ...target, headers: { [name]: "203.0.113.7" } } },
+    `target.headers.${name}`,
+    "names the client's address",
+  ]),
   ["GET with body", { schedule: { every: "1m" }, target: { ...target, method: "GET", body: "x" } }, "target.body", "GET"],
   ["body a number", { schedule: { every: "1m" }, target: { ...target, body: 5 } }, "target.body", ""],
   ["unknown target field", { schedule: { every: "1m" }, target: { ...target, timeout: 5 } }, "target", ""],

@@ -1,6 +1,6 @@
 import { env } from "cloudflare:test";
 import { beforeAll, describe, expect, it, vi } from "vitest";
-import { api, createTenant, receiverPath } from "./helpers";
+import { api, createTenant, receiverPath, TOKEN } from "./helpers";
 
 /**
  * The audit log (docs/security.md): every change made through the API is recorded with who
@@ -171,7 +171,7 @@ describe("the audit log", () => {
     // Searched for only after everything above: reading the secrets is itself an answer with them.
     const haystack = [...answers, ...logLines].join("\n");
     expect(answers.length).toBeGreaterThan(20);
-    for (const secret of [HEADER_SECRET, tenant.apiKey, signing.current, signing.next, "test-token"]) {
+    for (const secret of [HEADER_SECRET, tenant.apiKey, signing.current, signing.next, TOKEN]) {
       expect(haystack.includes(secret), `a secret (${secret.slice(0, 6)}…) in an answer or a log line`).toBe(false);
     }
     // A job's body is shown to its own tenant with the job (it is the tenant's); never in the log or the audit.

@@ -1,5 +1,6 @@
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { api } from "./helpers";
 
 /** The API reference's security headers (the dashboard's are dashboard/_headers, checked in the browser test). */
 describe("GET /docs", () => {
@@ -27,5 +28,21 @@ describe("GET /docs", () => {
   it("the API's JSON answers carry no page policy to break clients", async () => {
     const res = await SELF.fetch("https://edgecron.test/healthz");
     expect(res.headers.get("Content-Security-Policy")).toBeNull();
+  });
+});
+
+/** Every answer is read as the type it says: a browser never sniffs a JSON body, an error or /metrics into HTML. */
+describe("X-Content-Type-Options", () => {
+  it.each([
+    ["a JSON answer", "/v1/jobs", true],
+    ["an error answer (no credential)", "/v1/jobs", false],
+    ["an unknown route's error", "/v1/no-such-route", true],
+    ["a /v2 error", "/v2/messages/msg_none", true],
+    ["/metrics", "/metrics", true],
+    ["/openapi.json", "/openapi.json", false],
+  ])("is nosniff on %s", async (_, path, withToken) => {
+    const res = withToken ? await api(path) : await SELF.fetch(`https://edgecron.test${path}`);
+    await res.arrayBuffer();
+    expect(res.headers.get("X-Content-Type-Options"), `${path} ${res.status}`).toBe("nosniff");
   });
 });

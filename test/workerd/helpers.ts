@@ -21,7 +21,9 @@ import { MAX_REDISPATCHES } from "../../src/shard/leases";
 import type { Shard } from "../../src/shard/shard";
 import type { Hit } from "../support/hit";
 
-export const TOKEN = "test-token";
+/** The admin tokens vitest.config.ts gives the Worker: API_TOKEN, and API_TOKEN_NEXT being rotated in. */
+export const TOKEN = "test-token-0123456789abcdef0123456789ab";
+export const NEXT_TOKEN = "test-token-next-0123456789abcdef01234567";
 
 export function api(path: string, init: RequestInit & { json?: unknown } = {}): Promise<Response> {
   const headers = new Headers(init.headers);

@@ -34,6 +34,33 @@ describe("a misconfigured Worker", () => {
     expect(await jobs()).toBe(before);
   });
 
+  it.each([
+    ["API_TOKEN", { API_TOKEN: "short-admin-token" }, TOKEN],
+    ["API_TOKEN_NEXT", { API_TOKEN_NEXT: "short-next" }, TOKEN],
+    // Guessable by its length alone, whichever token the caller presents.
+    ["API_TOKEN", { API_TOKEN: "x".repeat(31), API_TOKEN_NEXT: undefined }, "x".repeat(31)],
+  ])("an admin token shorter than 32 characters (%s): 500 misconfigured naming it, never accepted", async (name, vars, presented) => {
+    const jobs = () => env.DB.prepare("SELECT COUNT(*) AS n FROM jobs").first<number>("n");
+    const before = await jobs();
+    const request = new Request("https://edgecron.test/v1/jobs", {
+      method: "POST",
+      headers: { Authorization: `Bearer ${presented}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ schedule: FAR_CRON, target: { url: "https://example.com/hook" } }),
+    });
+    const res = await worker.fetch(request, { ...env, ...vars } as Env, createExecutionContext());
+    expect(res.status).toBe(500);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error).toMatchObject({ code: "misconfigured" });
+    expect(body.error.message).toBe(`the server is misconfigured: ${name}: must be at least 32 characters long (it is the admin token)`);
+    expect(body.error.message).not.toContain(vars[name as keyof typeof vars] ?? "\0");
+    expect(await jobs()).toBe(before);
+  });
+
+  it("without API_TOKEN_NEXT, the admin token alone works", async () => {
+    expect((await createJobWith({ API_TOKEN_NEXT: undefined })).status).toBe(201);
+    expect((await createJobWith({ API_TOKEN_NEXT: "" })).status).toBe(201);
+  });
+
   it("the same request succeeds once the settings are right", async () => {
     expect((await createJobWith({})).status).toBe(201);
   });

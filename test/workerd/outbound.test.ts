@@ -3,23 +3,24 @@
  * - every request is signed for its tenant (current and next secret) with Edgecron-Signature-V2,
  *   and the first scheme beside it while the tenant keeps it; rotation moves on;
  * - a target's headers and body are sealed at rest, in D1 and in the shard, and never shown;
- * - redirects are followed by hand, each hop through the SSRF guard, the job's own headers
- *   kept to the origin the user named;
+ * - redirects are followed by hand, each hop through the SSRF guard and unsigned, the job's own
+ *   headers kept to the origin the user named;
  * - addresses that are never allowed (metadata, unspecified) are refused at creation even
  *   with ALLOW_PRIVATE_TARGETS on, as this project has it.
  *
  * Only loopback addresses ever receive traffic here: 0.0.0.0 reaches the local host if the
  * guard were broken, and metadata addresses are tested at creation only, never executed.
  */
-import { env, runInDurableObject } from "cloudflare:test";
+import { createExecutionContext, env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
 import { openTarget, sealTarget } from "../../src/security/targets";
 import type { Shard } from "../../src/shard/shard";
 import { REQUEST_SIGNATURE_HEADER, type VerifyRequestInput, verifyRequest, verifySignature } from "../../src/verify";
 import type { Hit } from "../support/hit";
-import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, listRuns, receiverPath, shardOf, TOKEN, waitForRun } from "./helpers";
 
 type Caller = typeof api;
 interface SigningKeys {
@@ -142,7 +143,13 @@ describe("signatures", () => {
     expect(await setLegacy(tenant.api, false)).toMatchObject({ legacySignature: false, legacyHeader: null });
     const withoutLegacy = await hitOfRun(url, await trigger(job, tenant.api).then(async (id) => (await waitForRun(id, ["succeeded"])).id));
     expect(withoutLegacy.headers["edgecron-signature"]).toBeUndefined();
-    expect(await verifyHitV2(withoutLegacy, [keys.current], { acceptLegacy: true })).toMatchObject({ ok: true, scheme: "v2" });
+    expect(await verifyHitV2(withoutLegacy, [keys.current])).toMatchObject({ ok: true, scheme: "v2" });
+    // With the first scheme too, a request stripped of V2 is a downgrade, refused.
+    const { "edgecron-signature-v2": _v2, ...stripped } = withLegacy.headers;
+    expect(await verifyHitV2({ ...withLegacy, headers: stripped }, [keys.current], { acceptLegacy: true })).toEqual({
+      ok: false,
+      reason: "legacy_only",
+    });
 
     const audit = await api(`/v1/audit?tenantId=${tenant.id}&action=signing.schemes`);
     const entries = ((await audit.json()) as { items: Array<{ change: { before: unknown; after: unknown } }> }).items;
@@ -473,8 +480,9 @@ describe("redirects at execution", () => {
       const runId = await trigger(job);
       const run = await waitForRun(runId, FINAL);
       expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
-      // The Location as the run shows it: its user info (a password) and query (a token) marked, never shown.
-      const shown = new URL(location).href.replace("user:pass@", "[redacted]@").replace("?token=s3cret", "?[redacted]");
+      // The Location as the run shows it: its origin; its user info (a password), path and query (a token) marked, never shown.
+      const u = new URL(location);
+      const shown = `${u.protocol}//${u.username ? "[redacted]@" : ""}${u.host}/[redacted]${u.search ? "?[redacted]" : ""}`;
       expect(run.error).toContain(`redirect to ${shown} refused`);
       expect(run.error).not.toMatch(/pass@|s3cret/);
       expect(run.error).toContain(fragment);
@@ -499,9 +507,12 @@ describe("redirects at execution", () => {
       expect(hit.method).toBe("PUT");
       expect(hit.headers).toMatchObject({ authorization: "Bearer same-origin", "x-custom": "c", "content-type": "application/json" });
       expect(JSON.parse(hit.body)).toEqual(body);
-      expect(await verifyHit(hit, [(await signingKeys()).current])).toMatchObject({ ok: true });
-      // Signed per hop: each hop's token names the URL it was sent to.
-      expect(await verifyHitV2(hit, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { sub: hit.url } });
+    }
+    // Signed once, for the URL the job names; the hop the target chose carries no signature.
+    expect(await verifyHitV2(first, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { sub: url } });
+    expect(await verifyHit(first, [(await signingKeys()).current])).toMatchObject({ ok: true });
+    for (const name of ["edgecron-signature", "edgecron-signature-v2", "upstash-signature"]) {
+      expect(second.headers[name], name).toBeUndefined();
     }
   });
 
@@ -545,18 +556,33 @@ describe("redirects at execution", () => {
     }
   });
 
-  // Signed per hop: a hop whose body was dropped carries a signature over the empty body.
-  it("after a 303 drops the body, the next hop's signature verifies against the empty body it received", async () => {
-    const dest = receiverPath("sig303-dest");
-    const url = receiverPath("sig303", redirectTo(303, dest));
-    const job = await createJob({ schedule: FAR_CRON, target: { url, body: { dropped: true } } });
-    const runId = await trigger(job);
-    await waitForRun(runId, ["succeeded"]);
-    const second = await hitOfRun(dest, runId);
-    expect(second).toMatchObject({ method: "GET", body: "" });
-    expect(await verifyHit(second, [(await signingKeys()).current])).toMatchObject({ ok: true });
-    expect(await verifyHitV2(second, [(await signingKeys()).current])).toMatchObject({ ok: true, claims: { method: "GET" } });
-  });
+  // A signature names one URL. Signed again at a hop, it would be edgecron's signature for a URL
+  // the target chose: a redirect to the tenant's other endpoint on that origin would carry one
+  // that verifies there.
+  it.each([301, 302, 303, 307, 308])(
+    "a same-origin %i hop carries no signature of either scheme, and none verifies there",
+    async (status) => {
+      const dest = receiverPath(`unsigned-${status}-dest`);
+      const url = receiverPath(`unsigned-${status}`, redirectTo(status, dest));
+      const job = await createJob({ schedule: FAR_CRON, target: { url, body: { sent: status } } });
+      const runId = await trigger(job);
+      expect(await waitForRun(runId, FINAL)).toMatchObject({ state: "succeeded", status: 200 });
+      const keys = await signingKeys();
+      const first = await hitOfRun(url, runId);
+      expect(await verifyHitV2(first, [keys.current])).toMatchObject({ ok: true, claims: { sub: url } });
+      const second = await hitOfRun(dest, runId);
+      for (const name of ["edgecron-signature", "edgecron-signature-v2", "upstash-signature"]) {
+        expect(second.headers[name], name).toBeUndefined();
+      }
+      expect(await verifyHitV2(second, [keys.current, keys.next])).toEqual({ ok: false, reason: "missing_header" });
+      // The first hop's own token does not verify at the second either: it names the first URL.
+      expect(
+        await verifyHitV2({ ...second, headers: { ...second.headers, "edgecron-signature-v2": first.headers["edgecron-signature-v2"]! } }, [
+          keys.current,
+        ]),
+      ).toMatchObject({ ok: false });
+    },
+  );
 
   it("a cross-origin redirect drops the job's own headers, the completion token and every signature, keeps edgecron's others", async () => {
     const dest = onLocalhost(receiverPath("cross-dest"));
@@ -603,7 +629,10 @@ describe("redirects at execution", () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url, body: { sealed: "at rest" } }, retry: { maxAttempts: 3 } });
     const run = await waitForRun(await trigger(job), FINAL);
     expect(run, run.error ?? "").toMatchObject({ state: "failed", attempts: 1, status: null });
-    expect(run.error).toContain(`redirect to ${dest} not followed: the request's body is not sent on to another origin`);
+    expect(run.error).toContain(
+      `redirect to ${new URL(dest).origin}/[redacted] not followed: the request's body is not sent on to another origin`,
+    );
+    expect(run.error).not.toContain(new URL(dest).pathname);
     expect(await hitsOf(dest)).toHaveLength(0);
   });
 
@@ -662,6 +691,41 @@ describe("redirects at execution", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
+
+describe("the deployment's own host (PUBLIC_URL)", () => {
+  const PUBLIC = "https://edgecron.example";
+
+  /** The Worker deployed at PUBLIC, its API called at that host. */
+  async function callDeployed(path: string, body: unknown): Promise<Response> {
+    const request = new Request(`${PUBLIC}${path}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    return worker.fetch(request, { ...env, PUBLIC_URL: PUBLIC } as Env, createExecutionContext());
+  }
+
+  it.each([
+    ["a target", { schedule: FAR_CRON, target: { url: `${PUBLIC}/v1/jobs` } }, "target.url"],
+    ["a target on another port", { schedule: FAR_CRON, target: { url: "https://EDGECRON.example:8443/v2/publish/x" } }, "target.url"],
+    ["a step's target", { schedule: FAR_CRON, steps: [{ id: "a", target: { url: `${PUBLIC}/v1/tenants` } }] }, "steps.0.target.url"],
+    ["a notification URL", { schedule: FAR_CRON, target: { url: receiverPath("own") }, notify: { url: `${PUBLIC}/v1/x` } }, "notify.url"],
+  ])("%s at it is refused at creation with a 400 naming the field, nothing stored", async (_, body, field) => {
+    const count = () => env.DB.prepare("SELECT COUNT(*) AS n FROM jobs").first<number>("n");
+    const before = await count();
+    const res = await callDeployed("/v1/jobs", body);
+    expect(res.status, await res.clone().text()).toBe(400);
+    const { error } = (await res.json()) as { error: { code: string; message: string; issues: Array<{ path: string; message: string }> } };
+    expect(error.code).toBe("invalid_request");
+    expect(error.issues).toContainEqual({ path: field, message: expect.stringContaining("own host: a job may not call edgecron itself") });
+    expect(await count()).toBe(before);
+  });
+
+  it("a target elsewhere is taken by the same deployment", async () => {
+    const res = await callDeployed("/v1/jobs", { schedule: FAR_CRON, target: { url: "https://other.example/v1/jobs" }, breaker: false });
+    expect(res.status, await res.clone().text()).toBe(201);
+  });
+});
 
 describe("always refused at creation, even with ALLOW_PRIVATE_TARGETS on", () => {
   const NEVER: Array<[string, string]> = [

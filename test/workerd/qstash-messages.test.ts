@@ -148,3 +148,70 @@ describe("a QStash message", () => {
     expect((await tenant.api(`/v2/messages/${later}`)).status).toBe(200);
   });
 });
+
+describe("a bulk call by ids", () => {
+  /** One more id than a request may name, the real one among them. */
+  const tooMany = (name: string, real: string) =>
+    [real, ...Array.from({ length: 100 }, (_, i) => `${real.slice(0, -4)}${String(i).padStart(4, "0")}`)]
+      .map((id) => `${name}=${id}`)
+      .join("&");
+
+  it("of more than 100 messageIds is refused with a 400 naming the field and the cap, and cancels none", async () => {
+    const tenant = await createTenant();
+    const id = await publish(tenant, receiverPath("bulk-cap"), { "Upstash-Delay": "1h" });
+    const res = await tenant.api(`/v2/messages?${tooMany("messageIds", id)}`, { method: "DELETE" });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toMatch(/^messageIds: at most 100 ids in one request \(101 given\)/);
+    expect((await tenant.api(`/v2/messages/${id}`)).status).toBe(200);
+    for (const path of ["/v2/events", "/v2/dlq"]) {
+      const name = path === "/v2/dlq" ? "dlqIds" : "messageIds";
+      const answer = await tenant.api(`${path}?${tooMany(name, id)}`);
+      expect(answer.status, path).toBe(400);
+      expect(((await answer.json()) as { error: string }).error, path).toContain(`${name}: at most 100 ids`);
+    }
+    // 100 are taken.
+    const hundred = `${tooMany("messageIds", id).split("&").slice(0, 100).join("&")}`;
+    expect(await (await tenant.api(`/v2/messages?${hundred}`, { method: "DELETE" })).json()).toEqual({ cancelled: 1 });
+  });
+
+  it.each([
+    ["DELETE", "/v2/dlq"],
+    ["POST", "/v2/dlq/retry"],
+  ])("%s %s with more than 100 dlqIds is refused with a 400, the dead letter left as it was", async (method, path) => {
+    const tenant = await createTenant();
+    const url = receiverPath(`dlq-cap-${method}`, "status=500");
+    await publish(tenant, url, { "Upstash-Retries": "0" });
+    const dlqId = await vi.waitFor(
+      async () => {
+        const { messages } = (await (await tenant.api("/v2/dlq")).json()) as { messages: Array<{ dlqId: string }> };
+        expect(messages).toHaveLength(1);
+        return messages[0]!.dlqId;
+      },
+      { timeout: 15_000, interval: 200 },
+    );
+    const res = await tenant.api(`${path}?${tooMany("dlqIds", dlqId)}`, { method });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toMatch(/^dlqIds: at most 100 ids in one request \(101 given\)/);
+    expect((await tenant.api(`/v2/dlq/${dlqId}`)).status).toBe(200);
+    expect(await hitsOf(url)).toHaveLength(1);
+  });
+});
+
+describe("a forwarded header naming the client's address", () => {
+  it.each(["X-Forwarded-For", "X-Real-IP", "CF-Connecting-IP", "True-Client-IP", "Forwarded"])(
+    "Upstash-Forward-%s is a 400 naming it, and no message is made",
+    async (name) => {
+      const tenant = await createTenant();
+      const url = receiverPath("forged-client");
+      const res = await tenant.api(`/v2/publish/${url}`, {
+        method: "POST",
+        headers: { "Content-Type": "text/plain", [`Upstash-Forward-${name}`]: "203.0.113.7" },
+        body: "hi",
+      });
+      const text = await res.text();
+      expect(res.status, text).toBe(400);
+      expect(JSON.parse(text).error.toLowerCase()).toContain(`upstash-forward-${name.toLowerCase()}`);
+      expect(JSON.parse(text).error).toContain("client's address");
+    },
+  );
+});

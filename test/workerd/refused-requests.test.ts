@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { flushWorkerCost } from "../../src/catalog/cost";
 import worker from "../../src/index";
 import { newApiKey } from "../../src/model/ids";
+import { TOKEN } from "./helpers";
 import { meteredEnv } from "./metered-env";
 
 /** Calls the Worker with the metered bindings and waits for what it left running (the meter's write). */
@@ -72,7 +73,7 @@ describe("requests refused for their path or credentials", () => {
   it("names an authenticated request's operation after its route, not its path", async () => {
     const { env: bindings } = meteredEnv({ batch: true });
     // The default tenant's id is letters only, as a route's own words are.
-    const res = await call(bindings, "GET", "/v1/tenants/default", { token: "test-token" });
+    const res = await call(bindings, "GET", "/v1/tenants/default", { token: TOKEN });
     expect(res.status).toBe(200);
     const rows = (await meterRowsNaming("/v1/tenants/")) as Array<{ operation: string }>;
     expect(rows.map((r) => r.operation)).toEqual(["GET /v1/tenants/:id"]);

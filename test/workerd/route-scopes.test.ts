@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { qstash } from "../../src/api/qstash/app";
 import { ROUTE_SCOPES } from "../../src/api/route-scopes";
 import { grants, SCOPES, type Scope } from "../../src/model/scopes";
-import { api, createJob, createTenant, receiverPath } from "./helpers";
+import { api, createJob, createTenant, NEXT_TOKEN, receiverPath } from "./helpers";
 
 /**
  * Least privilege (docs/security.md): every route of /openapi.json, and every route of the /v2
@@ -304,12 +304,12 @@ describe("keys and their grants", () => {
   });
 
   it("the admin token being rotated in works beside the current one, and the log says which was used", async () => {
-    const next = withKey("test-token-next");
+    const next = withKey(NEXT_TOKEN);
     const res = await next(`/v1/tenants/${tenant.id}/keys`, { method: "POST", json: { scopes: ["read"] } });
     expect(res.status).toBe(201);
     const keyId = ((await res.json()) as { id: string }).id;
     const entry = await env.DB.prepare("SELECT actor FROM audit_log WHERE subject = ?").bind(keyId).first<{ actor: string }>();
     expect(entry?.actor).toBe("admin:next");
-    expect((await withKey("test-token-next-but-wrong")("/v1/me")).status).toBe(401);
+    expect((await withKey(`${NEXT_TOKEN}-but-wrong`)("/v1/me")).status).toBe(401);
   });
 });

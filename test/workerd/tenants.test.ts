@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { insertKey, revokeKeys } from "../../src/catalog/tenants";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import { api, createJob, createTenant, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, fireNow, getRun, hitsOf, listRuns, receiverPath, TOKEN, waitForRun } from "./helpers";
 
 type Tenant = Awaited<ReturnType<typeof createTenant>>;
 type Call = Tenant["api"];
@@ -515,7 +515,7 @@ describe("errors", () => {
     ["not Bearer", "Basic dXNlcjpwYXNz"],
     ["garbage key", "Bearer garbage"],
     ["well-shaped unknown key", `Bearer ek_${"0".repeat(36)}`],
-    ["admin token with a suffix", "Bearer test-token-x"],
+    ["admin token with a suffix", `Bearer ${TOKEN}-x`],
   ])("%s → 401 JSON", async (_label, authorization) => {
     const res = await withAuth(authorization, "/v1/jobs");
     await expectError(res, 401, "unauthorized");

@@ -16,7 +16,7 @@ import { startReceiver } from "../support/receiver";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const BIN = join(ROOT, "bin", "edgecron.mjs");
-const TOKEN = "e2e-cli-token-4b1d";
+const TOKEN = "e2e-cli-token-4b1d-0123456789abcdef";
 
 let stack: Stack | undefined;
 let receiver: { url: string; server: Server } | undefined;

@@ -13,7 +13,7 @@ import { type Hit, startReceiver } from "../support/receiver";
  * shipped in ops/grafana/ must name only series the scrape serves, by labels they carry.
  */
 
-const TOKEN = "e2e-prometheus-4d1a";
+const TOKEN = "e2e-prometheus-4d1a-0123456789abcdef";
 const DASHBOARD = new URL("../../ops/grafana/edgecron.json", import.meta.url);
 
 let stack: Stack | undefined;

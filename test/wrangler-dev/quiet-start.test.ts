@@ -16,7 +16,7 @@ import { freePort, type Stack, sleep, startStack, until } from "../support/local
  */
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-const TOKEN = "e2e-quiet-token-91c2";
+const TOKEN = "e2e-quiet-token-91c2-0123456789abcdef";
 const SWEEP_LINE = /^\[edgecron\] \d\d:\d\d:\d\d sweep: (\d+) shards? checked, (\d+) repaired \(\d+ ms\)$/;
 /** wrangler's output that must stay out of a quiet console, each with what it is. */
 const NOISE: Array<[RegExp, string]> = [

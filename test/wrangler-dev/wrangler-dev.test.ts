@@ -11,7 +11,7 @@ import { type Hit, startReceiver } from "../support/receiver";
  * stack costs 10 to 20 s to start, the case well under one.
  */
 
-const TOKEN = "e2e-token-7f3c";
+const TOKEN = "e2e-token-7f3c-0123456789abcdef0123";
 /** A sanity bound for lateness on a shared, noisy machine; not a speed assertion. */
 const LATE_BOUND_MS = 5_000;
 const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;

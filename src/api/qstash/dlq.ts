@@ -5,7 +5,7 @@ import { presentDeadLetter } from "../../app/qstash/present";
 import { QstashInputError } from "../../qstash/errors";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { AppContext, AppEnv } from "../context";
-import { intQuery, many } from "./request";
+import { ids as idList, intQuery, many } from "./request";
 
 /** /v2/dlq over edgecron's dead letters: list (cursor, filters), get, delete one or many, retry one or many. */
 export const dlq = new Hono<AppEnv>();
@@ -24,7 +24,7 @@ const filterOf = (c: AppContext) => ({
 
 /** The dead letters a bulk call is about: the ids given, or those the filter finds (up to `count`). */
 async function targets(c: AppContext): Promise<string[]> {
-  const ids = many(c, "dlqIds");
+  const ids = idList(c, "dlqIds");
   if (ids) return ids;
   const cursor = c.req.query("cursor") || undefined;
   const page = await listDeadLetters(c.env, c.var.caller, { count: intQuery(c, "count", 1, 200) ?? 100, cursor, filter: filterOf(c) });
@@ -32,10 +32,9 @@ async function targets(c: AppContext): Promise<string[]> {
 }
 
 dlq.get("/dlq", async (c) => {
-  if (many(c, "dlqIds")) {
-    const found = (await Promise.all(many(c, "dlqIds")!.map((id) => getDeadLetter(c.env, c.var.caller, id).catch(() => null)))).filter(
-      (d) => d !== null,
-    );
+  const ids = idList(c, "dlqIds");
+  if (ids) {
+    const found = (await Promise.all(ids.map((id) => getDeadLetter(c.env, c.var.caller, id).catch(() => null)))).filter((d) => d !== null);
     return c.json({ messages: await Promise.all(found.map((d) => presentDeadLetter(c.env, d.run, d.job, seesSealed(c.var.caller)))) }, 200);
   }
   const cursor = c.req.query("cursor") || undefined;

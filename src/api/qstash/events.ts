@@ -5,7 +5,7 @@ import { QstashInputError } from "../../qstash/errors";
 import type { LogState } from "../../qstash/events";
 import { reducedUrl } from "../../security/reduced";
 import type { AppEnv } from "../context";
-import { intQuery, many } from "./request";
+import { ids, intQuery, many } from "./request";
 
 /** GET /v2/events: messages' logs, with a cursor and QStash's filters (src/app/qstash/events.ts). */
 export const events = new Hono<AppEnv>();
@@ -17,7 +17,7 @@ events.get("/events", async (c) => {
   const bad = state?.find((s) => !(STATES as string[]).includes(s));
   if (bad !== undefined) throw new QstashInputError("state", `"${bad}" is not one of ${STATES.join(", ")}`);
   const filter: EventFilter = {
-    messageIds: many(c, "messageIds") ?? many(c, "messageId"),
+    messageIds: ids(c, "messageIds") ?? ids(c, "messageId"),
     state: state as LogState[] | undefined,
     url: many(c, "url"),
     topicName: many(c, "topicName"),

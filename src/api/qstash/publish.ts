@@ -28,7 +28,7 @@ publishing.post("/publish/*", async (c) => {
 publishing.post("/enqueue/:queue/*", async (c) => {
   const { rest: after, search } = restOfPath(c, "/v2/enqueue/");
   const slash = after.indexOf("/");
-  const queue = decodeURIComponent(after.slice(0, slash));
+  const queue = queueNameOf(after.slice(0, slash));
   const rest = after.slice(slash + 1);
   const request: PublishRequest = {
     destination: parseDestination(rest, search),
@@ -40,6 +40,15 @@ publishing.post("/enqueue/:queue/*", async (c) => {
   const [answer] = await publish(c.env, c.var.caller, [request]);
   return c.json(answer, 200);
 });
+
+/** The queue's segment, unescaped; a `%` that starts no escape is the caller's mistake, not ours. */
+function queueNameOf(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new QstashInputError("queue", `"${segment}" is not a queue name: a % must start an escape such as %2D`);
+  }
+}
 
 const BatchItem = z.object({
   destination: z.string().min(1).max(4_096),

@@ -48,6 +48,25 @@ export function many(c: Context, name: string): string[] | undefined {
   return values && values.length > 0 ? values : undefined;
 }
 
+/**
+ * Most ids one bulk call may name (`messageIds`, `dlqIds`): each is looked up on its own, a
+ * subrequest or more apiece, and an invocation's subrequests are bounded. The SDK's own bulk
+ * calls default to this many; more goes through the filters' `count` and `cursor`.
+ */
+export const MAX_IDS = 100;
+
+/** A list of ids given once or more, or undefined; more than MAX_IDS is refused before anything is read. */
+export function ids(c: Context, name: string): string[] | undefined {
+  const values = many(c, name);
+  if (values && values.length > MAX_IDS) {
+    throw new QstashInputError(
+      name,
+      `at most ${MAX_IDS} ids in one request (${values.length} given); page through the rest with count and cursor`,
+    );
+  }
+  return values;
+}
+
 export function intQuery(c: Context, name: string, min: number, max: number): number | undefined {
   const text = c.req.query(name);
   if (text === undefined || text === "") return undefined;
