@@ -14,7 +14,7 @@ import { accessOf, type RouteAccess } from "../../src/api/route-scopes";
 import { shardNamedBy } from "../../src/model/ids";
 import { grants, SCOPES, type Scope } from "../../src/model/scopes";
 import { jobIdOfMessage } from "../../src/qstash/ids";
-import { api, createTenant, receiverPath, waitForRun } from "./helpers";
+import { api, createTenant, receiverPath, TOKEN, waitForRun } from "./helpers";
 
 const ORIGIN = "https://edgecron.test";
 const METHODS = ["get", "put", "post", "patch", "delete"];
@@ -308,7 +308,7 @@ describe("the hostile walk", () => {
       ["a prefixed write key", withCredential(credentials.prefixed!), ["write"], "walked-"],
       ["a write key", withCredential(credentials.write!), ["write"], null],
       ["an admin key", withCredential(credentials.admin!), ["admin"], null],
-      ["the admin token", withCredential("test-token"), ["admin"], null],
+      ["the admin token", withCredential(TOKEN), ["admin"], null],
     ];
     const statuses = new Map<string, number>();
     for (const [kind, call, held, prefix] of kinds) {

@@ -5,7 +5,7 @@ import { SIGN_IN_RULE } from "../../src/gate/failure-budget";
 import { addressName, THROTTLE_OBJECTS, throttleObjectOf } from "../../src/gate/sign-in-names";
 import { MAX_BUDGETS } from "../../src/gate/sign-in-throttle";
 import { signInStub } from "../../src/stubs";
-import { api, createTenant } from "./helpers";
+import { api, createTenant, TOKEN } from "./helpers";
 
 /**
  * Failed sign-ins are throttled per client address (IPv6 by /64) and per key prefix
@@ -64,7 +64,7 @@ describe("failed sign-ins", () => {
     for (let i = 0; i < SIGN_IN_RULE.capacity + 10; i++) await (await as("203.0.113.8", randomKey())).body?.cancel();
     expect((await as("203.0.113.8", randomKey())).status).toBe(429);
     expect((await as("203.0.113.8", tenant.apiKey)).status).toBe(200);
-    expect((await as("203.0.113.8", "test-token", "/v1/tenants")).status).toBe(200);
+    expect((await as("203.0.113.8", TOKEN, "/v1/tenants")).status).toBe(200);
     // Every Worker calling from Cloudflare shares one address: its junk is throttled together,
     // its valid keys are not.
     expect((await as("203.0.113.8", "junk-token")).status).toBe(429);
