@@ -197,6 +197,49 @@ describe("a bulk call by ids", () => {
   });
 });
 
+describe("a bulk change naming its ids in a JSON body (the older SDK's deleteMany)", () => {
+  async function twoDeadLetters(tenant: Tenant, name: string): Promise<string[]> {
+    for (const i of [1, 2]) await publish(tenant, receiverPath(`${name}-${i}`, "status=500"), { "Upstash-Retries": "0" });
+    return vi.waitFor(
+      async () => {
+        const { messages } = (await (await tenant.api("/v2/dlq")).json()) as { messages: Array<{ dlqId: string }> };
+        expect(messages).toHaveLength(2);
+        return messages.map((m) => m.dlqId);
+      },
+      { timeout: 15_000, interval: 200 },
+    );
+  }
+
+  it("cancels the messages named, not every message the empty filter finds", async () => {
+    const tenant = await createTenant();
+    const named = await publish(tenant, receiverPath("body-ids"), { "Upstash-Delay": "1h" });
+    const other = await publish(tenant, receiverPath("body-ids"), { "Upstash-Delay": "1h" });
+    const res = await tenant.api("/v2/messages", { method: "DELETE", json: { messageIds: [named] } });
+    expect(await res.json()).toEqual({ cancelled: 1 });
+    expect((await tenant.api(`/v2/messages/${named}`)).status).toBe(404);
+    expect((await tenant.api(`/v2/messages/${other}`)).status).toBe(200);
+  });
+
+  it("deletes and retries the dead letters named, and no other", async () => {
+    const tenant = await createTenant();
+    const [first, second] = await twoDeadLetters(tenant, "body-dlq");
+    const deleted = await tenant.api("/v2/dlq", { method: "DELETE", json: { dlqIds: [first] } });
+    expect(await deleted.json()).toEqual({ deleted: 1 });
+    expect((await tenant.api(`/v2/dlq/${second}`)).status).toBe(200);
+    const retried = await tenant.api("/v2/dlq/retry", { method: "POST", json: { dlqIds: [second] } });
+    expect(((await retried.json()) as { responses: unknown[] }).responses).toHaveLength(1);
+  });
+
+  it("refuses ids that are not a list of strings with a 400 naming the field, changing nothing", async () => {
+    const tenant = await createTenant();
+    const kept = await publish(tenant, receiverPath("body-bad"), { "Upstash-Delay": "1h" });
+    const res = await tenant.api("/v2/messages", { method: "DELETE", json: { messageIds: "all" } });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toMatch(/^messageIds: /);
+    expect((await tenant.api(`/v2/messages/${kept}`)).status).toBe(200);
+  });
+});
+
 describe("a forwarded header naming the client's address", () => {
   it.each(["X-Forwarded-For", "X-Real-IP", "CF-Connecting-IP", "True-Client-IP", "Forwarded"])(
     "Upstash-Forward-%s is a 400 naming it, and no message is made",

@@ -5,7 +5,7 @@ import { presentDeadLetter } from "../../app/qstash/present";
 import { QstashInputError } from "../../qstash/errors";
 import { messageIdOfJob, messageIdOfRun } from "../../qstash/ids";
 import type { AppContext, AppEnv } from "../context";
-import { ids as idList, intQuery, many } from "./request";
+import { bulkIds, ids as idList, intQuery, many } from "./request";
 
 /** /v2/dlq over edgecron's dead letters: list (cursor, filters), get, delete one or many, retry one or many. */
 export const dlq = new Hono<AppEnv>();
@@ -24,7 +24,7 @@ const filterOf = (c: AppContext) => ({
 
 /** The dead letters a bulk call is about: the ids given, or those the filter finds (up to `count`). */
 async function targets(c: AppContext): Promise<string[]> {
-  const ids = idList(c, "dlqIds");
+  const ids = await bulkIds(c, "dlqIds");
   if (ids) return ids;
   const cursor = c.req.query("cursor") || undefined;
   const page = await listDeadLetters(c.env, c.var.caller, { count: intQuery(c, "count", 1, 200) ?? 100, cursor, filter: filterOf(c) });

@@ -3,7 +3,7 @@ import { seesSealed } from "../../app/caller";
 import { cancelMessage, cancelMessages, findMessages, loadMessage } from "../../app/qstash/messages";
 import { presentMessage } from "../../app/qstash/present";
 import type { AppEnv } from "../context";
-import { ids as idList, intQuery, many } from "./request";
+import { bulkIds, intQuery, many } from "./request";
 
 /** /v2/messages: get one, cancel one, cancel many (by id, by filter, or all). */
 export const messages = new Hono<AppEnv>();
@@ -19,7 +19,7 @@ messages.delete("/messages/:id", async (c) => {
 });
 
 messages.delete("/messages", async (c) => {
-  const ids = idList(c, "messageIds");
+  const ids = await bulkIds(c, "messageIds");
   if (ids) {
     const found = (await Promise.all(ids.map((id) => loadMessage(c.env, c.var.caller, id).catch(() => null)))).filter((j) => j !== null);
     return c.json({ cancelled: await cancelMessages(c.env, c.var.caller, found) }, 200);

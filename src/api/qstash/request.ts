@@ -67,6 +67,37 @@ export function ids(c: Context, name: string): string[] | undefined {
   return values;
 }
 
+/**
+ * The ids a bulk change names: in the query, as the SDK sends them, or in a JSON body
+ * (`{ "dlqIds": [...] }`), as its older `deleteMany` did. Read from both, since a body that
+ * names ids and is ignored turns the call into one over the whole filter: every message or dead
+ * letter it finds, not the ones named.
+ */
+export async function bulkIds(c: Context, name: string): Promise<string[] | undefined> {
+  const inQuery = ids(c, name);
+  if (inQuery) return inQuery;
+  const text = await bodyText(c);
+  if (text.trim() === "") return undefined;
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new QstashInputError("body", `not JSON: send the ids as ?${name}=… or as { "${name}": [...] }`);
+  }
+  const listed = json !== null && typeof json === "object" ? (json as Record<string, unknown>)[name] : undefined;
+  if (listed === undefined) return undefined;
+  if (!Array.isArray(listed) || listed.length === 0 || !listed.every((id) => typeof id === "string" && id.length > 0 && id.length <= 200)) {
+    throw new QstashInputError(name, "must be a non-empty array of ids");
+  }
+  if (listed.length > MAX_IDS) {
+    throw new QstashInputError(
+      name,
+      `at most ${MAX_IDS} ids in one request (${listed.length} given); page through the rest with count and cursor`,
+    );
+  }
+  return listed as string[];
+}
+
 export function intQuery(c: Context, name: string, min: number, max: number): number | undefined {
   const text = c.req.query(name);
   if (text === undefined || text === "") return undefined;
