@@ -250,7 +250,7 @@ beforeAll(async () => {
   credentials.revoked = revoked.apiKey;
   const revocation = await ta.api(`/v1/tenants/${ta.id}/keys/${revoked.id}`, { method: "DELETE" });
   expect(revocation.status, await revocation.clone().text()).toBeLessThan(300);
-}, 120_000);
+}, 240_000);
 
 describe("the walk's premise", () => {
   it("the objects it names exist for their owner and for nobody else", async () => {
