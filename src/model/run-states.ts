@@ -14,7 +14,8 @@
  *   and its lease starts as its dispatch is made: there is no claim), so a run is seen
  *   queued only between steps of one change; the ledger applies `admit`, `requeue`, `start`,
  *   `revive` and a new run's creation together with `dispatch` as one write.
- *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted, run replaced)
+ *   queued / running / retry_wait ──cancel──▶ cancelled   (job paused or deleted, run replaced,
+ *                                 a workflow step's dispatch lost after a PATCH removed the step)
  *   buffered ──start──▶ queued   (overlap buffer_one: the previous run ended)
  *   skipped                       (overlap forbid: born final)
  *   waiting ──admit──▶ queued    (flow control: the job's maxConcurrency or ratePerSecond, or

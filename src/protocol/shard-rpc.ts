@@ -175,7 +175,7 @@ export interface ShardApi {
   complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>>;
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
   retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
-  abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">>;
+  abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "ended" | "stale">>;
   /** A breaker is open for these dispatches' origin: their runs wait until `until`, attempts unspent. */
   holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">>;
   /** The consumer delivered these notifications: the shard stops sending them. */

@@ -92,13 +92,15 @@ export class Completions {
     });
   }
 
-  /** Dispatches the Queue gave up on (its dead-letter queue): their runs are dispatched again, not failed. */
-  abandon(dispatches: Dispatch[], now: number): Array<"redispatched" | "stale"> {
+  /**
+   * Dispatches the Queue gave up on (its dead-letter queue): their runs are dispatched again, not
+   * failed, while their attempts have resends left and their jobs may run; else the attempt ends
+   * as a lost one (ledger.ts, `abandon`).
+   */
+  abandon(dispatches: Dispatch[], now: number): Array<"redispatched" | "ended" | "stale"> {
     return dispatches.map((d) => {
       const run = this.ledger.currentLease(d);
-      if (!run) return "stale";
-      this.ledger.abandon(run, now);
-      return "redispatched";
+      return run ? this.ledger.abandon(run, now) : "stale";
     });
   }
 

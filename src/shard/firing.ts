@@ -67,27 +67,39 @@ export class Firing {
   /**
    * The due fires of up to `limit` jobs, earliest first, become runs (subject to each job's
    * misfire, overlap and maxRuns rules), and each job moves to its next fire, due after `now`,
-   * so the next call goes on with the jobs left. Returns how many due jobs it took: fewer than
-   * `limit` means none was left due. Safe to run again: run ids are derived
-   * (docs/architecture.md, invariant 2).
+   * so the next call goes on with the jobs left. `limit` bounds the work too: a job costs its
+   * runs (one at least), and one whose runs would pass `limit` is left due for the next call,
+   * unless nothing was fired yet and `first` says this call must make progress (one job's
+   * fires are CATCH_UP_CAP and a minute's on-time ones at most, under a tick's TICK_BATCH).
+   * Returns the work done and whether due jobs were left. Safe to run again: run ids are
+   * derived (docs/architecture.md, invariant 2).
    */
-  fireDue(now: number, limit: number): number {
+  fireDue(now: number, limit: number, first = true): { work: number; more: boolean } {
     const jobs = this.store.fires.dueJobs(now, limit);
     let kept = 0;
-    for (const job of jobs) if (this.store.firedThrough.superseded(job) || this.fireJob(job, now) === "kept") kept++;
+    let work = 0;
+    let taken = 0;
+    for (const job of jobs) {
+      const plan = this.store.firedThrough.superseded(job) ? null : this.readyFires(job, now);
+      const cost = Math.max(1, plan?.ready.length ?? 0);
+      if (work + cost > limit && (work > 0 || !first)) break;
+      if (!plan || this.fireJob(job, plan, now) === "kept") kept++;
+      work += cost;
+      taken++;
+    }
     // The jobs taken from jobs_next_due are a prefix of it after the position (frequent ones are not in it).
-    const last = jobs.findLast((job) => !job.frequent);
+    const last = jobs.slice(0, taken).findLast((job) => !job.frequent);
     if (last) this.store.firedThrough.passed({ dueAt: last.dueAt as number, jobId: last.id }, kept);
-    return jobs.length;
+    return { work, more: taken < jobs.length || jobs.length === limit };
   }
 
   /**
-   * One due job's fires become runs, and the job moves to its next fire. Its row is left as it
-   * was ("kept"; fired-through.ts) when it has nothing more to fire and no fire count to keep,
-   * or when its next fire goes on the run its last fire makes.
+   * One due job's fires (`plan`, from `readyFires`) become runs, and the job moves to its next
+   * fire. Its row is left as it was ("kept"; fired-through.ts) when it has nothing more to fire
+   * and no fire count to keep, or when its next fire goes on the run its last fire makes.
    */
-  private fireJob(job: ShardJob, now: number): "moved" | "kept" {
-    const { ready, next } = this.readyFires(job, now);
+  private fireJob(job: ShardJob, plan: { ready: DueFire[]; next: number | null }, now: number): "moved" | "kept" {
+    const { ready, next } = plan;
     const nextDue = next === null ? null : next + jitterOf(job, next);
     // Due again within a claim timeout: the job is frequent (frequent-jobs.ts).
     const frequent = nextDue !== null && nextDue - now <= this.host.claimTimeoutMs();

@@ -32,16 +32,78 @@ const BUCKET_MS = 1_000;
 export const MAX_REDISPATCHES = 5;
 const MAX_WAIT_FACTOR = 4;
 
+/**
+ * How many times the dispatch Queue delivers one message at most: its first delivery and
+ * `max_retries = 5` (runner/wrangler.toml), after which it dead-letters it. A delivery calls
+ * the target of each dispatch it carries at most once.
+ */
+export const QUEUE_DELIVERIES = 6;
+
+/**
+ * Target calls one attempt can make at most, when every copy is lost after its call (a
+ * consumer that dies before it reports, every time): the first dispatch and MAX_REDISPATCHES
+ * copies, lease resends and dead-letter resends counted together per attempt (ledger.ts,
+ * `resendOrEnd`), each delivered QUEUE_DELIVERIES times (docs/guarantees.md).
+ */
+export const MAX_CALLS_PER_ATTEMPT = (1 + MAX_REDISPATCHES) * QUEUE_DELIVERIES;
+
 /** How long a dispatch sent for the `redispatches`-th time may take to reach a consumer: doubling, capped. */
 export function deliveryAllowance(claimTimeoutMs: number, redispatches: number): number {
   return claimTimeoutMs * Math.min(2 ** redispatches, MAX_WAIT_FACTOR);
 }
+
+/**
+ * Runs one lease row lists, at most. A row is read, parsed and rewritten whole, so its size is
+ * what one look at it costs: 200 entries of `["<run id>", fence]` are about 12 KB, far under a
+ * row's 2 MB, and FIRE_CHUNK (200) runs, a chunk of a burst, still share one row. A change that
+ * leases more in one second (catch_up fires, a mass resend) writes more rows, and a merge that
+ * would pass this starts a row of its own.
+ */
+export const LEASE_ROW_RUNS = 200;
+
+/**
+ * Leases one alarm looks at, at most: each is a read and, for a lost dispatch, a resend (a run
+ * written, an order made and sent), so a backlog of ended leases (a mass dispatch loss) drains
+ * this many a tick, the alarm re-armed for now until it has, instead of one transaction that
+ * runs out of CPU or memory, fails, and fails again on every retry.
+ */
+export const LEASE_RUNS_PER_TICK = 2_000;
 
 /** A lease row: when it comes due, and the runs (with the fence each was leased under) it lists. */
 export interface LeaseRow {
   dueAt: number;
   firstRun: string;
   runs: Dispatch[];
+}
+
+/** A due row's part one tick looks at (`take`), and what is left of it for the next (`rest`). */
+export interface LeaseSlice {
+  row: LeaseRow;
+  take: Dispatch[];
+  rest: Dispatch[];
+}
+
+/** One second's leases as rows of LEASE_ROW_RUNS at most, in order. */
+export function leaseRowsOf(runs: readonly Dispatch[], max = LEASE_ROW_RUNS): Dispatch[][] {
+  const rows: Dispatch[][] = [];
+  for (let i = 0; i < runs.length; i += max) rows.push(runs.slice(i, i + max));
+  return rows;
+}
+
+/**
+ * What one tick looks at of the due rows, earliest first: whole rows while they fit in
+ * `budget` runs, then the head of the next (a row written before rows had a cap may hold
+ * more than any tick may take), and nothing after.
+ */
+export function sliceDue(rows: Iterable<LeaseRow>, budget = LEASE_RUNS_PER_TICK): LeaseSlice[] {
+  const slices: LeaseSlice[] = [];
+  let left = budget;
+  for (const row of rows) {
+    if (left <= 0) break;
+    slices.push({ row, take: row.runs.slice(0, left), rest: row.runs.slice(left) });
+    left -= Math.min(left, row.runs.length);
+  }
+  return slices;
 }
 
 export class Leases {
@@ -63,20 +125,38 @@ export class Leases {
     else this.#pending.set(bucket, [{ runId, fence }]);
   }
 
-  /** At the end of a change, inside its transaction: a row per second its leases end in. */
+  /** At the end of a change, inside its transaction: rows of at most LEASE_ROW_RUNS per second its leases end in. */
   write(): void {
     for (const [dueAt, runs] of this.#pending) {
       this.mayHoldAny = true;
-      this.sql.exec(
-        // The same run can lead two changes' rows in one second (leased, then sent again): one row, both lists.
-        `INSERT INTO leases (due_at, first_run, runs) VALUES (?, ?, ?) ON CONFLICT (due_at, first_run) DO UPDATE SET runs =
-           (SELECT json_group_array(json(value)) FROM (SELECT value FROM json_each(leases.runs) UNION ALL SELECT value FROM json_each(excluded.runs)))`,
-        dueAt,
-        runs[0]!.runId,
-        JSON.stringify(runs.map((r) => [r.runId, r.fence])),
-      );
+      for (const row of leaseRowsOf(runs)) this.writeRow(dueAt, row);
     }
     this.#pending.clear();
+  }
+
+  /**
+   * The same run can lead two changes' rows in one second (leased, then sent again): one row,
+   * both lists, while they fit in LEASE_ROW_RUNS; else the second list takes a key of its own
+   * (the first run's id and a suffix: the key is only a name, never read as a run's).
+   */
+  private writeRow(dueAt: number, runs: Dispatch[]): void {
+    const entries = JSON.stringify(runs.map((r) => [r.runId, r.fence]));
+    for (let n = 0; ; n++) {
+      const key = n === 0 ? runs[0]!.runId : `${runs[0]!.runId}#${n}`;
+      const written = this.sql
+        .exec(
+          `INSERT INTO leases (due_at, first_run, runs) VALUES (?, ?, ?) ON CONFLICT (due_at, first_run) DO UPDATE SET runs =
+             (SELECT json_group_array(json(value)) FROM (SELECT value FROM json_each(leases.runs) UNION ALL SELECT value FROM json_each(excluded.runs)))
+           WHERE json_array_length(leases.runs) + json_array_length(excluded.runs) <= ?
+           RETURNING 1`,
+          dueAt,
+          key,
+          entries,
+          LEASE_ROW_RUNS,
+        )
+        .toArray();
+      if (written.length > 0) return;
+    }
   }
 
   /** A change rolled back: the leases it took were never written. */
@@ -84,12 +164,29 @@ export class Leases {
     this.#pending.clear();
   }
 
-  due(now: number, limit: number): LeaseRow[] {
-    return this.sql.exec("SELECT * FROM leases WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, limit).toArray().map(toLeaseRow);
+  /** The part of the due rows one tick looks at: LEASE_RUNS_PER_TICK runs at most, earliest first (`sliceDue`). */
+  due(now: number, budget = LEASE_RUNS_PER_TICK): LeaseSlice[] {
+    // Read row by row, and no further than the budget: a row past it is not parsed.
+    const cursor = this.sql.exec("SELECT * FROM leases WHERE due_at <= ? ORDER BY due_at", now);
+    return sliceDue(
+      (function* () {
+        for (const r of cursor) yield toLeaseRow(r);
+      })(),
+      budget,
+    );
   }
 
-  remove(row: LeaseRow): void {
-    this.sql.exec("DELETE FROM leases WHERE due_at = ? AND first_run = ?", row.dueAt, row.firstRun);
+  /** A slice was looked at: its row goes, or keeps the runs the tick left (for the next tick, due still). */
+  looked(slice: LeaseSlice): void {
+    const { dueAt, firstRun } = slice.row;
+    if (slice.rest.length === 0) this.sql.exec("DELETE FROM leases WHERE due_at = ? AND first_run = ?", dueAt, firstRun);
+    else
+      this.sql.exec(
+        "UPDATE leases SET runs = ? WHERE due_at = ? AND first_run = ?",
+        JSON.stringify(slice.rest.map((r) => [r.runId, r.fence])),
+        dueAt,
+        firstRun,
+      );
   }
 
   earliest(): number | null {

@@ -20,8 +20,6 @@ import type { ShardStore } from "./store";
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** Work per alarm is bounded so one alarm never runs out of CPU; what is left re-arms at once. */
 export const TICK_BATCH = 2_000;
-/** Lease rows looked at per alarm: a row lists the leases one change took in one second, up to FIRE_CHUNK (200) runs of a burst. */
-const LEASE_ROWS_PER_TICK = 10;
 
 /**
  * The run ledger: the only writer of run and attempt transitions. Every verb here is one step
@@ -183,14 +181,44 @@ export class RunLedger {
   /**
    * The Queue gave up on this dispatch (its dead-letter queue), which happens when deliveries
    * or claims kept failing, e.g. while the shard restarted: nothing is wrong with the run. It
-   * stays queued and its dispatch is sent again at once, as at a claim deadline; a run
-   * never ends failed only because its shard was briefly unreachable. No terminal outcome
-   * remains for this: the redispatch backoff caps what a dispatch that is never claimed costs,
-   * the count and the note make it visible, and pausing the job ends it.
+   * stays running and its dispatch is sent again at once, as when its lease ends, and under the
+   * same cap: MAX_REDISPATCHES resends per attempt in all, of either kind, so a dispatch that
+   * poisons every delivery is not sent for ever; past it, or once the job is paused or
+   * deleted, the attempt ends as a lost one (`resendOrEnd`). Returns whether it went out again.
    */
-  abandon(run: RunRow, now: number): void {
-    const error = `the queue dead-lettered this attempt's dispatch after repeated delivery failures; sent again (${run.redispatches + 1} redispatches)`;
-    this.starts.redispatch(run, "abandon", { error }, now);
+  abandon(run: RunRow, now: number): "redispatched" | "ended" {
+    const lost = "the queue dead-lettered this attempt's dispatch after repeated delivery failures";
+    return this.resendOrEnd(run, "abandon", `${lost}; sent again (${run.redispatches + 1} redispatches)`, lost, now);
+  }
+
+  /**
+   * A running attempt's dispatch was lost (its lease ended with no outcome, or the Queue
+   * dead-lettered it): it goes out again under the same fence while the attempt has resends
+   * left (MAX_REDISPATCHES, counted per attempt whatever lost it) and its job may run.
+   * Otherwise it ends as the state table says of a lost attempt: timed out, then retried or
+   * ended by the job's retry policy (cancelled when the job is paused or deleted). A workflow
+   * step a PATCH took out of the graph has no target to send to: its run ends cancelled, as
+   * one that had not started does (attempt-starts.ts, `start`), and its workflow run moves on.
+   */
+  private resendOrEnd(
+    run: RunRow,
+    event: "redispatch" | "abandon",
+    note: string | null,
+    lost: string,
+    now: number,
+  ): "redispatched" | "ended" {
+    const job = this.store.getJob(run.jobId);
+    if (!job || !targetOfRun(job.spec, run.id)) {
+      this.cancel(run, "its step was removed from the job's steps while its attempt was in flight", now);
+      return "ended";
+    }
+    if (run.redispatches < MAX_REDISPATCHES && !stoppedFor(run, job)) {
+      this.starts.redispatch(run, event, note === null ? {} : { error: note }, now);
+      return "redispatched";
+    }
+    const error = run.redispatches < MAX_REDISPATCHES ? lost : `${lost}; not sent again after ${MAX_REDISPATCHES} resends`;
+    this.fail(run, finished("timed_out", now, null, error), null, error, now);
+    return "ended";
   }
 
   /** A dead or failed run of a live job gets a fresh set of attempts. */
@@ -239,10 +267,11 @@ export class RunLedger {
   /** Runs whose due time passed (retries start, admissions are looked at again), and leases that ended. */
   advanceDue(now: number): void {
     for (const run of this.store.dueRuns(now, TICK_BATCH)) this.dueCame(run, this.store.getJob(run.jobId), now);
-    for (const row of this.store.leases.due(now, LEASE_ROWS_PER_TICK)) {
-      const fences = new Map(row.runs.map((d) => [d.runId, d.fence]));
+    // LEASE_RUNS_PER_TICK at most (leases.ts): the rest stay due, and the alarm comes again at once.
+    for (const slice of this.store.leases.due(now)) {
+      const fences = new Map(slice.take.map((d) => [d.runId, d.fence]));
       for (const run of this.store.getRuns([...fences.keys()])) this.leaseCame(run, fences.get(run.id)!, now);
-      this.store.leases.remove(row);
+      this.store.leases.looked(slice);
     }
   }
 
@@ -264,12 +293,9 @@ export class RunLedger {
       return;
     }
     const { attempt } = this.store.attempts.runAndAttempt(run.id, fence);
-    if (attempt?.outcome === "running" && run.redispatches < MAX_REDISPATCHES && !stoppedFor(run, this.store.getJob(run.jobId))) {
-      this.starts.redispatch(run, "redispatch", {}, now);
-    } else if (attempt && (attempt.outcome === "running" || attempt.outcome === "accepted")) {
-      const error = "timed out: no outcome before the lease expired";
-      this.fail(run, finished("timed_out", now, null, error), null, error, now);
-    }
+    const error = "timed out: no outcome before the lease expired";
+    if (attempt?.outcome === "running") this.resendOrEnd(run, "redispatch", null, error, now);
+    else if (attempt?.outcome === "accepted") this.fail(run, finished("timed_out", now, null, error), null, error, now);
   }
 
   /**

@@ -101,16 +101,17 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     failpoint("shard.alarmStart", this.runtime.name());
     const sending: Promise<void>[] = [];
     try {
+      // TICK_BATCH runs at most (a job's catch_up fires are many runs): what is left stays due, and the alarm comes again at once.
       for (let fired = 0; fired < TICK_BATCH; ) {
         const limit = Math.min(FIRE_CHUNK, TICK_BATCH - fired);
-        const made = this.alarmChange((now) => {
-          const count = this.firing.fireDue(now, limit);
+        const { work, more } = this.alarmChange((now) => {
+          const chunk = this.firing.fireDue(now, limit, fired === 0);
           failpoint("shard.inFireChunk", this.runtime.name());
-          return count;
+          return chunk;
         });
         sending.push(this.sendCommitted());
-        fired += made;
-        if (made < limit || fired >= TICK_BATCH) break;
+        fired += work;
+        if (!more || work === 0 || fired >= TICK_BATCH) break;
         await nextTurn();
         failpoint("shard.betweenChunks", this.runtime.name());
       }
@@ -256,7 +257,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
   }
 
-  async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "stale">> {
+  async abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "ended" | "stale">> {
     return this.runtime.metered("abandonDispatches", async () => {
       const results = this.runtime.change((now) => this.completions.abandon(dispatches, now));
       await this.runtime.settle();

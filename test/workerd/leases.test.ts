@@ -1,9 +1,25 @@
 import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { armFault, disarmFaults, faultCounts } from "../../src/faults";
-import { scheduledRunId } from "../../src/model/ids";
+import { armFault, disarmFault, disarmFaults, faultCounts } from "../../src/faults";
+import { scheduledRunId, stepRunId } from "../../src/model/ids";
+import type { Run } from "../../src/model/run";
+import { MAX_CALLS_PER_ATTEMPT, MAX_REDISPATCHES } from "../../src/shard/leases";
 import type { Shard } from "../../src/shard/shard";
-import { definition, receiverPath, specLike } from "./helpers";
+import {
+  api,
+  createJob,
+  definition,
+  FAR_CRON,
+  fireInFlight,
+  fireNow,
+  getRun,
+  hitsOf,
+  makeRunDue,
+  receiverPath,
+  shardOf,
+  specLike,
+  waitForRun,
+} from "./helpers";
 
 /**
  * Leases by row (src/shard/leases.ts): runs one alarm dispatches together, their leases ending in
@@ -64,5 +80,81 @@ describe("leases by row", () => {
     // What the row listed was looked at: the rows left are the resent dispatches' leases, ahead.
     const left = await rows(shard, "SELECT due_at FROM leases");
     expect(left.every((r) => Number(r.due_at) > Date.now())).toBe(true);
+  });
+
+  it("a lost dispatch of a workflow step a PATCH removed ends that step's run cancelled, and its workflow run goes on", async () => {
+    const gone = receiverPath("wf-gone");
+    const kept = receiverPath("wf-kept");
+    const job = await createJob({
+      schedule: FAR_CRON,
+      steps: [
+        { id: "gone", target: { url: gone } },
+        { id: "kept", after: ["gone"], target: { url: kept } },
+      ],
+    });
+    // The step's dispatch never reaches the queue, and is lost with the shard's memory.
+    armFault("shard.queueSend", Infinity, job.shard);
+    const res = await api(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
+    expect(res.status, await res.clone().text()).toBe(202);
+    const started = (await res.json()) as Run;
+    const stepId = stepRunId(started.id, "gone");
+    await vi.waitFor(
+      async () => expect((await rows(shardOf(job), "SELECT state FROM runs WHERE id = ?", stepId))[0]?.state).toBe("running"),
+      {
+        timeout: 5_000,
+        interval: 20,
+      },
+    );
+    await evictDurableObject(shardOf(job));
+    const patched = await api(`/v1/jobs/${job.id}`, { method: "PATCH", json: { steps: [{ id: "kept", target: { url: kept } }] } });
+    expect(patched.status, await patched.clone().text()).toBe(200);
+    disarmFault("shard.queueSend", job.shard);
+
+    // Its lease ends: there is nothing to send again.
+    await makeRunDue(job, stepId);
+    const [step] = await rows(shardOf(job), "SELECT state, error, a_outcome FROM runs WHERE id = ?", stepId);
+    expect(step).toMatchObject({ state: "cancelled", a_outcome: "cancelled" });
+    expect(String(step!.error)).toMatch(/step was removed/);
+    const run = await waitForRun(started.id, ["succeeded", "failed", "cancelled"]);
+    expect(run.state).toBe("succeeded");
+    expect(await hitsOf(kept)).toHaveLength(1);
+    expect(await hitsOf(gone)).toHaveLength(0);
+  });
+
+  it("a dead-lettered dispatch of a job paused meanwhile is not sent again: its run ends cancelled", async () => {
+    const url = receiverPath("abandon-paused");
+    const job = await createJob({ schedule: FAR_CRON, target: { url } });
+    const runId = scheduledRunId(job.id, await fireInFlight(job));
+    expect((await api(`/v1/jobs/${job.id}/pause`, { method: "POST" })).status).toBe(200);
+    expect((await getRun(runId)).state).toBe("running"); // an attempt under way is left to finish
+
+    expect(await shardOf(job).abandonDispatches([{ runId, fence: 1 }])).toEqual(["ended"]);
+    const run = await getRun(runId);
+    expect(run.state).toBe("cancelled");
+    expect(run.error).toMatch(/dead-lettered.*not retried: job paused/);
+    const [row] = await rows(shardOf(job), "SELECT redispatches, a_outcome FROM runs WHERE id = ?", runId);
+    expect(row).toEqual({ redispatches: 0, a_outcome: "timed_out" });
+  });
+
+  // The worst path of docs/guarantees.md ("Target calls per attempt"): every delivery of every
+  // copy calls the target, then the consumer dies before it reports, so the Queue delivers the
+  // message until it dead-letters it, and each dead letter sends the dispatch again.
+  it("a dispatch whose every delivery dies after calling its target is sent again MAX_REDISPATCHES times, then its attempt ends: calls within the bound", {
+    timeout: 180_000,
+  }, async () => {
+    const url = receiverPath("poison");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 1 } });
+    armFault("consumer.beforeReport", Infinity, job.shard);
+    const runId = scheduledRunId(job.id, await fireNow(job));
+    const run = await waitForRun(runId, ["succeeded", "failed", "dead", "cancelled"], 170_000);
+    disarmFaults();
+    expect(run.state).toBe("dead");
+    expect(run.error).toMatch(/not sent again after 5 resends/);
+    const [row] = await rows(shardOf(job), "SELECT redispatches, attempt, a_outcome FROM runs WHERE id = ?", runId);
+    expect(row).toEqual({ redispatches: MAX_REDISPATCHES, attempt: 1, a_outcome: "timed_out" });
+    const calls = (await hitsOf(url)).length;
+    console.log(`poison dispatch: ${calls} target calls for one attempt (bound ${MAX_CALLS_PER_ATTEMPT})`);
+    expect(calls).toBeGreaterThan(MAX_REDISPATCHES); // every copy was delivered and called
+    expect(calls).toBeLessThanOrEqual(MAX_CALLS_PER_ATTEMPT);
   });
 });
