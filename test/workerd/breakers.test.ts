@@ -2,6 +2,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { FAILURES_TO_OPEN } from "../../src/gate/breaker";
 import type { TenantGate } from "../../src/gate/tenant-gate";
+import { stepRunId } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import { createJob, createTenant, FAR_CRON, fireNow, getRun, hitsOf, listRuns, makeRunDue, receiverPath } from "./helpers";
 
@@ -72,6 +73,20 @@ async function fire(job: Job): Promise<string> {
     },
     { timeout: 15_000, interval: 50 },
   );
+}
+
+/** The tenant's gate. */
+const gateOf = (tenant: Tenant) => env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
+
+/** Opens the tenant's breaker of the receiver's origin: two jobs whose endpoints answer 503, three runs each. */
+async function openBreaker(tenant: Tenant): Promise<void> {
+  const openers = await Promise.all(
+    ["open-a", "open-b"].map((name) =>
+      createJob({ schedule: FAR_CRON, target: { url: receiverPath(name, "status=503") }, retry: quick(1), breaker: true }, tenant.api),
+    ),
+  );
+  for (let i = 0; i < 3; i++) for (const job of openers) await settled(await fire(job));
+  await vi.waitFor(async () => expect(await breakersOf(tenant)).toMatchObject([{ state: "open" }]), { timeout: 5_000, interval: 50 });
 }
 
 describe("circuit breakers", () => {
@@ -173,5 +188,53 @@ describe("circuit breakers", () => {
     const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 1 }, breaker: true }, tenant.api);
     for (let i = 0; i < 6; i++) await fireAndWait(job, ["failed"]);
     expect(await breakersOf(tenant)).toEqual([]);
+  });
+
+  it("a workflow's step held by it goes on under its run's permit: it asks its tenant's gate for none of its own", async () => {
+    // One run in flight at most: a second permit for the step would never be granted.
+    const tenant = await createTenant({ maxRunsInFlight: 1 });
+    await openBreaker(tenant);
+    const url = receiverPath("held-step", "delayMs=1500");
+    const flow = await createJob({ schedule: FAR_CRON, steps: [{ id: "a", target: { url } }], retry: quick(2), breaker: true }, tenant.api);
+    const runId = await fire(flow);
+    const step = stepRunId(runId, "a");
+    await vi.waitFor(
+      async () =>
+        expect((await getRun(runId)).steps![0]).toMatchObject({ state: "waiting", error: expect.stringMatching(/^circuit breaker/) }),
+      {
+        timeout: 15_000,
+        interval: 50,
+      },
+    );
+    expect(await gateOf(tenant).inFlight()).toBe(1); // the workflow run's
+
+    // The cooldown over and the step's wait ended, it is the probe: it runs, still under that one permit.
+    await coolDown(tenant);
+    await makeRunDue(flow, step);
+    await vi.waitFor(async () => expect(await hitsOf(url)).toHaveLength(1), { timeout: 15_000, interval: 50 });
+    expect((await getRun(runId)).steps![0]!.state).toBe("running");
+    expect(await gateOf(tenant).inFlight()).toBe(1);
+    await vi.waitFor(async () => expect((await getRun(runId)).state).toBe("succeeded"), { timeout: 15_000, interval: 50 });
+  });
+
+  it("an origin down past the longest hold: a run it would hold ends dead, uncalled, saying why; the probes still go", async () => {
+    const tenant = await createTenant();
+    await openBreaker(tenant);
+    // The outage began 25 hours ago (the gate's storage, as time passing would leave it).
+    await runInDurableObject(gateOf(tenant), (_g: TenantGate, state) => {
+      state.storage.sql.exec("UPDATE breakers SET state = json_set(state, '$.downSince', ?)", Date.now() - 25 * 3_600_000);
+    });
+    const url = receiverPath("held-too-long");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: quick(5), breaker: true }, tenant.api);
+    const run = await settled(await fire(job), false);
+    expect(run.state).toBe("dead");
+    expect(run.error).toMatch(/^circuit breaker open for http:\/\/127\.0\.0\.1:\d+ since \d{4}-.* over 24 h: not called/);
+    expect(run.attemptLog).toEqual([]);
+    expect(await hitsOf(url)).toHaveLength(0);
+
+    // Its cooldown over, the next run is the probe: the origin answers, the breaker closes.
+    await coolDown(tenant);
+    expect((await settled(await fire(job), false)).state).toBe("succeeded");
+    await vi.waitFor(async () => expect(await breakersOf(tenant)).toEqual([]), { timeout: 5_000, interval: 50 });
   });
 });
