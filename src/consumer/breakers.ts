@@ -11,8 +11,6 @@ export interface Held {
   giveUp?: true;
 }
 
-const keyOf = (tenantId: string, origin: string) => `${tenantId} ${origin}`;
-
 /**
  * Asks the tenants' gates, one call per tenant in the batch, which of the batch's dispatches
  * may call each origin now (src/gate/breaker.ts), naming each one's caller so that a probe goes

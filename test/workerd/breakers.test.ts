@@ -105,7 +105,7 @@ describe("circuit breakers", () => {
     for (const run of held) {
       expect(run.error).toMatch(/^circuit breaker open for http:\/\/127\.0\.0\.1:\d+: waiting until /);
       // Attempts unspent: far from their 10.
-      expect(run.attemptLog.length).toBeLessThan(5);
+      expect(run.attemptLog!.length).toBeLessThan(5);
     }
     const [breaker] = await breakersOf(tenant);
     expect(breaker).toMatchObject({ origin, state: "open" });
@@ -132,7 +132,7 @@ describe("circuit breakers", () => {
     );
     // Alone first: five failures in a row of one endpoint, whatever they are, hold nobody.
     const first = await settled(await fire(broken));
-    expect([first.state, first.attemptLog.length]).toEqual(["dead", 5]);
+    expect([first.state, first.attemptLog!.length]).toEqual(["dead", 5]);
 
     const flakyUrl = receiverPath("mix-flaky", "status=503,503,200");
     const flaky = await createJob({ schedule: FAR_CRON, target: { url: flakyUrl }, retry: quick(5), breaker: true }, tenant.api);
@@ -150,7 +150,7 @@ describe("circuit breakers", () => {
     const runIds = [];
     for (const job of jobs) runIds.push(await fire(job));
     const runs = await Promise.all(runIds.map((id) => settled(id)));
-    expect(runs.map((r) => [r.state, r.attemptLog.length])).toEqual([
+    expect(runs.map((r) => [r.state, r.attemptLog!.length])).toEqual([
       ["dead", 5],
       ["succeeded", 3],
       ["failed", 1],
