@@ -3476,7 +3476,7 @@ export interface paths {
         };
         /**
          * The tenant's circuit breakers that are open, half-open or counting failures
-         * @description One per target origin: after 5 failures in a row (5xx, 429, 408, timeouts, connection errors) within 10 minutes it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes; its success closes the breaker. A job opts out with `breaker: false`.
+         * @description One per target origin: after 5 failures in a row that say the origin is down (no answer, 502, 503, 504, 429, 520–526, 530; not a 500 or a 4xx), within 10 minutes, from more than one job (at most 3 of one job or step counted), it opens, and runs for that origin wait instead of spending attempts; after a cooldown one probe goes, taken in turn among the held jobs; any job's answer saying the origin is up closes the breaker. A run held while the origin has been down over 24 hours ends dead, uncalled. A job opts out with `breaker: false`.
          *
          *     Needs a key with the `read` scope (or a broader one). Refused to a key limited to a prefix of job names: it concerns the whole tenant.
          */

@@ -1,33 +1,38 @@
-import { BASE_COOLDOWN_MS, countsAsFailure } from "../gate/breaker";
+import { BASE_COOLDOWN_MS, type BreakerVerdict, callerOf, MAX_HOLD_MS, originHealth } from "../gate/breaker";
 import type { KeyedDispatch, Outcome } from "../protocol/queue-messages";
 import { gateStub, shardStub } from "../stubs";
 import type { Delivery } from "./deliveries";
 
-/** A dispatch the breaker of its origin holds back, and until when. */
+/** A dispatch the breaker of its origin holds back, and until when; or, `giveUp`, whose run ends dead uncalled. */
 export interface Held {
   delivery: Delivery;
   until: number;
   reason: string;
+  giveUp?: true;
 }
 
-const keyOf = (tenantId: string, origin: string) => `${tenantId} ${origin}`;
-
 /**
- * Asks the tenants' gates, one call per tenant in the batch, how many of the batch's dispatches
- * may call each origin now (src/gate/breaker.ts). The others are held: their targets are not called, so
- * no attempt is spent on an origin known to be down. A gate that cannot be asked holds nothing.
+ * Asks the tenants' gates, one call per tenant in the batch, which of the batch's dispatches
+ * may call each origin now (src/gate/breaker.ts), naming each one's caller so that a probe goes
+ * round the held jobs. The others are held: their targets are not called, so no attempt is
+ * spent on an origin known to be down. A gate that cannot be asked holds nothing.
  */
 export async function screenDispatches(env: Env, deliveries: Delivery[]): Promise<{ go: Delivery[]; held: Held[] }> {
   const keyed = deliveries.filter((d) => d.dispatch.tenantId !== undefined && d.dispatch.origin !== undefined);
   if (keyed.length === 0) return { go: deliveries, held: [] };
-  const verdicts = new Map<string, { pass: number; waitUntil: number | null }>();
+  const verdicts = new Map<Delivery, Omit<BreakerVerdict, "breaker" | "pass">>();
   await Promise.all(
     [...Map.groupBy(keyed, (d) => d.dispatch.tenantId!)].map(async ([tenantId, list]) => {
-      const runs = new Map<string, number>();
-      for (const d of list) runs.set(d.dispatch.origin!, (runs.get(d.dispatch.origin!) ?? 0) + 1);
+      const byOrigin = Map.groupBy(list, (d) => d.dispatch.origin!);
+      const asks = [...byOrigin].map(([origin, ds]) => ({ origin, callers: ds.map((d) => callerOf(d.dispatch.runId)) }));
       try {
-        const answers = await gateStub(env, tenantId).checkBreakers([...runs].map(([origin, n]) => ({ origin, runs: n })));
-        for (const [origin, answer] of Object.entries(answers)) verdicts.set(keyOf(tenantId, origin), answer);
+        const answers = await gateStub(env, tenantId).checkBreakers(asks);
+        for (const [origin, { pass, ...answer }] of Object.entries(answers)) {
+          const passing = new Set(pass);
+          byOrigin.get(origin)?.forEach((d, i) => {
+            if (!passing.has(i)) verdicts.set(d, answer);
+          });
+        }
       } catch (err) {
         console.error(`tenant ${tenantId}: its gate could not be asked about breakers; its runs go on`, err);
       }
@@ -36,11 +41,16 @@ export async function screenDispatches(env: Env, deliveries: Delivery[]): Promis
   const go: Delivery[] = [];
   const held: Held[] = [];
   for (const d of deliveries) {
-    const { tenantId, origin } = d.dispatch;
-    const verdict = tenantId !== undefined && origin !== undefined ? verdicts.get(keyOf(tenantId, origin)) : undefined;
-    if (!verdict || verdict.pass > 0) {
-      if (verdict) verdict.pass--;
+    const verdict = verdicts.get(d);
+    if (!verdict) {
       go.push(d);
+      continue;
+    }
+    const { origin } = d.dispatch;
+    if (verdict.giveUp) {
+      const since = new Date(verdict.downSince ?? Date.now()).toISOString();
+      const reason = `circuit breaker open for ${origin} since ${since}, over ${MAX_HOLD_MS / 3_600_000} h: not called, the run gives up`;
+      held.push({ delivery: d, until: Date.now(), reason, giveUp: true });
       continue;
     }
     const until = verdict.waitUntil ?? Date.now() + BASE_COOLDOWN_MS;
@@ -58,7 +68,13 @@ export async function holdDispatches(env: Env, held: Held[]): Promise<void> {
     [...Map.groupBy(held, (h) => h.delivery.shard)].map(async ([shard, list]) => {
       try {
         await shardStub(env, shard).holdDispatches(
-          list.map(({ delivery: { dispatch }, until, reason }) => ({ runId: dispatch.runId, fence: dispatch.fence, until, reason })),
+          list.map(({ delivery: { dispatch }, until, reason, giveUp }) => ({
+            runId: dispatch.runId,
+            fence: dispatch.fence,
+            until,
+            reason,
+            ...(giveUp && { giveUp }),
+          })),
         );
         for (const h of list) h.delivery.done();
       } catch (err) {
@@ -71,14 +87,16 @@ export async function holdDispatches(env: Env, held: Held[]): Promise<void> {
 
 /** The batch's outcomes per tenant and origin, told to the gates once the batch is done. */
 export class BreakerLog {
-  readonly #byTenant = new Map<string, Array<{ origin: string; ok: boolean | null }>>();
+  readonly #byTenant = new Map<string, Array<{ origin: string; ok: boolean | null; caller: string }>>();
 
   note(dispatch: KeyedDispatch, outcome: Outcome): void {
     if (dispatch.tenantId === undefined || dispatch.origin === undefined) return;
-    const refused = outcome.kind === "permanent" && outcome.status === null;
-    const ok = outcome.ok || outcome.accepted === true ? true : countsAsFailure(outcome.status, refused) ? false : null;
+    // Refused before it was sent: the SSRF guard (permanent, no status), or its request could
+    // not be made (keys missing: no request start). Neither says anything of the origin.
+    const refused = outcome.status === null && (outcome.kind === "permanent" || outcome.startedAt === undefined);
+    const ok = outcome.ok || outcome.accepted === true ? true : originHealth(outcome.status, refused);
     const list = this.#byTenant.get(dispatch.tenantId) ?? [];
-    list.push({ origin: dispatch.origin, ok });
+    list.push({ origin: dispatch.origin, ok, caller: callerOf(dispatch.runId) });
     this.#byTenant.set(dispatch.tenantId, list);
   }
 

@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { GroupLimits } from "../model/flow-control";
 import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
-import { type Breaker, check, closedBreaker, record } from "./breaker";
+import { type Breaker, type BreakerVerdict, check, closedBreaker, record, storedBreaker } from "./breaker";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
 import { decideAfterRecount, decideReserve, giveBack, type MessageCount, UNCOUNTED, type Verdict } from "./message-quota";
@@ -170,38 +170,41 @@ export class TenantGate extends DurableObject<Env> {
   // ---- circuit breakers: a row per origin that ever failed, the whole breaker as JSON ----
 
   /**
-   * Runs that want to call these origins now (`runs` each): how many of each may, and until
-   * when the rest wait. A breaker's row is written only when the check changes it.
+   * Runs that want to call these origins now (one caller each: `callerOf`): which of each may,
+   * and until when the rest wait. A breaker's row is written only when the check changes it.
    */
-  async checkBreakers(asks: Array<{ origin: string; runs: number }>): Promise<Record<string, { pass: number; waitUntil: number | null }>> {
+  async checkBreakers(asks: Array<{ origin: string; callers: string[] }>): Promise<Record<string, Omit<BreakerVerdict, "breaker">>> {
     const now = Date.now();
-    const answers: Record<string, { pass: number; waitUntil: number | null }> = {};
+    const answers: Record<string, Omit<BreakerVerdict, "breaker">> = {};
     this.ctx.storage.transactionSync(() => {
       const moves = new Map<string, number>();
-      for (const { origin, runs } of asks) {
+      for (const { origin, callers } of asks) {
         const before = this.breaker(origin);
-        const { breaker, pass, waitUntil } = check(before, runs, now);
+        const { breaker, ...answer } = check(before, callers, now);
         if (breaker !== before) this.saveBreaker(breaker);
         noteMove(moves, before, breaker);
-        answers[origin] = { pass, waitUntil };
+        answers[origin] = answer;
       }
       this.countMoves(moves);
     });
     return answers;
   }
 
-  /** Attempts' outcomes against their origins (ok: answered; false: failed; null: says nothing of its health), in order. */
-  async recordOutcomes(outcomes: Array<{ origin: string; ok: boolean | null }>): Promise<void> {
+  /**
+   * Attempts' outcomes against their origins, in order, each by its caller (ok: the origin is
+   * up; false: down; null: says nothing of its health, as `originHealth` decides).
+   */
+  async recordOutcomes(outcomes: Array<{ origin: string; ok: boolean | null; caller: string }>): Promise<void> {
     const now = Date.now();
     // Each origin read once and written once per call, however many outcomes a batch brings.
     const read = new Map<string, Breaker>();
     const changed = new Map<string, Breaker>();
     // Every move counts, though only the last state of each origin is written.
     const moves = new Map<string, number>();
-    for (const { origin, ok } of outcomes) {
+    for (const { origin, ok, caller } of outcomes) {
       const before = changed.get(origin) ?? read.get(origin) ?? this.breaker(origin);
       read.set(origin, before);
-      const after = record(before, ok, now);
+      const after = record(before, ok, now, caller);
       if (after !== before) changed.set(origin, after);
       noteMove(moves, before, after);
     }
@@ -215,9 +218,9 @@ export class TenantGate extends DurableObject<Env> {
   /** The tenant's breakers that are not plainly closed (open, half-open, or counting failures). */
   async breakers(): Promise<Breaker[]> {
     return this.sql
-      .exec("SELECT state FROM breakers ORDER BY origin")
+      .exec("SELECT origin, state FROM breakers ORDER BY origin")
       .toArray()
-      .map((r) => JSON.parse(r.state as string) as Breaker);
+      .map((r) => storedBreaker(r.origin as string, r.state as string));
   }
 
   /**
@@ -231,7 +234,7 @@ export class TenantGate extends DurableObject<Env> {
     return { breakers: await this.breakers(), transitions };
   }
 
-  /** A row per state moved to, in the change's transaction: moves are rare (five failures in a row open a breaker). */
+  /** A row per state moved to, in the change's transaction: moves are rare (failures in a row of several jobs open a breaker). */
   private countMoves(moves: Map<string, number>): void {
     for (const [to, n] of moves)
       this.sql.exec(
@@ -243,7 +246,7 @@ export class TenantGate extends DurableObject<Env> {
 
   private breaker(origin: string): Breaker {
     const row = this.sql.exec("SELECT state FROM breakers WHERE origin = ?", origin).toArray()[0];
-    return row ? (JSON.parse(row.state as string) as Breaker) : closedBreaker(origin);
+    return row ? storedBreaker(origin, row.state as string) : closedBreaker(origin);
   }
 
   /** A breaker back to closed with no failures is the default: its row goes. */

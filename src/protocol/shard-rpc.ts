@@ -176,8 +176,8 @@ export interface ShardApi {
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
   retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
   abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "ended" | "stale">>;
-  /** A breaker is open for these dispatches' origin: their runs wait until `until`, attempts unspent. */
-  holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">>;
+  /** A breaker is open for these dispatches' origin: their runs wait until `until`, attempts unspent; `giveUp`: they end dead, uncalled. */
+  holdDispatches(holds: Array<Dispatch & { until: number; reason: string; giveUp?: boolean }>): Promise<Array<"held" | "stale">>;
   /** The consumer delivered these notifications: the shard stops sending them. */
   notificationsDelivered(ids: string[]): Promise<void>;
   getRun(runId: string): Promise<RunView | null>;

@@ -39,6 +39,12 @@ export function planAdmission(
     const job = jobs.get(run.jobId);
     // The alarm cancels these. A paused job's workflow steps under way are not among them: they go on.
     if (!job || stoppedFor(run, job) !== null) continue;
+    // A workflow's step (a breaker held it) is part of a run flow control already let through,
+    // and that run's permit covers it: it starts with no limit of its job's or its tenant's.
+    if (run.parentRunId !== null) {
+      plan.candidates.push(run);
+      continue;
+    }
     const { maxConcurrency, ratePerSecond } = job.spec;
     // Counted only for a job that has a maxConcurrency: one query per job adds up over a backlog.
     const count = counts.get(run.jobId) ?? (maxConcurrency === undefined ? 0 : inFlight(run.jobId));

@@ -80,7 +80,7 @@ export class Admitter {
       return permitKey({ base: `${run.id}#${run.fence}`, tenant, group: job.spec.flowControl?.key ?? null });
     };
     const gated = Map.groupBy(
-      plan.candidates.filter((r) => gatedAtGate(jobs.get(r.jobId)!, this.tenantLimit(jobs.get(r.jobId)!.tenantId))),
+      plan.candidates.filter((r) => gatedAtGate(r, jobs.get(r.jobId)!, this.tenantLimit(jobs.get(r.jobId)!.tenantId))),
       (r) => jobs.get(r.jobId)!.tenantId,
     );
     const answers = await Promise.all(
@@ -106,7 +106,7 @@ export class Admitter {
     this.host.change((admittedAt) => {
       for (const candidate of plan.candidates) {
         const job = jobs.get(candidate.jobId)!;
-        const permit = gatedAtGate(job, this.tenantLimit(job.tenantId)) ? permitOf(candidate) : null;
+        const permit = gatedAtGate(candidate, job, this.tenantLimit(job.tenantId)) ? permitOf(candidate) : null;
         const run = this.store.getRun(candidate.id);
         const stillWaiting = run?.state === "waiting" && run.fence === candidate.fence;
         if (!stillWaiting || (permit !== null && !granted.has(permit))) {
@@ -121,7 +121,8 @@ export class Admitter {
           continue;
         }
         this.ledger.admit(run, job, permit, admittedAt);
-        if (job.spec.ratePerSecond !== undefined) this.store.admission.setRateNext(job.id, admittedAt + 1000 / job.spec.ratePerSecond);
+        if (job.spec.ratePerSecond !== undefined && run.parentRunId === null)
+          this.store.admission.setRateNext(job.id, admittedAt + 1000 / job.spec.ratePerSecond);
       }
       for (const { run, dueAt } of plan.deferred) {
         if (this.store.getRun(run.id)?.state === "waiting") this.store.setDueAt(run.id, dueAt);
@@ -134,9 +135,14 @@ export class Admitter {
   }
 }
 
-/** Whether a run of this job needs its tenant's gate to start: its tenant has a limit, or it is in a flow-control group. */
-function gatedAtGate(job: Pick<ShardJob, "spec">, tenantLimit: number | null): boolean {
-  return tenantLimit !== null || job.spec.flowControl !== undefined;
+/**
+ * Whether a run needs its tenant's gate to start: its tenant has a limit, or its job is in a
+ * flow-control group. A workflow's step never does: its workflow run holds the permit that
+ * covers it (asking for a second would count the run twice, and under a limit of one never
+ * be granted).
+ */
+function gatedAtGate(run: Pick<RunRow, "parentRunId">, job: Pick<ShardJob, "spec">, tenantLimit: number | null): boolean {
+  return run.parentRunId === null && (tenantLimit !== null || job.spec.flowControl !== undefined);
 }
 
 /** What the gate is asked for each run, in order: its permit, whether the tenant's limit holds it, its group and that group's limits. */

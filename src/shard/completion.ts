@@ -82,12 +82,16 @@ export class Completions {
     return done({ leaseUntil: now + extendMs });
   }
 
-  /** Dispatches whose origin's circuit breaker is open: their runs wait until `until`, attempts unspent. */
-  hold(holds: Array<Dispatch & { until: number; reason: string }>, now: number): Array<"held" | "stale"> {
+  /**
+   * Dispatches whose origin's circuit breaker is open: their runs wait until `until`, attempts
+   * unspent; or, the origin down past the breaker's longest hold (`giveUp`), end dead uncalled.
+   */
+  hold(holds: Array<Dispatch & { until: number; reason: string; giveUp?: boolean }>, now: number): Array<"held" | "stale"> {
     return holds.map((h) => {
       const run = this.ledger.currentLease(h);
       if (!run) return "stale";
-      this.ledger.holdForBreaker(run, h.until, h.reason, now);
+      if (h.giveUp) this.ledger.giveUpForBreaker(run, h.reason, now);
+      else this.ledger.holdForBreaker(run, h.until, h.reason, now);
       return "held";
     });
   }

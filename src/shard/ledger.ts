@@ -119,6 +119,15 @@ export class RunLedger {
   }
 
   /**
+   * The run's origin has been down longer than a breaker holds runs (src/gate/breaker.ts,
+   * MAX_HOLD_MS): it ends dead, its target not called (the attempt its dispatch began undone),
+   * rather than wait on behind an origin that may never return.
+   */
+  giveUpForBreaker(run: RunRow, reason: string, now: number): void {
+    this.moves.move(run, "exhaust", { dueAt: null, finishedAt: now, error: reason, leaseUntil: null }, now, { undo: true });
+  }
+
+  /**
    * Ends an unfinished run as cancelled; an attempt in flight is closed, its late outcome stale
    * (a dispatch of it already sent still calls its target: the report is then stale).
    */

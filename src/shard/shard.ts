@@ -243,7 +243,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
   }
 
-  async holdDispatches(holds: Array<Dispatch & { until: number; reason: string }>): Promise<Array<"held" | "stale">> {
+  async holdDispatches(holds: Array<Dispatch & { until: number; reason: string; giveUp?: boolean }>): Promise<Array<"held" | "stale">> {
     return this.runtime.metered("holdDispatches", async () => {
       const results = this.runtime.change((now) => this.completions.hold(holds, now));
       await this.runtime.settle();

@@ -61,12 +61,16 @@ async function stepWaitEnds(job: Job, stepId: string): Promise<{ stepAhead: bool
 describe("a paused workflow's step held by an open breaker", () => {
   it("goes on when its wait ends, as a paused workflow's steps under way do, and never leaves the alarm due in the past", async () => {
     const tenant = await createTenant();
-    // Another job of the tenant on the same origin opens the breaker.
-    const opener = await createJob(
-      { schedule: FAR_CRON, target: { url: receiverPath("pwb-open", "status=500") }, retry: { maxAttempts: 1 }, breaker: true },
-      tenant.api,
+    // Two other jobs of the tenant on the same origin, whose endpoints answer 503, open the breaker.
+    const openers = await Promise.all(
+      ["pwb-open-a", "pwb-open-b"].map((name) =>
+        createJob(
+          { schedule: FAR_CRON, target: { url: receiverPath(name, "status=503") }, retry: { maxAttempts: 1 }, breaker: true },
+          tenant.api,
+        ),
+      ),
     );
-    for (let i = 0; i < 5; i++) await fireAndWait(opener, ["dead"]);
+    for (let i = 0; i < 3; i++) for (const opener of openers) await fireAndWait(opener, ["dead", "waiting"]);
     const url = receiverPath("pwb-step");
     const flow = await createJob(
       { schedule: FAR_CRON, steps: [{ id: "a", target: { url } }], retry: { maxAttempts: 1 }, breaker: true },

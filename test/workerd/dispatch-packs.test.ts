@@ -123,7 +123,9 @@ describe("dispatches packed into queue messages", () => {
     // The first dispatch names an origin whose breaker is open (the key is the dispatch's: its
     // target is the receiver all the same); the second names none, as for a job that opted out.
     const down = `https://down-${crypto.randomUUID()}.example`;
-    await gateStub(env, "default").recordOutcomes(Array(FAILURES_TO_OPEN).fill({ origin: down, ok: false }));
+    await gateStub(env, "default").recordOutcomes(
+      Array.from({ length: FAILURES_TO_OPEN }, (_, i) => ({ origin: down, ok: false, caller: `job-${i}` })),
+    );
     const body: DispatchPack = {
       shard: name,
       dispatches: [

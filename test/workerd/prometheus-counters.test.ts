@@ -97,15 +97,22 @@ describe("GET /metrics counters", () => {
 
   it("breaker transitions: the tenant's gate counts its breaker opening, and a tenant key sees it", async () => {
     const tenant = await createTenant();
-    const url = receiverPath("ctr-breaker", "status=500");
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, retry: { maxAttempts: 1 }, breaker: true }, tenant.api);
+    // Two endpoints of the origin answer 503: the origin is down for more than one job.
+    const jobs = await Promise.all(
+      ["ctr-breaker-a", "ctr-breaker-b"].map((name) =>
+        createJob(
+          { schedule: FAR_CRON, target: { url: receiverPath(name, "status=503") }, retry: { maxAttempts: 1 }, breaker: true },
+          tenant.api,
+        ),
+      ),
+    );
     const transitions = async () => {
       const fs = await scrape(tenant.api);
       return Object.fromEntries(["open", "half_open", "closed"].map((to) => [to, read(fs, "edgecron_breaker_transitions_total", { to })]));
     };
     expect(await transitions()).toEqual({ open: 0, half_open: 0, closed: 0 });
-    // Five failures in a row open it (src/gate/breaker.ts).
-    for (let i = 0; i < 5; i++) await runOnce(job, "dead");
+    // Five failures in a row of both jobs open it (src/gate/breaker.ts).
+    for (let i = 0; i < 5; i++) await runOnce(jobs[i % 2]!, "dead");
     expect(await transitions()).toEqual({ open: 1, half_open: 0, closed: 0 });
     // The tenant's counters of runs are the shards', not shown to a tenant key.
     expect((await scrape(tenant.api)).map((f) => f.name)).not.toContain("edgecron_runs_finished_total");
