@@ -1,10 +1,12 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
+import { armFault, disarmFault } from "../../src/faults";
 import { CreateJobSchema } from "../../src/model/job";
 import type { ShardCost } from "../../src/protocol/shard-rpc";
 import { sealTarget } from "../../src/security/targets";
+import type { Dispatcher } from "../../src/shard/dispatch";
 import type { Shard } from "../../src/shard/shard";
-import { api, createTenant, hitsOf, receiverPath } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, receiverPath, shardOf } from "./helpers";
 
 /**
  * A tenant's backlog over its maxRunsInFlight (docs/architecture.md, invariant 9): runs its gate
@@ -214,5 +216,51 @@ describe("a backlog over a tenant's maxRunsInFlight", () => {
     expect(order.slice(0, position).filter((id) => after.has(id))).toEqual([]);
     expect(order.slice(position + 1).filter((id) => before.has(id))).toEqual([]);
     expect(order.filter((id) => before.has(id) || after.has(id))).toHaveLength(60);
+  });
+});
+
+describe("permit renewals while the tenant's gate fails", () => {
+  it("fold into one per permit, and the alarm that retries them backs off instead of firing every 2 s", async () => {
+    const tenant = await createTenant({ maxRunsInFlight: 1 });
+    const url = receiverPath("renewals-fail", "status=202");
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, timeoutMs: 5_000 }, tenant.api);
+    const triggered = await tenant.api(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
+    const runId = ((await triggered.json()) as { id: string }).id;
+    const hit = await vi.waitFor(async () => {
+      const [first] = await hitsOf(url);
+      if (!first) throw new Error("the target has not been called yet");
+      return first;
+    });
+    const token = hit.headers["x-edgecron-completion-token"]!;
+    await expect.poll(async () => (await getRun(runId)).attemptLog?.[0]?.outcome).toBe("accepted");
+    armFault("shard.permitRenew", Infinity, job.shard);
+    try {
+      for (let i = 0; i < 5; i++) {
+        const beat = await api(`/v1/runs/${runId}/heartbeat`, { method: "POST", json: { token, extendMs: 600_000 } });
+        expect(beat.status, await beat.clone().text()).toBe(200);
+      }
+      const pending = () =>
+        runInDurableObject(shardOf(job), (s: Shard) => (s as unknown as { dispatcher: Dispatcher }).dispatcher.pendingRenewals());
+      expect(await pending()).toBe(1);
+      // Each alarm that finds the gate failing waits longer before the next.
+      const gaps: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        await runInDurableObject(shardOf(job), (_s: Shard, state) => state.storage.setAlarm(Date.now()));
+        await runDurableObjectAlarm(shardOf(job));
+        // When dispatch next asks for the alarm (the attempt's lease may ask sooner).
+        const at = await runInDurableObject(shardOf(job), (s: Shard) =>
+          (s as unknown as { dispatcher: Dispatcher }).dispatcher.nextDue(Date.now()),
+        );
+        gaps.push((at ?? 0) - Date.now());
+      }
+      console.log("alarm gaps while the gate fails (ms):", gaps);
+      expect(await pending()).toBe(1);
+      for (let i = 1; i < gaps.length; i++) expect(gaps[i]!).toBeGreaterThanOrEqual(gaps[i - 1]! - 100);
+      expect(gaps.at(-1)!).toBeGreaterThan(30_000);
+      expect(gaps.at(-1)!).toBeLessThanOrEqual(60_000);
+    } finally {
+      disarmFault("shard.permitRenew", job.shard);
+    }
+    expect((await api(`/v1/runs/${runId}/complete`, { method: "POST", json: { token, ok: true } })).status).toBe(200);
   });
 });
