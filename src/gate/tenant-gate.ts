@@ -94,15 +94,20 @@ export class TenantGate extends DurableObject<Env> {
    * its group's (under the group's parallelism and rate), all or none per run, in order. A shard
    * refused for parallelism or the tenant's limit is woken when a place frees; one refused for a
    * rate is told when the group's next window opens (`retryAt`), and asks again then itself.
+   * `alsoWaiting`: the shard's runs of this tenant it did not ask for (it asks for no more than
+   * the limit), counted in what it wants when refused, so that a wake-up offers it enough places.
+   * `tenantRefused`: how many the tenant's limit refused (the shard parks them until woken).
    */
   async admit(
     shard: string,
     asks: PermitAsk[],
     tenantLimit: number | null,
     leaseMs: number,
-  ): Promise<{ granted: string[]; retryAt: Record<string, number> }> {
+    alsoWaiting = 0,
+  ): Promise<{ granted: string[]; retryAt: Record<string, number>; tenantRefused: number }> {
     const now = Date.now();
     let granted: string[] = [];
+    let tenantRefused = 0;
     const retryAt: Record<string, number> = {};
     this.ctx.storage.transactionSync(() => {
       this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", now);
@@ -145,14 +150,15 @@ export class TenantGate extends DurableObject<Env> {
         this.sql.exec(
           "INSERT INTO waiters (shard, wanted, since) VALUES (?, ?, ?) ON CONFLICT (shard) DO UPDATE SET wanted = excluded.wanted",
           shard,
-          d.tenantRefused,
+          d.tenantRefused + alsoWaiting,
           now,
         );
       granted = d.granted;
+      tenantRefused = d.tenantRefused;
       for (const [grp, at] of d.retryAt) retryAt[grp] = at;
     });
     await this.armAlarm();
-    return { granted, retryAt };
+    return { granted, retryAt, tenantRefused };
   }
 
   /** Limits for a group itself (a QStash queue's parallelism), over what its jobs state; null: theirs again. Waiting shards are woken to use them. */
@@ -312,21 +318,29 @@ export class TenantGate extends DurableObject<Env> {
 
   /**
    * Wakes the longest-waiting shards, as many as can use `freed` permits (by what each last
-   * asked for), without awaiting them: a woken shard asks this gate again and, refused,
-   * waits again; one whose wake is lost is re-checked by its own alarm. Waking every waiter
-   * for every release would make each shard redo its admission for permits it cannot get.
+   * asked for), each told how many places it is offered, without awaiting them: a woken shard
+   * reads that many of its parked runs and asks this gate for them (admitter.ts), so a freed
+   * permit costs the shards rows for the runs it can start, not for every run waiting; refused,
+   * it waits again. One whose wake is lost is re-checked by its own backstop. Waking every
+   * waiter for every release would make each shard redo its admission for permits it cannot get.
    */
   private wakeWaiters(freed: number): void {
-    const woken: string[] = [];
+    const woken: Array<{ shard: string; places: number }> = [];
     let covered = 0;
     for (const row of this.sql.exec("SELECT shard, wanted FROM waiters ORDER BY since").toArray()) {
       if (covered >= freed) break;
-      woken.push(row.shard as string);
-      covered += row.wanted as number;
+      const places = Math.max(1, Math.min(row.wanted as number, freed - covered));
+      woken.push({ shard: row.shard as string, places });
+      covered += places;
     }
     if (woken.length === 0) return;
-    for (const shard of woken) this.sql.exec("DELETE FROM waiters WHERE shard = ?", shard);
-    this.wake(woken);
+    for (const { shard } of woken) this.sql.exec("DELETE FROM waiters WHERE shard = ?", shard);
+    const tenantId = this.ctx.id.name;
+    if (tenantId === undefined) {
+      this.wake(woken.map((w) => w.shard));
+      return;
+    }
+    this.ctx.waitUntil(Promise.allSettled(woken.map(({ shard, places }) => shardStub(this.env, shard).admitWaiting(tenantId, places))));
   }
 
   /** Wakes the shards longest waiting for `group`, as many as can use `freed` places. */

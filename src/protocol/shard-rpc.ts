@@ -153,8 +153,12 @@ export interface ShardApi {
   applyJobs(definitions: JobDefinition[], tenants?: TenantSettings[]): Promise<JobRuntime[]>;
   /** Newer settings of tenants: a rotated signing secret, a changed runs-in-flight limit. */
   applyTenants(tenants: TenantSettings[]): Promise<void>;
-  /** A tenant gate says capacity freed: waiting runs are looked at now. */
-  admitWaiting(): Promise<void>;
+  /**
+   * A tenant gate says capacity freed: `places` of that tenant's parked runs are looked at now,
+   * oldest first; with no tenant (a flow-control group's place freed), the waiting runs
+   * deferred to a later time are.
+   */
+  admitWaiting(tenantId?: string, places?: number): Promise<void>;
   jobRuntimes(ids: string[]): Promise<JobRuntime[]>;
   /** Of these ids, the jobs this shard holds alone (`standalone`: QStash messages), deleted ones included; reads only. */
   standaloneJobs(ids: string[]): Promise<JobDefinition[]>;

@@ -7,8 +7,13 @@ import type { ShardHost } from "./host";
 import { TICK_BATCH } from "./ledger";
 import type { ShardStore } from "./store";
 
-/** How long unsent dispatches wait after the Queue refused a send. */
+/**
+ * How long what is unsent waits after a send was refused (the Queue, or a tenant's gate for a
+ * renewal or release), doubled for each refusal in a row up to SEND_RETRY_MAX_MS: a Queue or
+ * gate that stays down is asked about once a minute, not every 2 s for as long as it is down.
+ */
 const SEND_RETRY_MS = 2_000;
+const SEND_RETRY_MAX_MS = 60_000;
 
 /**
  * Dispatch: what the shard's transactions left to send goes out after commit. Dispatches are
@@ -28,12 +33,17 @@ export class Dispatcher {
   private again = false;
   /** The Queue refused the last send: what is unsent waits SEND_RETRY_MS before the alarm tries again. */
   private lastSendFailed = false;
+  /** Flushes refused in a row, and when the alarm tries again after the last (see SEND_RETRY_MS). */
+  private refusals = 0;
+  private retryAt = 0;
   /**
-   * Permits to extend at the next flush; one whose gate did not answer is kept for the next.
-   * In memory: one lost to a restart lets that permit lapse at its lease, until the attempt's
-   * lease row renews it (the ledger's `leaseCame`) and the gate takes it again.
+   * Permits to extend at the next flush, one entry per permit until when it must hold: a
+   * heartbeat, a 202 and a lease row coming due each renew it, and while its gate does not
+   * answer they fold into one renewal, the latest end, rather than piling up. In memory: one
+   * lost to a restart lets that permit lapse at its lease, until the attempt's lease row renews
+   * it (the ledger's `leaseCame`) and the gate takes it again.
    */
-  private permitRenewals: Array<{ permit: string; tenantId: string; leaseMs: number }> = [];
+  private permitRenewals = new Map<string, { tenantId: string; until: number }>();
   /** Dispatches withdrawn while unsent (`withdraw`), by `dispatchKey`: skipped by the next send. */
   private withdrawn = new Set<string>();
 
@@ -53,7 +63,7 @@ export class Dispatcher {
       this.again = true;
       return;
     }
-    if (this.permitRenewals.length === 0 && this.unsent.length === 0 && !this.store.permitReleases.any()) return;
+    if (this.permitRenewals.size === 0 && this.unsent.length === 0 && !this.store.permitReleases.any()) return;
     this.flushing = (async () => {
       try {
         do {
@@ -62,6 +72,8 @@ export class Dispatcher {
           const renewed = await this.sendPermitRenewals();
           const released = await this.sendPermitReleases();
           this.lastSendFailed = !(sent && renewed && released);
+          this.refusals = this.lastSendFailed ? this.refusals + 1 : 0;
+          if (this.lastSendFailed) this.retryAt = Date.now() + Math.min(SEND_RETRY_MS * 2 ** (this.refusals - 1), SEND_RETRY_MAX_MS);
         } while (this.again && !this.lastSendFailed);
       } finally {
         this.flushing = null;
@@ -110,16 +122,24 @@ export class Dispatcher {
     }).length;
   }
 
-  /** Extends the run's tenant permit at the next flush, when it holds one. */
+  /** Extends the run's tenant permit at the next flush, when it holds one: one renewal per permit, to the latest end asked. */
   renewPermitLater(run: Pick<RunRow, "permit" | "jobId">, leaseMs: number): void {
     const tenantId = run.permit === null ? undefined : this.store.getJob(run.jobId)?.tenantId;
-    if (tenantId) this.permitRenewals.push({ permit: run.permit!, tenantId, leaseMs });
+    if (!tenantId) return;
+    const until = Date.now() + leaseMs;
+    const pending = this.permitRenewals.get(run.permit!);
+    if (!pending || pending.until < until) this.permitRenewals.set(run.permit!, { tenantId, until });
   }
 
-  /** When dispatch next has work: now for rows unsent, later after a refused send; nothing while a flush is under way. */
+  /** Renewals not yet taken by their gates (one per permit). */
+  pendingRenewals(): number {
+    return this.permitRenewals.size;
+  }
+
+  /** When dispatch next has work: now for rows unsent, later after refused sends (backing off); nothing while a flush is under way. */
   nextDue(now: number): number | null {
-    if (this.flushing || (this.unsent.length === 0 && this.permitRenewals.length === 0 && !this.store.permitReleases.any())) return null;
-    return this.lastSendFailed ? now + SEND_RETRY_MS : now;
+    if (this.flushing || (this.unsent.length === 0 && this.permitRenewals.size === 0 && !this.store.permitReleases.any())) return null;
+    return this.lastSendFailed ? Math.max(now, this.retryAt) : now;
   }
 
   /** Returns false when the Queue refused a send; the dispatches stay for the next alarm. */
@@ -175,14 +195,18 @@ export class Dispatcher {
 
   /** Extends the permits of attempts that outlive their first lease; false when a gate refused, its renewals kept for the next flush. */
   private async sendPermitRenewals(): Promise<boolean> {
-    const renewals = this.permitRenewals.splice(0);
-    const groups = [...Map.groupBy(renewals, (r) => r.tenantId)];
+    const now = Date.now();
+    // A renewal whose end passed while it waited holds nothing any more: the attempt's lease is
+    // over too, and the ledger's lease row decides what comes of it.
+    const renewals = [...this.permitRenewals].filter(([, r]) => r.until > now);
+    this.permitRenewals.clear();
+    const groups = [...Map.groupBy(renewals, ([, r]) => r.tenantId)];
     const results = await Promise.allSettled(
       groups.map(async ([tenantId, list]) => {
         failpoint("shard.permitRenew", this.host.name());
         return this.host.gateOf(tenantId).renew(
-          list.map((r) => r.permit),
-          Math.max(...list.map((r) => r.leaseMs)),
+          list.map(([permit]) => permit),
+          Math.max(...list.map(([, r]) => r.until)) - now,
           this.host.name(),
         );
       }),
@@ -190,7 +214,8 @@ export class Dispatcher {
     const failed = groups.filter((_, i) => results[i]!.status === "rejected").flatMap(([, list]) => list);
     if (failed.length === 0) return true;
     console.error(`shard ${this.host.name()}: ${failed.length} permit renewals failed, kept for the next flush`);
-    this.permitRenewals.unshift(...failed);
+    // Kept unless a newer renewal of the same permit came meanwhile (it ends later).
+    for (const [permit, r] of failed) if (!this.permitRenewals.has(permit)) this.permitRenewals.set(permit, r);
     return false;
   }
 

@@ -9,7 +9,8 @@ export interface PermitGate {
     asks: PermitAsk[],
     tenantLimit: number | null,
     leaseMs: number,
-  ): Promise<{ granted: string[]; retryAt: Record<string, number> }>;
+    alsoWaiting?: number,
+  ): Promise<{ granted: string[]; retryAt: Record<string, number>; tenantRefused?: number }>;
 }
 
 /** What dispatch asks of a tenant's gate: to extend the permits of attempts that outlive their lease, and to take permits back. */

@@ -21,6 +21,7 @@ import { step as step19 } from "./schema-steps/step-19";
 import { step as step20 } from "./schema-steps/step-20";
 import { step as step21 } from "./schema-steps/step-21";
 import { step as step22 } from "./schema-steps/step-22";
+import { step as step23 } from "./schema-steps/step-23";
 
 /**
  * The shard's schema as numbered, forward-only steps, the way `migrations/` is for D1 and
@@ -55,6 +56,7 @@ export const SHARD_MIGRATIONS: readonly ShardMigration[] = [
   step20,
   step21,
   step22,
+  step23,
 ];
 
 export const SHARD_SCHEMA_VERSION = SHARD_MIGRATIONS[SHARD_MIGRATIONS.length - 1]!.version;

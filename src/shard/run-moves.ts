@@ -41,12 +41,14 @@ export class RunMoves {
       throw new Error(`run ${run.id}: ${to} with finished_at ${next.finishedAt}`);
     if (IN_FLIGHT_STATES.includes(run.state) && !IN_FLIGHT_STATES.includes(to)) {
       // It stops being in flight: its tenant permit goes back, in this same transaction, and
-      // its job's waiting runs (held by maxConcurrency) are looked at again now.
+      // its job's waiting runs held by maxConcurrency are looked at again now. Only a job with a
+      // maxConcurrency has such runs: for any other, the wake-up would read every open run of
+      // the job, a backlog parked at its tenant's gate included, for each run that ends.
       if (run.permit !== null) {
         this.store.permitReleases.addForJob(run.permit, run.jobId);
         next.permit = null;
       }
-      this.store.admission.wakeWaiting(run.jobId, now);
+      if (this.store.getJob(run.jobId)?.spec.maxConcurrency !== undefined) this.store.admission.wakeWaiting(run.jobId, now);
     }
     this.store.writeRun(run, next, attempt);
     // After the row is written, so that whoever hears of it (a workflow reading its steps) reads it

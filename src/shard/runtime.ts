@@ -142,10 +142,15 @@ export class ShardRuntime implements ShardHost {
 
   /** The earliest thing any capability has to do (admission's and completion's waits are runs' due times). */
   nextDue(now: number): number | null {
-    const { firing, ledger, dispatcher, outcomes, retention } = this.parts;
-    const times = [firing.nextDue(), ledger.nextDue(), dispatcher.nextDue(now), outcomes.notifier.nextDue(now), retention.nextDue()].filter(
-      (t) => t !== null,
-    );
+    const { firing, ledger, admitter, dispatcher, outcomes, retention } = this.parts;
+    const times = [
+      firing.nextDue(),
+      ledger.nextDue(),
+      admitter.nextDue(now),
+      dispatcher.nextDue(now),
+      outcomes.notifier.nextDue(now),
+      retention.nextDue(),
+    ].filter((t) => t !== null);
     return times.length === 0 ? null : Math.min(...times);
   }
 

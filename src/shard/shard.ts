@@ -164,16 +164,17 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.runtime.metered("applyTenants", async () => {
       this.runtime.change((now) => {
         for (const tenant of tenants) this.store.putTenant(tenant);
-        this.admitter.wakeAll(now);
+        this.admitter.tenantsChanged(tenants, now);
       });
       await this.runtime.settle();
     });
   }
 
-  /** Called by a tenant gate when capacity freed (and harmless at any other time). */
-  async admitWaiting(): Promise<void> {
+  /** Called by a tenant gate when capacity freed (and harmless at any other time): `places` for the tenant's parked runs. */
+  async admitWaiting(tenantId?: string, places?: number): Promise<void> {
     return this.runtime.metered("admitWaiting", async () => {
-      this.runtime.change((now) => this.admitter.wakeAll(now));
+      if (tenantId !== undefined) this.admitter.offer(tenantId, places ?? 1);
+      else this.runtime.change((now) => this.admitter.wakeAll(now));
       await this.runtime.settle();
     });
   }

@@ -55,6 +55,7 @@ export class ShardStore {
     this.leases.forget();
     this.frequent.forget();
     this.firedThrough.forget();
+    this.admission.forget();
   }
 
   /** Retention removes runs: the alarm's position is written first (fired-through.ts: no restart fires a job whose run is gone). */
