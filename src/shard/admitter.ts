@@ -131,8 +131,8 @@ export class Admitter {
     for (const run of fresh) {
       const job = jobs.get(run.jobId);
       // A workflow's step holds its run's permit (gatedAtGate): it never queues for one of its own.
-      const queues = run.parentRunId === null && this.tenantLimit(job?.tenantId ?? "") !== null;
-      if (job && queues && waits.has(job.tenantId) && stoppedFor(run, job) === null) joining.push(run);
+      const queues = job !== undefined && run.parentRunId === null && this.tenantLimit(job.tenantId) !== null;
+      if (queues && waits.has(job.tenantId) && stoppedFor(run, job) === null) joining.push(run);
       else looked.push(run);
     }
     for (const run of joining) touched.add(jobs.get(run.jobId)!.tenantId);
