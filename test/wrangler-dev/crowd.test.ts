@@ -12,8 +12,9 @@ import { type Stack, sleep, startStack } from "../support/local-stack";
  * then 200, one 404, one past its job's timeout on a run's first attempt and then at once. One
  * tenant has `maxRunsInFlight: 3` and a backlog of 60 one-off runs. In the middle the whole
  * stack is killed with SIGKILL, restarted on the same state and its cron trigger fired (the
- * local queue's messages die with it: the sweep and the leases must repair that). Then, once
- * every run is final:
+ * local queue's messages die with it: the sweep and the leases must repair that); the broken
+ * tenant's four jobs come again after the restart, so that their retries' waits are all on one
+ * stack's clock and none spans the kill. Then, once every run is final:
  *
  * - every run ended as its own job's policy says, attempt by attempt (the target's answer to
  *   each attempt number is known), and each retry came within its backoff's cap: one job's
@@ -66,7 +67,7 @@ const SLOW_TIMEOUT_MS = 1_000;
 /** A lost dispatch is resent after its lease: CLAIM_TIMEOUT_MS + the job's timeout + 5 s. */
 const CLAIM_TIMEOUT_MS = 3_000;
 /** After the restart, every run must be final within this (issue 42 fixed: ~20 s here). */
-const DRAIN_TIMEOUT_MS = 100_000;
+const DRAIN_TIMEOUT_MS = 80_000;
 const POLL_MS = 2_000;
 const NON_FINAL = ["waiting", "queued", "running", "retry_wait", "buffered"];
 const CRON = "* * * * *";
@@ -108,7 +109,7 @@ interface Origin {
   server: Server;
   calls: Call[];
   /** Per tenant label: the most distinct runs open at once, and the runs open now. */
-  open: Map<string, { now: Map<string, number>; peak: number }>;
+  open: Map<string, { now: Map<string, number>; peak: number; peakAt: number }>;
 }
 
 /** A loopback HTTP origin: /<kind>?t=<tenant> answers as `answerOf` says for the request's attempt. */
@@ -130,10 +131,10 @@ async function startOrigin(name: string): Promise<Origin> {
       attempt,
       receivedAt: Date.now(),
     });
-    const inFlight = open.get(tenant) ?? { now: new Map<string, number>(), peak: 0 };
+    const inFlight = open.get(tenant) ?? { now: new Map<string, number>(), peak: 0, peakAt: 0 };
     open.set(tenant, inFlight);
     inFlight.now.set(runId, (inFlight.now.get(runId) ?? 0) + 1);
-    inFlight.peak = Math.max(inFlight.peak, inFlight.now.size);
+    if (inFlight.now.size > inFlight.peak) Object.assign(inFlight, { peak: inFlight.now.size, peakAt: Date.now() });
     res.on("close", () => {
       const left = (inFlight.now.get(runId) ?? 1) - 1;
       if (left > 0) inFlight.now.set(runId, left);
@@ -170,6 +171,8 @@ interface JobPlan {
   kind: Kind;
   retry: Retry;
   timeoutMs: number;
+  /** Created once the stack is back, so that its retries' waits do not span the kill and are all checked. */
+  afterRestart?: boolean;
 }
 
 interface TenantPlan {
@@ -184,25 +187,34 @@ const retry = (maxAttempts: number, initialMs: number, maxMs: number, jitter: "f
   jitter,
 });
 const times = <T>(n: number, make: () => T): T[] => Array.from({ length: n }, make);
-const job = (origin: string, kind: Kind, r: Retry, timeoutMs = 10_000) => ({ origin, kind, retry: r, timeoutMs });
+const job = (origin: string, kind: Kind, r: Retry, timeoutMs = 10_000): Omit<JobPlan, "tenant" | "key"> => ({
+  origin,
+  kind,
+  retry: r,
+  timeoutMs,
+});
+/**
+ * Issue 42's four jobs, one tenant, one origin. The broken one fails fast and often: with the
+ * flaky and slow ones' first failures, five in a row come before any success can (the first is
+ * the slow job's retry, 2 s after its timeout), which opens today's breaker.
+ */
+const issue42 = (afterRestart: boolean) =>
+  [
+    job("a", "broken", retry(6, 500, 1_000, "none")),
+    job("a", "flaky", retry(4, 2_000, 2_000, "none")),
+    job("a", "notfound", retry(3, 500, 2_000)),
+    job("a", "slow", retry(3, 2_000, 2_000, "none"), SLOW_TIMEOUT_MS),
+  ].map((j) => ({ ...j, afterRestart }));
 
 /**
- * "mixed" is issue 42's tenant: one broken endpoint beside flaky, missing and slow ones on one
- * origin, where its failures add up to open the origin's breaker. The others share the origins
+ * "mixed" is issue 42's tenant: on one origin, one broken endpoint beside a flaky, a missing and
+ * a slow one, whose failures add up to open the origin's breaker (one tenant's, per origin). The others share the origins
  * under default limits; "backlog" has a low runs-in-flight limit and many runs due at once.
  */
 const TENANTS: TenantPlan[] = [
   { label: "backlog", limits: { maxRunsInFlight: BACKLOG_LIMIT }, jobs: times(BACKLOG_RUNS, () => job("b", "ok", retry(3, 1_000, 2_000))) },
-  {
-    label: "mixed",
-    jobs: [
-      job("a", "broken", retry(5, 500, 2_000, "none")),
-      job("a", "flaky", retry(4, 1_000, 2_000)),
-      job("a", "flaky", retry(4, 500, 1_000, "none")),
-      job("a", "notfound", retry(3, 500, 2_000)),
-      job("a", "slow", retry(3, 500, 1_000), SLOW_TIMEOUT_MS),
-    ],
-  },
+  // Its jobs once before the kill (their chains cross it), once after (every wait is checked).
+  { label: "mixed", jobs: [...issue42(false), ...issue42(true)] },
   {
     label: "neighbours",
     jobs: [
@@ -298,6 +310,18 @@ afterAll(async () => {
   if (failures.length > 0) throw new Error(failures.join("\n"));
 });
 
+/** The sweeps' reports (src/index.ts logs each), with when they came. */
+const sweeps: Array<{ at: number; report: any }> = [];
+const noteSweep = (line: string) => {
+  const start = line.indexOf('{"sweep":');
+  if (start < 0) return;
+  try {
+    sweeps.push({ at: Date.now(), report: JSON.parse(line.slice(start)).sweep });
+  } catch {
+    // not the whole report on this line
+  }
+};
+
 const tail = (lines = 120) => stacks.at(-1)?.tail(lines) ?? "";
 const total = (counts: Record<string, number>) => Object.values(counts).reduce((n, v) => n + v, 0);
 const openOf = (counts: Record<string, number>) => NON_FINAL.reduce((n, s) => n + (counts[s] ?? 0), 0);
@@ -306,6 +330,13 @@ const countBy = <T>(items: T[], key: (t: T) => string) =>
     acc[key(t)] = (acc[key(t)] ?? 0) + 1;
     return acc;
   }, {});
+
+/** How many of `offsets` fall in each `width` from 0 on. */
+const countsPer = (offsets: number[], width: number): number[] => {
+  const counts = times(Math.ceil((Math.max(0, ...offsets) + 1) / width), () => 0);
+  for (const o of offsets) counts[Math.floor(o / width)]!++;
+  return counts;
+};
 
 /** Runs `task` over `items` with at most `limit` at once. */
 async function each<T>(items: T[], limit: number, task: (item: T) => Promise<void>): Promise<void> {
@@ -402,42 +433,56 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
     const calls = () => origins.flatMap((o) => o.calls);
 
     // 1. The stack, as npm start runs it, from a snapshot: both starts run the same code.
-    const first = await startStack({ snapshot: true, label: "run 1", env: { CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS) } });
+    const first = await startStack({
+      snapshot: true,
+      label: "run 1",
+      onLine: noteSweep,
+      env: { CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS) },
+    });
     stacks.push(first);
     figures.startMs = Date.now() - t0;
     cpu.sample(first);
     const api = (method: string, path: string, body?: unknown, token?: string) =>
       stacks.at(-1)!.api(method, path, body, token ? { token } : {});
 
-    // 2. The tenants and their one-off jobs, each tenant's in one batch.
+    // 2. The tenants, and their one-off jobs, each tenant's in one batch per wave.
     const plans = new Map<string, JobPlan>(); // by job id
     const dueAt = new Map<string, number>(); // by job id
-    for (const tenant of TENANTS) {
-      const made = await api("POST", "/v1/tenants", { name: `crowd-${tenant.label}`, ...(tenant.limits && { limits: tenant.limits }) });
-      expect(made.status, JSON.stringify(made.json)).toBe(201);
-      const at = Date.now() + LEAD_MS;
-      const batch = await api(
-        "POST",
-        "/v1/jobs/batch",
-        {
-          jobs: tenant.jobs.map((j, i) => ({
-            name: `crowd-${tenant.label}-${j.kind}-${i}`,
-            schedule: { at: new Date(at + i * SPREAD_MS).toISOString() },
-            target: { url: `${originUrl(j.origin)}/${j.kind}?t=${tenant.label}`, method: "POST" },
-            retry: j.retry,
-            timeoutMs: j.timeoutMs,
-          })),
-        },
-        made.json.apiKey,
-      );
-      expect(batch.status, JSON.stringify(batch.json).slice(0, 1_000)).toBe(200);
-      expect(batch.json.failed, JSON.stringify(batch.json.results.filter((r: any) => r.status !== 201)).slice(0, 1_000)).toBe(0);
-      for (const [i, r] of (batch.json.results as any[]).entries()) {
-        plans.set(r.job.id, { ...tenant.jobs[i]!, tenant: tenant.label, key: `${tenant.label}#${i}` });
-        dueAt.set(r.job.id, at + i * SPREAD_MS);
+    const apiKeys = new Map<string, string>(); // by tenant label
+    const createWave = async (afterRestart: boolean) => {
+      for (const tenant of TENANTS) {
+        const jobs = tenant.jobs.map((j, i) => ({ ...j, tenant: tenant.label, key: `${tenant.label}#${i}` }));
+        const wave = jobs.filter((j) => (j.afterRestart ?? false) === afterRestart);
+        if (wave.length === 0) continue;
+        if (!apiKeys.has(tenant.label)) {
+          const made = await api("POST", "/v1/tenants", { name: `crowd-${tenant.label}`, ...(tenant.limits && { limits: tenant.limits }) });
+          expect(made.status, JSON.stringify(made.json)).toBe(201);
+          apiKeys.set(tenant.label, made.json.apiKey);
+        }
+        const at = Date.now() + LEAD_MS;
+        const batch = await api(
+          "POST",
+          "/v1/jobs/batch",
+          {
+            jobs: wave.map((j, i) => ({
+              name: `crowd-${j.key.replace("#", "-")}-${j.kind}`,
+              schedule: { at: new Date(at + i * SPREAD_MS).toISOString() },
+              target: { url: `${originUrl(j.origin)}/${j.kind}?t=${tenant.label}`, method: "POST" },
+              retry: j.retry,
+              timeoutMs: j.timeoutMs,
+            })),
+          },
+          apiKeys.get(tenant.label),
+        );
+        expect(batch.status, JSON.stringify(batch.json).slice(0, 1_000)).toBe(200);
+        expect(batch.json.failed, JSON.stringify(batch.json.results.filter((r: any) => r.status !== 201)).slice(0, 1_000)).toBe(0);
+        for (const [i, r] of (batch.json.results as any[]).entries()) {
+          plans.set(r.job.id, wave[i]!);
+          dueAt.set(r.job.id, at + i * SPREAD_MS);
+        }
       }
-    }
-    const runsExpected = plans.size;
+    };
+    await createWave(false);
     const lastDue = Math.max(...dueAt.values());
     figures.createdBeforeLastDueMs = lastDue - Date.now();
 
@@ -460,7 +505,7 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
     await first.kill9(); // fails unless every process of the group is gone and the port refuses connections
 
     // 4. The same stack again, on the same state and port; then the cron trigger, whose sweep repairs what the kill lost.
-    const second = await first.restart({ label: "run 2" });
+    const second = await first.restart({ label: "run 2", onLine: noteSweep });
     stacks.push(second);
     cpu.sample(second);
     const cron = await fetch(`${second.base}/cdn-cgi/local/scheduled?cron=${encodeURIComponent(CRON)}`, {
@@ -469,16 +514,21 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
     expect(cron.status, await cron.text()).toBe(200);
     const repairedAt = Date.now();
     figures.downMs = repairedAt - crashAt;
+    await createWave(true);
+    const runsExpected = plans.size;
 
     // 5. Until every run is final, or the deadline: the assertions below say what is not.
     let byState: Record<string, number> = {};
     let drained = false;
+    /** Seconds after the restart, and the runs final then. */
+    const progress: string[] = [];
     for (const deadline = repairedAt + DRAIN_TIMEOUT_MS; Date.now() < deadline; ) {
       if (second.exited) throw new Error(`the restarted stack exited (${JSON.stringify(second.exited)})\n${tail()}`);
       cpu.sample(second);
       const m = await api("GET", "/v1/metrics?window=1h").catch((err: Error) => ({ status: 0, json: String(err) }));
       if (m.status === 200) {
         byState = m.json.runsByState;
+        progress.push(`${Math.round((Date.now() - repairedAt) / 1_000)}s:${total(byState) - openOf(byState)}`);
         if (total(byState) >= runsExpected && openOf(byState) === 0) {
           drained = true;
           break;
@@ -492,6 +542,7 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
     await sleep(1_000);
 
     // 6. Every job's runs, each read whole.
+    const readStart = Date.now();
     const runsOf = new Map<string, any[]>(); // by job id
     const readErrors: string[] = [];
     await each([...plans.keys()], 4, async (jobId) => {
@@ -506,6 +557,7 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
       runsOf.set(jobId, runs);
     });
     const runs = [...runsOf.values()].flat();
+    figures.readMs = Date.now() - readStart;
     const runById = new Map(runs.map((r) => [r.id, r]));
     const planOfRun = (run: any) => plans.get(run.jobId)!;
 
@@ -544,7 +596,8 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
       const run = runById.get(c.runId);
       return !run || run.jobId !== c.jobId || !(c.attempt >= 1 && c.attempt <= run.attempts) || planOfRun(run).kind !== c.kind;
     });
-    const backlogPeak = origins.find((o) => o.name === "b")!.open.get("backlog")?.peak ?? 0;
+    const backlogOpen = origins.find((o) => o.name === "b")!.open.get("backlog");
+    const backlogPeak = backlogOpen?.peak ?? 0;
 
     const cpuMs = cpu.msByRole();
     const attempts = runs.reduce((n, r) => n + r.attempts, 0);
@@ -572,12 +625,28 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
       attemptsCalledTwiceOrMore: Object.values(perAttempt).filter((n) => n > 1).length,
       attemptsTimedOut: runs.flatMap((r) => r.attemptLog as Attempt[]).filter((a) => a.outcome === "timed_out").length,
       backlogPeakInFlight: backlogPeak,
+      backlogPeakAfterRestartMs: backlogOpen ? backlogOpen.peakAt - repairedAt : null,
+      // Each sweep after the restart: when, shards passed, jobs repaired, shards that ran due work.
+      sweepsAfterRestart: sweeps
+        .filter((w) => w.at >= crashAt)
+        .map(
+          (w) => `${Math.round((w.at - repairedAt) / 1_000)}s:${w.report.shards}/${w.report.jobsRepaired}/${w.report.shardsThatRanDueWork}`,
+        )
+        .join(" "),
       cpuMsScheduler: Math.round(cpuMs.scheduler ?? 0),
       cpuMsRunner: Math.round(cpuMs.runner ?? 0),
       cpuMsPerRunScheduler: perRun(cpuMs.scheduler),
       cpuMsPerRunRunner: perRun(cpuMs.runner),
       workerdProcesses: cpu.processes(),
       drainAfterLastDueMs: drainedAt - lastDue,
+      finalRunsAfterRestart: progress.join(" "),
+      // The backlog's target calls per 10 s, from the restart on: how admission resumed.
+      backlogCallsPer10s: countsPer(
+        calls()
+          .filter((c) => c.tenant === "backlog" && c.receivedAt >= repairedAt)
+          .map((c) => c.receivedAt - repairedAt),
+        10_000,
+      ).join(" "),
       drainAfterRestartMs: drainedAt - repairedAt,
       totalMs: Date.now() - t0,
     });
@@ -589,7 +658,7 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
         "calls per attempt, max",
         `${callsPerAttemptMax} (bound ${CALLS_PER_ATTEMPT_BOUND}; ${figures.attemptsCalledTwiceOrMore} attempts called more than once)`,
       ],
-      ["backlog in flight, peak", `${backlogPeak} (limit ${BACKLOG_LIMIT})`],
+      ["backlog in flight, peak", `${backlogPeak} (limit ${BACKLOG_LIMIT}), ${figures.backlogPeakAfterRestartMs} ms after the restart`],
       ["CPU ms per run, scheduler", `${figures.cpuMsPerRunScheduler} (${figures.cpuMsScheduler} ms in all; bound ${CPU_MS_PER_RUN_BOUND})`],
       ["CPU ms per run, runner", `${figures.cpuMsPerRunRunner} (${figures.cpuMsRunner} ms in all)`],
       ["kill", `${figures.killReason}, ${figures.killAfterLastDueMs} ms after the last run fell due; down ${figures.downMs} ms`],
