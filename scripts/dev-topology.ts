@@ -19,6 +19,8 @@ const SCHEDULER_CONFIG = "wrangler.toml";
 const RUNNER_CONFIG = "runner/wrangler.toml";
 /** runner/wrangler.toml's `name`: its file in the dev registry is named so. */
 export const RUNNER_NAME = "edgecron-runner";
+/** wrangler.toml's `name`, the scheduler's file in the dev registry. */
+export const SCHEDULER_NAME = "edgecron";
 
 /** EDGECRON_TOPOLOGY's value, or the default; throws naming the variable and the choices. */
 export function topologyOf(value: string | undefined): Topology {

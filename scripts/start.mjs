@@ -11,11 +11,11 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { once } from "node:events";
-import { existsSync, mkdirSync, readFileSync, writeFileSync, writeSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, relative } from "node:path";
 import { clock, eachLine, lastLines, logLine, openLog, quietConsole, sweepLine } from "./dev-output.ts";
-import { processConfigs, runnerRegistered, topologyOf } from "./dev-topology.ts";
+import { processConfigs, RUNNER_NAME, runnerRegistered, SCHEDULER_NAME, topologyOf } from "./dev-topology.ts";
 
 const port = Number(process.env.PORT ?? 8787);
 const token = process.env.API_TOKEN ?? "dev-admin-token-for-local-use-only";
@@ -199,6 +199,14 @@ process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
 
 const configs = processConfigs(topology);
+// Entries a stack that was killed (kill -9, a crash) left behind name ports nobody listens on
+// any more: read by the new processes, the scheduler would start before its runner had
+// registered and the queue would send to the dead one, the runner would report to the dead
+// scheduler, and every dispatch and report would be lost until wrangler noticed (30 to 80 s,
+// attempts called up to 5 times: test/wrangler-dev/crowd.test.ts). Each Worker writes its own
+// entry again once it is up; one of another stack of these Workers on the same registry would
+// be overwritten by this one anyway, the registry being keyed by Worker name.
+for (const name of [RUNNER_NAME, SCHEDULER_NAME]) rmSync(join(registry, name), { force: true });
 for (const [i, configsOfOne] of configs.entries()) {
   const servesApi = i === configs.length - 1;
   await wranglerDev(configsOfOne, servesApi);
