@@ -1,4 +1,5 @@
 import { config } from "../config";
+import { parseRetryAfter } from "../model/retry-after";
 import type { Outcome, RunOrder } from "../protocol/queue-messages";
 import type { DeliveredAnswer } from "../qstash/callback-body";
 import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
@@ -250,12 +251,4 @@ async function describe(base: { runId: string; fence: number }, response: Respon
 export function sameOrigin(from: URL, to: URL): boolean {
   if (from.origin === to.origin) return true;
   return from.protocol === "http:" && to.protocol === "https:" && from.hostname === to.hostname && from.port === "" && to.port === "";
-}
-
-/** Retry-After as seconds or an HTTP date, in ms from now; undefined when absent or unreadable. */
-export function parseRetryAfter(value: string | null, nowMs: number): number | undefined {
-  if (value === null) return undefined;
-  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }

@@ -1,4 +1,5 @@
 import { DEFAULT_RETRY } from "../model/job";
+import { retryAfterCap } from "../model/retry-after";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "../model/run-states";
 import { type Dispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
 import { type Answer, done, refuse } from "../protocol/shard-rpc";
@@ -324,7 +325,9 @@ export class RunLedger {
       const changes = { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` };
       this.moves.move(run, "cancel", changes, now, attempt);
     } else if (decision === "retry") {
-      const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
+      // A target's Retry-After may lengthen the wait, never past what the job's policy allows.
+      const cap = retryAfterCap(retry.backoff.maxMs, job !== null && targetOfRun(job.spec, run.id)?.qstash !== undefined);
+      const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), Math.min(retryAfterMs, cap));
       this.moves.move(run, "retry", { dueAt: now + delay, status, error }, now, attempt);
     } else {
       this.moves.move(run, decision, { dueAt: null, finishedAt: now, status, error }, now, attempt);

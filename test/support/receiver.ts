@@ -65,6 +65,10 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
         res.statusCode = statuses[(list.length - 1) % statuses.length]!;
         const location = url.searchParams.get("location");
         if (location !== null) res.setHeader("location", location);
+        // ?retryAfter= is sent as Retry-After, a list taken in turn like ?status= (an empty item: none).
+        const retryAfters = url.searchParams.get("retryAfter")?.split(",");
+        const retryAfter = retryAfters?.[(list.length - 1) % retryAfters.length];
+        if (retryAfter) res.setHeader("retry-after", retryAfter);
         const streamed = url.searchParams.get("streamBytes");
         if (streamed !== null) {
           const tally = sent.get(name) ?? { bytes: 0, cutShort: 0 };
