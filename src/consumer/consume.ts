@@ -17,6 +17,7 @@ import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { type Delivery, oncePerDispatch, redeliveryDelay, unpack } from "./deliveries";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 import { FairSlots } from "./fair-slots";
+import { LeaseKeeper } from "./lease-keeper";
 import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
 
@@ -97,9 +98,17 @@ async function runShardGroup(
 ): Promise<void> {
   const keep = (outcomes: Outcome[]) => dispatchQueue(env, shard).send({ kind: "outcomes", shard, outcomes }, { contentType: "json" });
   const reporter = new OutcomeReporter(stub, shard, work.length, keep);
+  const leases = new LeaseKeeper((_, renewals) => stub.renewLeases(renewals));
   await settleAll(
     work.map(async ({ delivery, order }) => {
-      const outcome = await executeTarget(order, context, connections.of(order.tenantId));
+      leases.wait(shard, order);
+      const outcome = await executeTarget(order, context, connections.of(order.tenantId), () => leases.mayStart(order));
+      if (outcome === null) {
+        // Not started: its lease could not cover the attempt. The lease ends and its shard sends it again.
+        reporter.forgo();
+        delivery.done();
+        return;
+      }
       breakers.note(delivery.dispatch, outcome);
       if (await reporter.report(outcome)) delivery.done();
       else delivery.again();
@@ -122,7 +131,9 @@ async function ordersOf(stub: ShardApi, shard: string, deliveries: Delivery[]): 
   if (thin.length === 0) return work;
   let opened: OpenResult[];
   try {
-    opened = await stub.open(thin.map((d) => ({ runId: d.dispatch.runId, fence: d.dispatch.fence })));
+    opened = await stub.open(
+      thin.map(({ dispatch: d }) => ({ runId: d.runId, fence: d.fence, ...(d.leaseUntil !== undefined && { leaseUntil: d.leaseUntil }) })),
+    );
   } catch (err) {
     console.error(`open at ${shard} failed`, err);
     for (const d of thin) d.again();

@@ -69,6 +69,6 @@ export function packDispatches(shard: string, dispatches: readonly KeyedDispatch
   return batches;
 }
 
-function withoutOrder({ order: _, ...dispatch }: KeyedDispatch): KeyedDispatch {
-  return dispatch;
+function withoutOrder({ order, ...dispatch }: KeyedDispatch): KeyedDispatch {
+  return { ...dispatch, ...(order?.leaseUntil !== undefined && { leaseUntil: order.leaseUntil }) };
 }
