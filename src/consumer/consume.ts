@@ -17,6 +17,7 @@ import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { type Delivery, oncePerDispatch, redeliveryDelay, unpack } from "./deliveries";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 import { FairSlots } from "./fair-slots";
+import { keptMessages } from "./kept-outcomes";
 import { LeaseKeeper } from "./lease-keeper";
 import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
@@ -96,7 +97,10 @@ async function runShardGroup(
   breakers: BreakerLog,
   { shard, stub, work }: ShardGroup,
 ): Promise<void> {
-  const keep = (outcomes: Outcome[]) => dispatchQueue(env, shard).send({ kind: "outcomes", shard, outcomes }, { contentType: "json" });
+  const keep = async (outcomes: Outcome[]) => {
+    for (const batch of keptMessages(shard, outcomes))
+      await dispatchQueue(env, shard).sendBatch(batch.map((body) => ({ body, contentType: "json" as const })));
+  };
   const reporter = new OutcomeReporter(stub, shard, work.length, keep);
   const leases = new LeaseKeeper((_, renewals) => stub.renewLeases(renewals));
   await settleAll(

@@ -75,9 +75,10 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
           sent.set(name, tally);
           return streamBody(res, Number(streamed), tally);
         }
-        // ?body= is answered as the response body (a workflow step's result); ?bodyBytes= with that many bytes.
+        // ?body= is answered as the response body (a workflow step's result); ?bodyBytes= with that many bytes (of ?bodyChar=, else "x").
         const size = url.searchParams.get("bodyBytes");
-        res.end(size !== null ? "x".repeat(Number(size)) : (url.searchParams.get("body") ?? "ok"));
+        const char = url.searchParams.get("bodyChar") ?? "x";
+        res.end(size !== null ? char.repeat(Number(size)) : (url.searchParams.get("body") ?? "ok"));
       }, delay);
     });
   });
