@@ -132,7 +132,8 @@ export interface ShardMetrics {
 }
 
 /** A shard's answer for a dispatch that came without its order: the order, or `stale` (the attempt has its outcome, or was replaced). */
-export type OpenResult = { result: "stale"; runId: string; fence: number } | ({ result: "open" } & RunOrder);
+/** `later`: the answer was full (it is bounded by bytes); the dispatch is to be asked for again. */
+export type OpenResult = { result: "stale" | "later"; runId: string; fence: number } | ({ result: "open" } & RunOrder);
 
 /** What a long-running target reports through POST /v1/runs/:id/complete. */
 export interface Completion {

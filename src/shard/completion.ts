@@ -11,6 +11,14 @@ import type { ShardStore } from "./store";
 import type { Workflows } from "./workflows";
 
 /**
+ * The most of orders one `open` answers, as JSON (at least one order): an order that travels
+ * without its message holds a target's body, up to 1 MiB for a QStash message, and a batch may
+ * hold 100 of them; answered whole, they were 140 MB for a consumer with 128 MB. Those past it
+ * are answered `later`: the consumer has them come again.
+ */
+export const OPEN_ANSWER_BYTES = 4_000_000;
+
+/**
  * Completion: the consumer's side of a run and the long-running target's. An attempt begins
  * when its run is dispatched (ledger.ts); an outcome, a completion or a heartbeat counts only
  * for the current attempt (docs/architecture.md, invariants 4 and 5). Anything stale changes
@@ -31,6 +39,7 @@ export class Completions {
    * backlog) is stale, since the copy sent again carries the attempt now.
    */
   open(dispatches: Array<Dispatch & { leaseUntil?: number }>): OpenResult[] {
+    let bytes = 0;
     return dispatches.map((d): OpenResult => {
       const leased = this.ledger.currentLease(d);
       const run = leased && (d.leaseUntil === undefined || d.leaseUntil === leased.leaseUntil) ? leased : null;
@@ -40,7 +49,12 @@ export class Completions {
       if (!run || !job || !target || !attempt) return { result: "stale", runId: d.runId, fence: d.fence };
       const signing = signingOf(this.store.getTenant(job.tenantId));
       const input = run.parentRunId === null ? null : this.workflows.inputOf(run, job);
-      return { result: "open", ...runOrder(run, job, target, signing, attempt.completionToken, input, run.leaseUntil) };
+      const order = runOrder(run, job, target, signing, attempt.completionToken, input, run.leaseUntil);
+      // The answer is a page: an order that would take it past OPEN_ANSWER_BYTES is to be asked for again.
+      const size = JSON.stringify(order).length;
+      if (bytes > 0 && bytes + size > OPEN_ANSWER_BYTES) return { result: "later", runId: d.runId, fence: d.fence };
+      bytes += size;
+      return { result: "open", ...order };
     });
   }
 

@@ -68,7 +68,9 @@ export class Firing {
    * The due fires of up to `limit` jobs, earliest first, become runs (subject to each job's
    * misfire, overlap and maxRuns rules), and each job moves to its next fire, due after `now`,
    * so the next call goes on with the jobs left. Returns how many due jobs it took: fewer than
-   * `limit` means none was left due. Safe to run again: run ids are derived
+   * `limit` means none was left due, or the page's bytes ran out (fired-through.ts,
+   * DUE_PAGE_BYTES): the alarm then ends its tick, and the one it re-arms for now goes on, so
+   * that a tick holds one page of large jobs at most. Safe to run again: run ids are derived
    * (docs/architecture.md, invariant 2).
    */
   fireDue(now: number, limit: number): number {
