@@ -1,5 +1,4 @@
-import type { Outcome, OutcomesMessage } from "../protocol/queue-messages";
-import { QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES } from "../shard/dispatch-packs";
+import { type Outcome, type OutcomesMessage, QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES } from "../protocol/queue-messages";
 
 /**
  * A queue message holds at most 128 KB (1 KB = 1,000 bytes), with room here for the Queue's own

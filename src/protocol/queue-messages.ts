@@ -132,6 +132,10 @@ export const isOutcomesMessage = (m: QueueMessage): m is OutcomesMessage => "kin
 
 export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m && m.kind !== "outcomes";
 
+/** The Queues limits a `sendBatch` must keep to: 100 messages, 256 KB in all (1 KB = 1,000 bytes); a message holds at most 128 KB. */
+export const QUEUE_BATCH_MESSAGES = 100;
+export const QUEUE_BATCH_BYTES = 256_000;
+
 /** An attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;
 
