@@ -17,6 +17,8 @@ import { BreakerLog, holdDispatches, screenDispatches } from "./breakers";
 import { type Delivery, oncePerDispatch, redeliveryDelay, unpack } from "./deliveries";
 import { type ExecuteContext, executeContext, executeTarget } from "./execute";
 import { FairSlots } from "./fair-slots";
+import { keptMessages } from "./kept-outcomes";
+import { LeaseKeeper } from "./lease-keeper";
 import { deliverOutbox } from "./outbox";
 import { OutcomeReporter } from "./reporter";
 
@@ -80,12 +82,14 @@ interface ShardGroup {
   shard: string;
   stub: ShardApi;
   work: Array<{ delivery: Delivery; order: RunOrder }>;
+  /** Dispatches whose orders did not fit the shard's answer (it is bounded by bytes): opened once `work` is done. */
+  later: Delivery[];
 }
 
 async function ordersOfGroup(env: Env, shard: string, deliveries: Delivery[]): Promise<ShardGroup> {
   failpoint("consumer.beforeExecute", shard);
   const stub = shardStub(env, shard);
-  return { shard, stub, work: await ordersOf(stub, shard, deliveries) };
+  return { shard, stub, ...(await ordersOf(stub, shard, deliveries)) };
 }
 
 async function runShardGroup(
@@ -93,40 +97,59 @@ async function runShardGroup(
   context: ExecuteContext,
   connections: FairSlots,
   breakers: BreakerLog,
-  { shard, stub, work }: ShardGroup,
+  { shard, stub, work, later }: ShardGroup,
 ): Promise<void> {
-  const keep = (outcomes: Outcome[]) => dispatchQueue(env, shard).send({ kind: "outcomes", shard, outcomes }, { contentType: "json" });
+  const keep = async (outcomes: Outcome[]) => {
+    for (const batch of keptMessages(shard, outcomes))
+      await dispatchQueue(env, shard).sendBatch(batch.map((body) => ({ body, contentType: "json" as const })));
+  };
   const reporter = new OutcomeReporter(stub, shard, work.length, keep);
+  const leases = new LeaseKeeper((_, renewals) => stub.renewLeases(renewals));
   await settleAll(
     work.map(async ({ delivery, order }) => {
-      const outcome = await executeTarget(order, context, connections.of(order.tenantId));
+      leases.wait(shard, order);
+      const outcome = await executeTarget(order, context, connections.of(order.tenantId), () => leases.mayStart(order));
+      if (outcome === null) {
+        // Not started: its lease could not cover the attempt. The lease ends and its shard sends it again.
+        reporter.forgo();
+        delivery.done();
+        return;
+      }
       breakers.note(delivery.dispatch, outcome);
       if (await reporter.report(outcome)) delivery.done();
       else delivery.again();
     }),
   );
+  // The next page of large orders, once this page's are done with: a consumer holds one page at
+  // a time (this page's orders are let go first: the batch's groups still point at the first).
+  work.splice(0);
+  if (later.length > 0) await runShardGroup(env, context, connections, breakers, { shard, stub, ...(await ordersOf(stub, shard, later)) });
 }
 
 /**
  * Each dispatch's order: the one it carries, or, for one that came without it (too large for a
- * message), the shard's (one `open` call for all of them). A stale one is done; if the shard
- * cannot be asked, those dispatches come again.
+ * message), the shard's (one `open` call for all of them, answered up to a bound in bytes: those
+ * past it are `later`, for the next page). A stale one is done; if the shard cannot be asked,
+ * those dispatches come again.
  */
-async function ordersOf(stub: ShardApi, shard: string, deliveries: Delivery[]): Promise<Array<{ delivery: Delivery; order: RunOrder }>> {
+async function ordersOf(stub: ShardApi, shard: string, deliveries: Delivery[]): Promise<Pick<ShardGroup, "work" | "later">> {
   const work: Array<{ delivery: Delivery; order: RunOrder }> = [];
+  const later: Delivery[] = [];
   const thin: Delivery[] = [];
   for (const delivery of deliveries) {
     if (delivery.dispatch.order) work.push({ delivery, order: delivery.dispatch.order });
     else thin.push(delivery);
   }
-  if (thin.length === 0) return work;
+  if (thin.length === 0) return { work, later };
   let opened: OpenResult[];
   try {
-    opened = await stub.open(thin.map((d) => ({ runId: d.dispatch.runId, fence: d.dispatch.fence })));
+    opened = await stub.open(
+      thin.map(({ dispatch: d }) => ({ runId: d.runId, fence: d.fence, ...(d.leaseUntil !== undefined && { leaseUntil: d.leaseUntil }) })),
+    );
   } catch (err) {
     console.error(`open at ${shard} failed`, err);
     for (const d of thin) d.again();
-    return work;
+    return { work, later };
   }
   // The shard answers in the order of the dispatches, one each.
   opened.forEach((answer, i) => {
@@ -134,11 +157,13 @@ async function ordersOf(stub: ShardApi, shard: string, deliveries: Delivery[]): 
     if (answer.result === "open") {
       const { result: _, ...order } = answer;
       work.push({ delivery, order });
+    } else if (answer.result === "later") {
+      later.push(delivery);
     } else {
       delivery.done();
     }
   });
-  return work;
+  return { work, later };
 }
 
 /** Outcomes a consumer kept on the queue for a shard it could not reach: reported now; a failure brings the message back. */

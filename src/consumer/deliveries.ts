@@ -58,10 +58,14 @@ export function unpack(messages: readonly Message<DispatchesMessage>[], resend?:
  * Copies of one dispatch in one batch (an at-least-once queue may deliver a message twice, and
  * a lease that ended sends its dispatch again) become one delivery, so its target is called
  * once for them all: done settles every copy; again brings one copy back and settles the rest.
+ * The copy made is the one whose order carries the latest lease (the shard's latest send): an
+ * earlier copy's lease has ended, and it may not start (src/consumer/lease-keeper.ts).
  */
 export function oncePerDispatch(deliveries: Delivery[]): Delivery[] {
   const copies = Map.groupBy(deliveries, (d) => `${d.shard}\n${d.dispatch.runId}\n${d.dispatch.fence}`);
-  return [...copies.values()].map(([first, ...twins]) => {
+  const leaseOf = (d: Delivery) => d.dispatch.order?.leaseUntil ?? d.dispatch.leaseUntil ?? 0;
+  return [...copies.values()].map((all) => {
+    const [first, ...twins] = all.length > 1 ? all.toSorted((a, b) => leaseOf(b) - leaseOf(a)) : all;
     if (twins.length === 0) return first!;
     const settleTwins = () => {
       for (const twin of twins) twin.done();

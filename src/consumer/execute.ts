@@ -1,4 +1,5 @@
 import { config } from "../config";
+import { parseRetryAfter } from "../model/retry-after";
 import type { Outcome, RunOrder } from "../protocol/queue-messages";
 import type { DeliveredAnswer } from "../qstash/callback-body";
 import { qstashOutcome, upstashHeaders } from "../qstash/delivery";
@@ -75,14 +76,22 @@ export function edgecronHeaders(order: RunOrder, completionToken: string, public
  * (src/consumer/fair-slots.ts), and its timeout starts only once it has one: time spent behind
  * other targets is not the target's. Redirect hops reuse
  * the attempt's slot, as the platform counts one request waiting at a time.
+ * With its slot, the request is sent only if `mayStart` (its attempt can still finish within its
+ * lease: src/consumer/lease-keeper.ts); if not, nothing is sent and there is no outcome (null).
  */
-export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connections: Slots): Promise<Outcome> {
+export async function executeTarget(
+  order: RunOrder,
+  ctx: ExecuteContext,
+  connections: Slots,
+  mayStart: () => boolean = () => true,
+): Promise<Outcome | null> {
   let request: PreparedRequest;
   try {
     request = await buildRequest(order, ctx);
   } catch (err) {
     // Keys missing or rotated away: nothing to send. Retryable, since fixing the keys helps.
     connections.forgo();
+    if (!mayStart()) return null;
     return {
       runId: order.runId,
       fence: order.fence,
@@ -92,9 +101,9 @@ export async function executeTarget(order: RunOrder, ctx: ExecuteContext, connec
     };
   }
 
-  const outcome = await connections.hold(() => send(order, ctx, request));
+  const outcome = await connections.hold(async () => (mayStart() ? send(order, ctx, request) : null));
   const meta = order.target.qstash;
-  if (!meta) return outcome;
+  if (!meta || outcome === null) return outcome;
   const decided = qstashOutcome(outcome, meta, order.attempt, request.nonRetryable);
   if ((meta.callback || meta.failureCallback) && ctx.qstashCallback) {
     const answer = request.answer ?? { status: 0, headers: {}, body: outcome.error ?? "" };
@@ -250,12 +259,4 @@ async function describe(base: { runId: string; fence: number }, response: Respon
 export function sameOrigin(from: URL, to: URL): boolean {
   if (from.origin === to.origin) return true;
   return from.protocol === "http:" && to.protocol === "https:" && from.hostname === to.hostname && from.port === "" && to.port === "";
-}
-
-/** Retry-After as seconds or an HTTP date, in ms from now; undefined when absent or unreadable. */
-export function parseRetryAfter(value: string | null, nowMs: number): number | undefined {
-  if (value === null) return undefined;
-  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }

@@ -61,6 +61,12 @@ export class OutcomeReporter {
     });
   }
 
+  /** An attempt the reporter was made for that will not be reported (it was not started). */
+  forgo(): void {
+    this.#executing--;
+    if (this.#executing <= 0) this.#flush();
+  }
+
   #flush(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;

@@ -44,14 +44,22 @@ export interface RunOrder extends Dispatch {
   step?: { runId: string; stepId: string };
   /** For a step whose target has no body: the JSON it is sent (the run and its parents' results). */
   input?: string;
+  /**
+   * When the attempt's lease ends (ms since the epoch), as the shard last set it: past it, the
+   * shard may send the dispatch again. The consumer starts no request that could not finish by
+   * then, and has the lease renewed while the order waits for a connection
+   * (src/consumer/lease-keeper.ts). Absent from an order of an earlier release.
+   */
+  leaseUntil?: number;
 }
 
 /**
  * A dispatch on its way: with what the consumer's circuit breakers need, and its order. An order
- * too large for a queue message travels without it (`dispatch-packs.ts`); the consumer then asks
- * the shard for it (`ShardApi.open`).
+ * too large for a queue message travels without it (`dispatch-packs.ts`), its lease's end
+ * beside it; the consumer then asks the shard for it (`ShardApi.open`), which opens only the
+ * dispatch of the lease it names (a copy from before a resend is stale).
  */
-export type KeyedDispatch = Dispatch & Partial<BreakerKey> & { order?: RunOrder };
+export type KeyedDispatch = Dispatch & Partial<BreakerKey> & { order?: RunOrder; leaseUntil?: number };
 
 /**
  * One dispatch on the Queue, with its shard's name, so that the consumer knows whom to ask.
@@ -124,8 +132,17 @@ export const isOutcomesMessage = (m: QueueMessage): m is OutcomesMessage => "kin
 
 export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" in m && m.kind !== "outcomes";
 
+/** The Queues limits a `sendBatch` must keep to: 100 messages, 256 KB in all (1 KB = 1,000 bytes); a message holds at most 128 KB. */
+export const QUEUE_BATCH_MESSAGES = 100;
+export const QUEUE_BATCH_BYTES = 256_000;
+
 /** An attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;
+
+/** A lease the consumer asks to renew (`ShardApi.renewLeases`): the dispatch, and the end of the lease its order knows. */
+export interface LeaseToRenew extends Dispatch {
+  leaseUntil: number;
+}
 
 /** What the consumer reports of one attempt: the target's answer, or why there was none. */
 export interface Outcome {

@@ -1,6 +1,6 @@
 import type { RunState } from "../model/run-states";
 import type { LagCounts } from "./alarm-lag";
-import type { Dispatch, Outcome, RunOrder } from "./queue-messages";
+import type { Dispatch, LeaseToRenew, Outcome, RunOrder } from "./queue-messages";
 import type { AttemptRow, JobDefinition, JobRuntime, RunRow, TenantSettings } from "./stored-rows";
 import type { ShardTotals } from "./totals";
 
@@ -132,7 +132,8 @@ export interface ShardMetrics {
 }
 
 /** A shard's answer for a dispatch that came without its order: the order, or `stale` (the attempt has its outcome, or was replaced). */
-export type OpenResult = { result: "stale"; runId: string; fence: number } | ({ result: "open" } & RunOrder);
+/** `later`: the answer was full (it is bounded by bytes); the dispatch is to be asked for again. */
+export type OpenResult = { result: "stale" | "later"; runId: string; fence: number } | ({ result: "open" } & RunOrder);
 
 /** What a long-running target reports through POST /v1/runs/:id/complete. */
 export interface Completion {
@@ -174,10 +175,12 @@ export interface ShardApi {
   trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">>;
   backfill(jobId: string, from: number, to: number): Promise<Answer<BackfillResult, "unknown_job" | "job_paused" | "too_many">>;
   /** The orders of leased attempts whose dispatch came without one (too large for a message); reads only. */
-  open(dispatches: Dispatch[]): Promise<OpenResult[]>;
+  open(dispatches: Array<Dispatch & { leaseUntil?: number }>): Promise<OpenResult[]>;
   report(outcomes: Outcome[]): Promise<Array<"recorded" | "stale">>;
   complete(runId: string, token: string, completion: Completion): Promise<Answer<RunView, TokenRefusal>>;
   heartbeat(runId: string, token: string, extendMs: number): Promise<Answer<{ leaseUntil: number }, TokenRefusal>>;
+  /** Leases of orders waiting at a consumer for a connection, renewed while still theirs: each one's new end, or null (it must not start). */
+  renewLeases(leases: LeaseToRenew[]): Promise<Array<number | null>>;
   retryRun(runId: string): Promise<Answer<RunView, "unknown_run" | "not_retryable">>;
   abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "ended" | "stale">>;
   /** A breaker is open for these dispatches' origin: their runs wait until `until`, attempts unspent; `giveUp`: they end dead, uncalled. */

@@ -1,10 +1,10 @@
 import type { PermitAsk } from "../gate/grants";
 import { permitKey } from "../gate/permit-keys";
 import { groupLimits } from "../model/flow-control";
-import { LEASE_GRACE_MS } from "../protocol/queue-messages";
 import type { RunRow, TenantSettings } from "../protocol/stored-rows";
 import { planAdmission } from "./admission";
 import type { ShardHost } from "./host";
+import { dispatchLeaseMs } from "./lease-length";
 import { type RunLedger, TICK_BATCH } from "./ledger";
 import type { ShardJob } from "./rows";
 import { stoppedFor } from "./run-stops";
@@ -158,7 +158,7 @@ export class Admitter {
         [...gated].map(async ([tenantId, runs]): Promise<[string, GateAnswer]> => {
           touched.add(tenantId);
           const limit = this.tenantLimit(tenantId);
-          const leaseMs = this.host.claimTimeoutMs() + Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)) + LEASE_GRACE_MS;
+          const leaseMs = dispatchLeaseMs(this.host.claimTimeoutMs(), 0, Math.max(...runs.map((r) => jobs.get(r.jobId)!.spec.timeoutMs)));
           // No more than the tenant's limit can be granted: asking for more only makes the gate work.
           const asks = admissionAsks(runs.slice(0, limit ?? runs.length), jobs, limit !== null, permitOf);
           const alsoWaiting = runs.length - asks.length + (joiningOf.get(tenantId)?.length ?? 0);

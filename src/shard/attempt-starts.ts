@@ -2,11 +2,10 @@ import { breakerKey } from "../gate/breaker";
 import { newCompletionToken } from "../model/ids";
 import type { StoredTarget } from "../model/job";
 import type { RunEvent } from "../model/run-states";
-import { LEASE_GRACE_MS } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import type { ShardHost } from "./host";
-import { deliveryAllowance } from "./leases";
+import { dispatchLeaseMs } from "./lease-length";
 import type { DispatchOutbox } from "./ledger-ports";
 import { runOrder, signingOf } from "./orders";
 import type { RunToWrite, ShardJob } from "./rows";
@@ -119,13 +118,13 @@ export class AttemptStarts {
   /** A leased attempt's dispatch, with its order, goes out after commit; its lease is listed for the alarm (leases.ts). */
   private sendLeased(run: LeasedRun, job: ShardJob, target: StoredTarget, token: string, until: number): void {
     const signing = signingOf(this.store.getTenant(job.tenantId));
-    const order = runOrder(run, job, target, signing, token, run.parentRunId === null ? null : this.steps.inputOf(run, job));
+    const order = runOrder(run, job, target, signing, token, run.parentRunId === null ? null : this.steps.inputOf(run, job), until);
     this.store.leases.lease(run.id, run.fence, until);
     this.outbox.send({ runId: run.id, fence: run.fence, ...breakerKey(job, target), order });
   }
 
   /** How long a lease taken now lasts: the dispatch's time to reach a consumer (doubling with each resend), the attempt's timeout, a grace. */
   private leaseMs(job: Pick<ShardJob, "spec">, runId: string, redispatches: number): number {
-    return deliveryAllowance(this.host.claimTimeoutMs(), redispatches) + stepPolicy(job.spec, runId).timeoutMs + LEASE_GRACE_MS;
+    return dispatchLeaseMs(this.host.claimTimeoutMs(), redispatches, stepPolicy(job.spec, runId).timeoutMs);
   }
 }

@@ -1,13 +1,22 @@
 import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "../model/attempt-states";
 import { parseCompletionToken } from "../model/ids";
-import { type Dispatch, LEASE_GRACE_MS, type Outcome } from "../protocol/queue-messages";
+import type { Dispatch, LeaseToRenew, Outcome } from "../protocol/queue-messages";
 import { type Answer, type Completion, done, type OpenResult, refuse, type TokenRefusal } from "../protocol/shard-rpc";
 import type { RunRow } from "../protocol/stored-rows";
 import { targetOfRun } from "../workflow/steps";
+import { runningLeaseMs, waitingLeaseMs } from "./lease-length";
 import type { RunLedger } from "./ledger";
 import { runOrder, signingOf } from "./orders";
 import type { ShardStore } from "./store";
 import type { Workflows } from "./workflows";
+
+/**
+ * The most of orders one `open` answers, as JSON (at least one order): an order that travels
+ * without its message holds a target's body, up to 1 MiB for a QStash message, and a batch may
+ * hold 100 of them; answered whole, they were 140 MB for a consumer with 128 MB. Those past it
+ * are answered `later`: the consumer has them come again.
+ */
+export const OPEN_ANSWER_BYTES = 4_000_000;
 
 /**
  * Completion: the consumer's side of a run and the long-running target's. An attempt begins
@@ -25,18 +34,27 @@ export class Completions {
   /**
    * The orders of leased attempts whose dispatch travelled without one (too large for a queue
    * message, dispatch-packs.ts): read from the run as its dispatch left it. Writes nothing: the
-   * attempt began when it was dispatched.
+   * attempt began when it was dispatched. A dispatch that names the end of its lease is opened
+   * only while that is the run's lease: a copy from before the shard sent it again (a queue's
+   * backlog) is stale, since the copy sent again carries the attempt now.
    */
-  open(dispatches: Dispatch[]): OpenResult[] {
+  open(dispatches: Array<Dispatch & { leaseUntil?: number }>): OpenResult[] {
+    let bytes = 0;
     return dispatches.map((d): OpenResult => {
-      const run = this.ledger.currentLease(d);
+      const leased = this.ledger.currentLease(d);
+      const run = leased && (d.leaseUntil === undefined || d.leaseUntil === leased.leaseUntil) ? leased : null;
       const job = run && this.store.getJob(run.jobId);
       const target = job && targetOfRun(job.spec, d.runId);
       const attempt = run && this.store.attempts.runAndAttempt(run.id, run.fence).attempt;
       if (!run || !job || !target || !attempt) return { result: "stale", runId: d.runId, fence: d.fence };
       const signing = signingOf(this.store.getTenant(job.tenantId));
       const input = run.parentRunId === null ? null : this.workflows.inputOf(run, job);
-      return { result: "open", ...runOrder(run, job, target, signing, attempt.completionToken, input) };
+      const order = runOrder(run, job, target, signing, attempt.completionToken, input, run.leaseUntil);
+      // The answer is a page: an order that would take it past OPEN_ANSWER_BYTES is to be asked for again.
+      const size = JSON.stringify(order).length;
+      if (bytes > 0 && bytes + size > OPEN_ANSWER_BYTES) return { result: "later", runId: d.runId, fence: d.fence };
+      bytes += size;
+      return { result: "open", ...order };
     });
   }
 
@@ -78,8 +96,25 @@ export class Completions {
   heartbeat(runId: string, token: string, extendMs: number, now: number): Answer<{ leaseUntil: number }, TokenRefusal> {
     const checked = this.checkToken(runId, token, "heartbeat");
     if (!checked.ok) return checked;
-    this.ledger.extendLease(checked.value, now + extendMs, extendMs + LEASE_GRACE_MS);
+    this.ledger.extendLease(checked.value, now + extendMs, runningLeaseMs(extendMs));
     return done({ leaseUntil: now + extendMs });
+  }
+
+  /**
+   * Leases of dispatched attempts whose orders still wait, at their consumer, for a connection
+   * (src/consumer/lease-keeper.ts): each still the lease its order knows, not yet ended, is
+   * renewed for a while more (`waitingLeaseMs`) and its new end answered; any other is null (the
+   * attempt has its outcome, or was replaced, or its lease ended and its dispatch may have been
+   * sent again: that order must not start).
+   */
+  renewLeases(leases: LeaseToRenew[], now: number): Array<number | null> {
+    return leases.map((l) => {
+      const run = this.ledger.currentLease(l);
+      if (!run || run.leaseUntil !== l.leaseUntil || l.leaseUntil <= now) return null;
+      const leaseMs = waitingLeaseMs(this.ledger.timeoutOf(run));
+      this.ledger.extendLease(run, now + leaseMs, leaseMs);
+      return now + leaseMs;
+    });
   }
 
   /**

@@ -1,4 +1,4 @@
-import type { DispatchPack, KeyedDispatch } from "../protocol/queue-messages";
+import { type DispatchPack, type KeyedDispatch, QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES } from "../protocol/queue-messages";
 
 /**
  * Dispatches per queue message, at most. The Queue bills three operations per 64 KB of a
@@ -18,9 +18,8 @@ const MESSAGE_BYTES = 63_000;
  */
 const ORDER_MAX_BYTES = 48_000;
 
-/** The Queues limits a `sendBatch` must keep to: 100 messages, 256 KB in all (1 KB = 1,000 bytes). */
-export const QUEUE_BATCH_MESSAGES = 100;
-export const QUEUE_BATCH_BYTES = 256_000;
+export { QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES };
+
 /** Each message carries up to ~100 bytes of the Queue's own metadata, counted in a send's 256 KB. */
 const MESSAGE_OVERHEAD_BYTES = 100;
 
@@ -69,6 +68,6 @@ export function packDispatches(shard: string, dispatches: readonly KeyedDispatch
   return batches;
 }
 
-function withoutOrder({ order: _, ...dispatch }: KeyedDispatch): KeyedDispatch {
-  return dispatch;
+function withoutOrder({ order, ...dispatch }: KeyedDispatch): KeyedDispatch {
+  return { ...dispatch, ...(order?.leaseUntil !== undefined && { leaseUntil: order.leaseUntil }) };
 }

@@ -31,6 +31,14 @@ const WRITE_EVERY_JOBS = 1_000;
 const CLOCK_SKEW_MS = 60_000;
 
 /**
+ * The most of jobs' specs one read of due jobs takes (as SQLite counts a spec's length), each of
+ * its two queries: a job's sealed target holds its body, up to 1 MiB for a QStash message (1.4 MB
+ * sealed), so 60 such messages due together were 80 MB read at once, and the object's 128 MB
+ * ran out on every alarm. A job larger than this alone is a page of its own.
+ */
+export const DUE_PAGE_BYTES = 4_000_000;
+
+/**
  * How far the alarm has fired: the place in `jobs_next_due` (due time, then job id) of the last
  * job it took. The alarm reads due jobs after it, so a job whose fire leaves it nothing more to
  * fire (a one-off job; the last fire of a schedule with an end and no `maxRuns`) keeps its row
@@ -87,34 +95,44 @@ export class FiredThrough {
    * not changed since and is live and not frequent; one that does not (`stale`) is read all the
    * same, once, so that the position passes it: filtered out here, a shard's stale entries would
    * be read again by every call that asks for the first due one.
+   * A page ends at `limit` jobs or at `maxBytes` of their specs, whichever comes first (at least
+   * one job): the jobs after it are still due, and the next read takes them. Each query sums its
+   * specs' lengths in SQLite, over the `limit` entries it reads anyway, so a spec past the page
+   * is never read into memory.
    */
-  dueJobs(now: number, limit: number): ShardJob[] {
+  dueJobs(now: number, limit: number, maxBytes = DUE_PAGE_BYTES): ShardJob[] {
     const from = this.positions().fired ?? BEFORE_ALL;
     const own = this.sql
       .exec(
-        `SELECT *, id AS entry_job FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND paused = 0 AND deleted = 0
-         ORDER BY next_due_at, id LIMIT ?`,
+        `SELECT * FROM (SELECT *, SUM(length(spec)) OVER (ORDER BY next_due_at, id) AS page_bytes FROM (
+           SELECT *, id AS entry_job FROM jobs WHERE next_due_at <= ? AND (next_due_at, id) > (?, ?) AND paused = 0 AND deleted = 0
+           ORDER BY next_due_at, id LIMIT ?))
+         WHERE page_bytes <= ? OR page_bytes = length(spec) ORDER BY next_due_at, id`,
         now,
         from.dueAt,
         from.jobId,
         limit,
+        maxBytes,
       )
       .toArray();
     const carried = this.sql
       .exec(
-        `SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due,
-           runs.next_fires AS carried_fires, runs.next_version AS carried_version, jobs.next_fire_at AS row_fire
-         FROM runs JOIN jobs ON jobs.id = runs.job_id
-         WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?)
-         ORDER BY runs.next_due_at, runs.job_id LIMIT ?`,
+        `SELECT * FROM (SELECT *, SUM(length(spec)) OVER (ORDER BY carried_due, entry_job) AS page_bytes FROM (
+           SELECT jobs.*, runs.job_id AS entry_job, runs.next_fire_at AS carried_fire, runs.next_due_at AS carried_due,
+             runs.next_fires AS carried_fires, runs.next_version AS carried_version, jobs.next_fire_at AS row_fire
+           FROM runs JOIN jobs ON jobs.id = runs.job_id
+           WHERE runs.next_due_at <= ? AND (runs.next_due_at, runs.job_id) > (?, ?)
+           ORDER BY runs.next_due_at, runs.job_id LIMIT ?))
+         WHERE page_bytes <= ? OR page_bytes = length(spec) ORDER BY carried_due, entry_job`,
         now,
         from.dueAt,
         from.jobId,
         limit,
+        maxBytes,
       )
       .toArray()
       .map((r): Row => ({ ...r, next_fire_at: r.carried_fire ?? null, next_due_at: r.carried_due ?? null, fires: r.carried_fires ?? 0 }));
-    return inOrder(own, carried, limit).map((r) => {
+    return inOrder(own, carried, limit, maxBytes).map(({ page_bytes: _, ...r }) => {
       const job: ShardJob = { ...toJob(r), firedAt: (r.row_fire as number | undefined) ?? null };
       if (r.carried_version === undefined) return job;
       const stale = r.carried_version !== r.version || job.paused || job.deleted || job.frequent;
@@ -250,15 +268,21 @@ function asFired(job: ShardJob): ShardJob {
   return { ...job, nextFireAt: null, dueAt: null, firedAt: job.nextFireAt };
 }
 
-/** Rows of two queries, each in the order of entries (`next_due_at`, `entry_job`), as one, up to `limit`. */
-function inOrder(a: Row[], b: Row[], limit: number): Row[] {
+/** Rows of two queries, each in the order of entries (`next_due_at`, `entry_job`), as one, up to `limit` rows and `maxBytes` of specs (at least one row). */
+function inOrder(a: Row[], b: Row[], limit: number, maxBytes: number): Row[] {
   const key = (r: Row): DuePosition => ({ dueAt: r.next_due_at as number, jobId: r.entry_job as string });
   const merged: Row[] = [];
+  let bytes = 0;
   let i = 0;
   let j = 0;
   while (merged.length < limit && (i < a.length || j < b.length)) {
     const takeA = j >= b.length || (i < a.length && behind(key(a[i]!), key(b[j]!)));
-    merged.push(takeA ? a[i++]! : b[j++]!);
+    const next = takeA ? a[i]! : b[j]!;
+    bytes += (next.spec as string).length;
+    if (merged.length > 0 && bytes > maxBytes) break;
+    merged.push(next);
+    if (takeA) i++;
+    else j++;
   }
   return merged;
 }

@@ -71,7 +71,9 @@ export class Firing {
    * runs (one at least), and one whose runs would pass `limit` is left due for the next call,
    * unless nothing was fired yet and `first` says this call must make progress (one job's
    * fires are CATCH_UP_CAP and a minute's on-time ones at most, under a tick's TICK_BATCH).
-   * Returns the work done and whether due jobs were left. Safe to run again: run ids are
+   * The due jobs are read in a page bounded by bytes too (fired-through.ts, DUE_PAGE_BYTES): a
+   * page cut short by its bytes ends the tick, and the alarm re-armed for now goes on, so that a
+   * tick holds one page of large jobs at most. Returns the work done and whether due jobs were left. Safe to run again: run ids are
    * derived (docs/architecture.md, invariant 2).
    */
   fireDue(now: number, limit: number, first = true): { work: number; more: boolean } {

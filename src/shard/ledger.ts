@@ -1,6 +1,7 @@
 import { DEFAULT_RETRY } from "../model/job";
+import { retryAfterCap } from "../model/retry-after";
 import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } from "../model/run-states";
-import { type Dispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
+import type { Dispatch } from "../protocol/queue-messages";
 import { type Answer, done, refuse } from "../protocol/shard-rpc";
 import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { retryDelay } from "../schedule/backoff";
@@ -8,6 +9,7 @@ import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
 import { AttemptStarts, type WorkflowSteps } from "./attempt-starts";
 import type { ShardHost } from "./host";
+import { runningLeaseMs } from "./lease-length";
 import { MAX_REDISPATCHES } from "./leases";
 import type { DispatchOutbox, Settled } from "./ledger-ports";
 import type { RunToWrite, ShardJob } from "./rows";
@@ -162,7 +164,7 @@ export class RunLedger {
 
   /** The target answered 202: the lease restarts from its answer, and heartbeats extend it. */
   accept(run: RunRow, status: number, now: number): void {
-    const leaseMs = this.timeoutOf(run) + LEASE_GRACE_MS;
+    const leaseMs = runningLeaseMs(this.timeoutOf(run));
     this.store.attempts.accept(run.id, run.fence, status, now + leaseMs);
     // Likely sooner than the dispatch's lease, which allowed for the queue: looked at then.
     this.store.leases.lease(run.id, run.fence, now + leaseMs);
@@ -359,7 +361,9 @@ export class RunLedger {
       const changes = { dueAt: null, finishedAt: now, status, error: `${error ?? "failed"}; not retried: ${stopped}` };
       this.moves.move(run, "cancel", changes, now, attempt);
     } else if (decision === "retry") {
-      const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), retryAfterMs);
+      // A target's Retry-After may lengthen the wait, never past what the job's policy allows.
+      const cap = retryAfterCap(retry.backoff.maxMs, job !== null && targetOfRun(job.spec, run.id)?.qstash !== undefined);
+      const delay = Math.max(retryDelay(run.attempt + 1, retry.backoff, retry.jitter), Math.min(retryAfterMs, cap));
       this.moves.move(run, "retry", { dueAt: now + delay, status, error }, now, attempt);
     } else {
       this.moves.move(run, decision, { dueAt: null, finishedAt: now, status, error }, now, attempt);

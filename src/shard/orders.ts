@@ -22,6 +22,7 @@ export function runOrder(
   signing: Pick<RunOrder, "signingGeneration" | "legacySignature">,
   completionToken: string,
   input: string | null,
+  leaseUntil: number | null,
 ): RunOrder {
   const step = stepOfRun(run.id);
   return {
@@ -36,5 +37,6 @@ export function runOrder(
     timeoutMs: stepPolicy(job.spec, run.id).timeoutMs,
     completionToken,
     ...(step && { step, ...(input !== null && { input }) }),
+    ...(leaseUntil !== null && { leaseUntil }),
   };
 }

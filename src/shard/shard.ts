@@ -1,6 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { failpoint } from "../faults";
-import type { Dispatch, Outcome } from "../protocol/queue-messages";
+import type { Dispatch, LeaseToRenew, Outcome } from "../protocol/queue-messages";
 import {
   type Answer,
   type BackfillResult,
@@ -215,7 +215,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   // ---- RPC: the consumer's side and long-running targets ----
 
-  async open(dispatches: Dispatch[]): Promise<OpenResult[]> {
+  async open(dispatches: Array<Dispatch & { leaseUntil?: number }>): Promise<OpenResult[]> {
     return this.runtime.metered("open", async () => this.completions.open(dispatches));
   }
 
@@ -240,6 +240,14 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.runtime.metered("heartbeat", async () => {
       const answer = this.runtime.change((now) => this.completions.heartbeat(runId, token, extendMs, now));
       if (answer.ok) await this.runtime.settle();
+      return answer;
+    });
+  }
+
+  async renewLeases(leases: LeaseToRenew[]): Promise<Array<number | null>> {
+    return this.runtime.metered("renewLeases", async () => {
+      const answer = this.runtime.change((now) => this.completions.renewLeases(leases, now));
+      await this.runtime.settle();
       return answer;
     });
   }

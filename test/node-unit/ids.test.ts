@@ -1,7 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { runCursor } from "../../src/app/pagination";
-import { parseRetryAfter } from "../../src/consumer/execute";
 import { PageQuery } from "../../src/model/common";
 import {
   chainDepthOf,
@@ -188,14 +187,5 @@ describe("ids", () => {
     expect(shardNamedBy("job_x")).toBeNull();
     expect(shardNumber("shard-900001")).toBe(900_001);
     expect(shardNumber("queue-1")).toBeNull();
-  });
-});
-
-describe("Retry-After", () => {
-  it("reads seconds and HTTP dates", () => {
-    expect(parseRetryAfter("120", 0)).toBe(120_000);
-    expect(parseRetryAfter(new Date(5_000).toUTCString(), 1_000)).toBe(4_000);
-    expect(parseRetryAfter(null, 0)).toBeUndefined();
-    expect(parseRetryAfter("soon", 0)).toBeUndefined();
   });
 });

@@ -13,7 +13,8 @@ export type { Hit };
  * hold, which stops when the client lets go); GET /log/<name> returns what <name>
  * received, in order of arrival; GET /peak/<name> how many of <name>'s requests were open at
  * once, at most (from arrival to answer), and how many are open now; GET /sent/<name> how many
- * bytes of streamed bodies <name>'s answers wrote, and how many of them ended before their end.
+ * bytes of streamed bodies <name>'s answers wrote, and how many of them ended before their end;
+ * GET /sizes/<name> each request's Idempotency-Key and body size, for bodies too large to log back.
  */
 export async function startReceiver(): Promise<{ url: string; server: Server; hits: Map<string, Hit[]> }> {
   const hits = new Map<string, Hit[]>();
@@ -30,6 +31,12 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
     if (kind === "peak" && req.method === "GET") {
       res.setHeader("content-type", "application/json");
       res.end(JSON.stringify(open.get(name) ?? { now: 0, peak: 0 }));
+      return;
+    }
+    if (kind === "sizes" && req.method === "GET") {
+      res.setHeader("content-type", "application/json");
+      const list = (hits.get(name) ?? []).map((h) => ({ key: h.headers["idempotency-key"], bytes: Buffer.byteLength(h.body) }));
+      res.end(JSON.stringify(list));
       return;
     }
     if (kind === "sent" && req.method === "GET") {
@@ -65,15 +72,20 @@ export async function startReceiver(): Promise<{ url: string; server: Server; hi
         res.statusCode = statuses[(list.length - 1) % statuses.length]!;
         const location = url.searchParams.get("location");
         if (location !== null) res.setHeader("location", location);
+        // ?retryAfter= is sent as Retry-After, a list taken in turn like ?status= (an empty item: none).
+        const retryAfters = url.searchParams.get("retryAfter")?.split(",");
+        const retryAfter = retryAfters?.[(list.length - 1) % retryAfters.length];
+        if (retryAfter) res.setHeader("retry-after", retryAfter);
         const streamed = url.searchParams.get("streamBytes");
         if (streamed !== null) {
           const tally = sent.get(name) ?? { bytes: 0, cutShort: 0 };
           sent.set(name, tally);
           return streamBody(res, Number(streamed), tally);
         }
-        // ?body= is answered as the response body (a workflow step's result); ?bodyBytes= with that many bytes.
+        // ?body= is answered as the response body (a workflow step's result); ?bodyBytes= with that many bytes (of ?bodyChar=, else "x").
         const size = url.searchParams.get("bodyBytes");
-        res.end(size !== null ? "x".repeat(Number(size)) : (url.searchParams.get("body") ?? "ok"));
+        const char = url.searchParams.get("bodyChar") ?? "x";
+        res.end(size !== null ? char.repeat(Number(size)) : (url.searchParams.get("body") ?? "ok"));
       }, delay);
     });
   });

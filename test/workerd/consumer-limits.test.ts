@@ -1,12 +1,13 @@
-import { createExecutionContext, createMessageBatch, env, getQueueResult, runInDurableObject } from "cloudflare:test";
+import { createExecutionContext, createMessageBatch, env, evictDurableObject, getQueueResult, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
 import { MAX_OPEN_CONNECTIONS } from "../../src/consumer/connections";
-import { armFault, disarmFaults } from "../../src/faults";
+import { armFault, disarmFault, disarmFaults } from "../../src/faults";
 import worker from "../../src/index";
 import type { Job } from "../../src/model/job";
 import type { DispatchMessage } from "../../src/protocol/queue-messages";
+import { dispatchLeaseMs } from "../../src/shard/lease-length";
 import type { Shard } from "../../src/shard/shard";
-import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, shardOf, waitForRun } from "./helpers";
+import { api, createJob, createTenant, FAR_CRON, getRun, hitsOf, makeRunDue, shardOf, waitForRun } from "./helpers";
 
 /**
  * The consumer within production's limits, one invocation at a time: each test hands the
@@ -204,5 +205,67 @@ describe("the consumer within production's limits", () => {
     expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(9);
     expect((await attemptsOf(tarpit.job)).map((x) => x.outcome)).toEqual(Array(8).fill("succeeded"));
     expect((await peakOf(slow)).peak).toBeLessThanOrEqual(MAX_OPEN_CONNECTIONS);
+  });
+  it("a target in a full batch is called once: the leases of orders waiting for a connection are renewed, not resent", async () => {
+    // Scaled from 100 dispatches to 10 s targets: 60 to targets of ~0.9 s (2 s timeouts) share
+    // 6 connections, so the last start ~9 s after the batch's. Their leases are what a claim
+    // timeout of 0 gives (2 s + the grace: 7 s), so the tail would outlive them while it waits.
+    const url = sharedTarget("full-batch")("delayMs=900");
+    const timeoutMs = 2_000;
+    const { job, messages } = await heldRuns(url, 60, timeoutMs);
+    const leaseUntil = Date.now() + dispatchLeaseMs(0, 0, timeoutMs);
+    await runInDurableObject(shardOf(job), async (_s: Shard, state) => {
+      const sql = state.storage.sql;
+      sql.exec("UPDATE runs SET lease_until = ? WHERE job_id = ? AND state = 'running'", leaseUntil, job.id);
+      sql.exec(
+        "INSERT INTO leases (due_at, first_run, runs) SELECT ?1, MIN(id), json_group_array(json_array(id, fence)) FROM runs WHERE job_id = ?2 AND state = 'running'",
+        leaseUntil,
+        job.id,
+      );
+      await state.storage.setAlarm(leaseUntil);
+    });
+    // The held dispatches are forgotten with the shard's memory; what it sends from now on (a
+    // lease that ended) reaches the real queue and its consumer.
+    await evictDurableObject(shardOf(job));
+    disarmFault("shard.queueSend");
+
+    const batch = batchOf(messages);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toHaveLength(60);
+    for (const { runId } of messages) await waitForRun(runId, ["succeeded", "dead", "failed"]);
+
+    const calls = Map.groupBy(await hitsOf(url), (h) => h.headers["idempotency-key"]!);
+    expect(messages.map((m) => calls.get(m.runId)?.length ?? 0)).toEqual(Array(60).fill(1));
+    expect((await attemptsOf(job)).map((a) => a.outcome)).toEqual(Array(60).fill("succeeded"));
+    const redispatched = await runInDurableObject(
+      shardOf(job),
+      (_s: Shard, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND redispatches > 0", job.id).one().n,
+    );
+    expect(redispatched).toBe(0);
+  });
+  it("a dispatch whose lease ended on its way (a queue's backlog) is not made when it comes: the copy sent again calls the target once", async () => {
+    const url = sharedTarget("late-order")("delayMs=1500");
+    const { job, messages } = await heldRuns(url, 1, 5_000);
+    const runId = messages[0]!.runId;
+    // The dispatch as the shard sent it, with its lease's end (its order too large for a message, say).
+    const { lease_until } = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT lease_until FROM runs WHERE id = ?", runId).one(),
+    );
+    const late = messages.map((m) => ({ ...m, leaseUntil: lease_until as number }));
+    await evictDurableObject(shardOf(job));
+    disarmFault("shard.queueSend");
+    // It is late: its lease ends, the shard sends it again, and the real queue's consumer calls the target.
+    await makeRunDue(job, runId);
+    await expect.poll(async () => (await hitsOf(url)).length).toBe(1);
+
+    // The first copy comes while the second's call is under way.
+    const batch = batchOf(late);
+    const ctx = createExecutionContext();
+    await consumer.queue!(batch, env, ctx);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toEqual(["m0"]);
+    await waitForRun(runId, ["succeeded"]);
+    expect(await hitsOf(url)).toHaveLength(1);
+    expect(await attemptsOf(job)).toEqual([{ run_id: runId, attempt: 1, outcome: "succeeded" }]);
   });
 });
