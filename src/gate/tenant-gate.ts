@@ -317,12 +317,12 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   /**
-   * Permits whose lease ran out are dropped, and their capacity handed on (when one is due: the
-   * alarm may be the recount's alone); and the recount of live messages, if one is due, takes a step.
+   * Permits whose lease ran out are dropped, and their capacity handed on; and the recount of
+   * live messages, if one is due, takes a step. (An alarm that was the recount's alone may wake
+   * one waiting shard for nothing: it asks again, and waits again.)
    */
   override async alarm(): Promise<void> {
-    const permitsAt = this.permitsAlarmAt();
-    if (permitsAt !== null && permitsAt <= Date.now()) this.expirePermits();
+    this.expirePermits();
     await this.recountStep();
     await this.armAlarm();
   }
