@@ -29,7 +29,7 @@ export async function reserveMessages(env: Env, tenant: Tenant, n: number, madeA
   }
   return async () => {
     try {
-      await gate.giveBackMessages(n);
+      await gate.giveBackMessages(n, madeAt);
     } catch (err) {
       // Counted until the next recount puts it right.
       console.error(`tenant ${tenant.id}: ${n} message(s) not given back to the gate`, err);

@@ -147,7 +147,8 @@ export function recountFinished(count: MessageCount, from: number, now: number):
   return { live: r.counted + count.sinceRecount, countedAt: now, shards: r.shards, recount: null, sinceRecount: 0 };
 }
 
-/** Messages reserved and then not made (the publish failed after its reservation): given back. */
-export function giveBack(count: MessageCount, n: number): MessageCount {
-  return { ...count, live: Math.max(0, count.live - n), sinceRecount: Math.max(0, count.sinceRecount - n) };
+/** Messages made at `madeAt`, reserved and then not made (the publish failed after its reservation): given back, from `sinceRecount` too if they were in it. */
+export function giveBack(count: MessageCount, n: number, madeAt: number): MessageCount {
+  const since = count.recount !== null && madeAt >= count.recount.from;
+  return { ...count, live: Math.max(0, count.live - n), sinceRecount: since ? Math.max(0, count.sinceRecount - n) : count.sinceRecount };
 }

@@ -95,8 +95,8 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   /** Messages reserved and not made after all (their publish failed): given back. */
-  async giveBackMessages(n: number): Promise<void> {
-    this.saveMessageCount(giveBack(this.messageCount(), n));
+  async giveBackMessages(n: number, madeAt: number): Promise<void> {
+    this.saveMessageCount(giveBack(this.messageCount(), n, madeAt));
   }
 
   private messageCount(): MessageCount {

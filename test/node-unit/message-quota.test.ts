@@ -100,8 +100,11 @@ describe("a tenant's count of live messages", () => {
     expect(recountFinished(failed, NOW - 1, NOW + 4)).toBe(failed);
   });
 
-  it("gives back a failed publish's messages, never below zero", () => {
-    expect(giveBack(counted(3), 2).live).toBe(1);
-    expect(giveBack(counted(1), 5).live).toBe(0);
+  it("gives back a failed publish's messages, never below zero, and from what a recount adds only if they were in it", () => {
+    expect(giveBack(counted(3), 2, NOW).live).toBe(1);
+    expect(giveBack(counted(1), 5, NOW).live).toBe(0);
+    const recounting: MessageCount = { ...counted(5), recount: begun(NOW), sinceRecount: 3 };
+    expect(giveBack(recounting, 2, NOW)).toMatchObject({ live: 3, sinceRecount: 1 });
+    expect(giveBack(recounting, 2, NOW - 1)).toMatchObject({ live: 3, sinceRecount: 3 });
   });
 });
