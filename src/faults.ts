@@ -16,6 +16,7 @@ const FAULT_POINTS = [
   "shard.permitRenew", // a tenant gate refuses a renewal of permits
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)
+  "shard.countLiveMessages", // a shard refuses to count a tenant's live messages for its gate's recount (scope: the tenant id)
   "archive.write", // a retention pass's write to the R2 archive fails, nothing written (scope: the shard's name)
   "consumer.beforeExecute", // the consumer dies before calling any target of a shard's dispatches in its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting

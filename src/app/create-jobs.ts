@@ -261,7 +261,9 @@ async function handOverStandalone(
 ): Promise<BatchOutcome[]> {
   const tenant = caller.admin ? tenantOf((await getTenant(env.DB, DEFAULT_TENANT)) ?? undefined) : caller.tenant;
   const held = accepted.map((a) => ({ ...a, job: { ...a.job, standalone: true as const } }));
-  const giveBack = counted ? await reserveMessages(env, tenant, held.length) : async () => {};
+  // The latest of their ids' times: a recount that began in between counts them twice, never not at all.
+  const madeAt = Math.max(...held.map((a) => a.job.createdAt));
+  const giveBack = counted ? await reserveMessages(env, tenant, held.length, madeAt) : async () => {};
   try {
     await registerShards(
       env.DB,

@@ -16,6 +16,15 @@ export async function shardsInUse(db: D1Database, tenantId: string | null = null
   return results.map((r) => r.shard);
 }
 
+/** Up to `limit` of the tenant's shards in use, in name order, after `after` (null: from the first): one range of the index. */
+export async function shardsInUseAfter(db: D1Database, tenantId: string, after: string | null, limit: number): Promise<string[]> {
+  const stmt = db
+    .prepare("SELECT shard FROM shard_tenants WHERE tenant_id = ? AND shard > ? ORDER BY shard LIMIT ?")
+    .bind(tenantId, after ?? "", limit);
+  const { results } = await guard("shards", () => stmt.all<{ shard: string }>());
+  return results.map((r) => r.shard);
+}
+
 /** Whether `shard` holds or held a job of `tenantId` (of any tenant: null): one key looked up. */
 export async function holdsJobsOf(db: D1Database, shard: string, tenantId: string | null): Promise<boolean> {
   const stmt =

@@ -1,11 +1,25 @@
 import { DurableObject } from "cloudflare:workers";
+import { shardsInUseAfter } from "../catalog/shards";
 import type { GroupLimits } from "../model/flow-control";
+import { jobIdsFrom } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
 import { type Breaker, type BreakerVerdict, check, closedBreaker, record, storedBreaker } from "./breaker";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
-import { decideAfterRecount, decideReserve, giveBack, type MessageCount, UNCOUNTED, type Verdict } from "./message-quota";
+import {
+  decideReserve,
+  giveBack,
+  type MessageCount,
+  RECOUNT_CONCURRENCY,
+  RECOUNT_SHARDS_PER_STEP,
+  RECOUNT_STEP_BUDGET_MS,
+  recountFailed,
+  recountFinished,
+  recountProgressed,
+  UNCOUNTED,
+  type Verdict,
+} from "./message-quota";
 import { parsePermitKey } from "./permit-keys";
 
 /**
@@ -19,7 +33,8 @@ import { parsePermitKey } from "./permit-keys";
  * Flow-control groups (a job's `flowControl`, a QStash queue) are counted here too, with
  * permits of their own in the same grant (group-permits.ts): a run takes every permit it needs
  * in one call, or none. And it counts the tenant's live QStash messages against its
- * `maxLiveMessages` (message-quota.ts): a row written per publish, none per run.
+ * `maxLiveMessages` (message-quota.ts): a row written per publish, none per run, and its alarm
+ * recounts them from the tenant's shards, so that no publish waits on them.
  */
 export class TenantGate extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -36,6 +51,7 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS message_count (one INTEGER PRIMARY KEY CHECK (one = 1), state TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS gate_tenant (one INTEGER PRIMARY KEY CHECK (one = 1), tenant_id TEXT NOT NULL);
     ${GROUP_SCHEMA}`);
     this.groups = new GroupPermits(this.sql);
   }
@@ -55,31 +71,38 @@ export class TenantGate extends DurableObject<Env> {
   // ---- live QStash messages (message-quota.ts): one row, the count as JSON ----
 
   /**
-   * Reserves `n` messages under `limit`. `recount`: nothing is reserved yet; the caller counts the
-   * tenant's shards and answers with `messagesCounted(from, …)`.
+   * Reserves `n` messages of `tenantId` (this gate's) made at `madeAt` (their ids' time) under
+   * `limit`, on the count as it stands; a recount it begins is the alarm's, now. Refused: how
+   * long to wait before asking again.
    */
-  async reserveMessages(n: number, limit: number): Promise<{ verdict: Verdict; from: number; live: number }> {
-    const now = Date.now();
-    const { verdict, next } = decideReserve(this.messageCount(), n, limit, now);
+  async reserveMessages(
+    tenantId: string,
+    n: number,
+    madeAt: number,
+    limit: number,
+  ): Promise<{ verdict: Verdict; live: number; retryAfterMs: number }> {
+    const { verdict, next, recountBegun, retryAfterMs } = decideReserve(this.messageCount(), n, madeAt, limit, Date.now());
     this.saveMessageCount(next);
-    return { verdict, from: next.recountFrom ?? now, live: next.live };
-  }
-
-  /** The shards' count of the recount begun at `from`, and the publish of `n` that asked for it, decided against it. */
-  async messagesCounted(from: number, counted: number, n: number, limit: number): Promise<{ verdict: Verdict; live: number }> {
-    const { verdict, next } = decideAfterRecount(this.messageCount(), from, counted, n, limit, Date.now());
-    this.saveMessageCount(next);
-    return { verdict, live: next.live };
+    if (recountBegun) {
+      // The gate is named by its tenant's id, which an alarm is not told: kept for the recount.
+      this.sql.exec(
+        "INSERT INTO gate_tenant (one, tenant_id) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET tenant_id = excluded.tenant_id",
+        tenantId,
+      );
+      await this.armAlarm();
+    }
+    return { verdict, live: next.live, retryAfterMs };
   }
 
   /** Messages reserved and not made after all (their publish failed): given back. */
-  async giveBackMessages(n: number): Promise<void> {
-    this.saveMessageCount(giveBack(this.messageCount(), n));
+  async giveBackMessages(n: number, madeAt: number): Promise<void> {
+    this.saveMessageCount(giveBack(this.messageCount(), n, madeAt));
   }
 
   private messageCount(): MessageCount {
     const row = this.sql.exec("SELECT state FROM message_count").toArray()[0];
-    return row ? (JSON.parse(row.state as string) as MessageCount) : UNCOUNTED;
+    // Fields a count stored before they existed are theirs by default.
+    return row ? { ...UNCOUNTED, ...(JSON.parse(row.state as string) as Partial<MessageCount>) } : UNCOUNTED;
   }
 
   private saveMessageCount(count: MessageCount): void {
@@ -302,14 +325,59 @@ export class TenantGate extends DurableObject<Env> {
     await this.armAlarm();
   }
 
-  /** Permits whose lease ran out are dropped, and their capacity handed on. */
+  /**
+   * Permits whose lease ran out are dropped, and their capacity handed on; and the recount of
+   * live messages, if one is due, takes a step. (An alarm that was the recount's alone may wake
+   * one waiting shard for nothing: it asks again, and waits again.)
+   */
   override async alarm(): Promise<void> {
+    this.expirePermits();
+    await this.recountStep();
+    await this.armAlarm();
+  }
+
+  private expirePermits(): void {
     const freed = this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", Date.now()).rowsWritten;
     this.wakeWaiters(Math.max(1, freed));
     const groupsFreed = this.groups.expire(Date.now());
     // A group whose waiters lost their wake-up is looked at too: one place each, as for the tenant's.
     for (const grp of this.groups.waitingGroups()) this.wakeGroup(grp, Math.max(1, groupsFreed.get(grp) ?? 0));
-    await this.armAlarm();
+  }
+
+  /**
+   * One step of the recount under way, if due: the next of the tenant's shards (in name order,
+   * from where the last step stopped) asked RECOUNT_CONCURRENCY at a time, each counting the
+   * messages made before the recount began, until RECOUNT_SHARDS_PER_STEP or the time budget;
+   * the progress is saved after each batch, so a step that dies is taken up where it was.
+   * Publishes go on meanwhile (the gate is not held while shards answer): each save re-reads.
+   */
+  private async recountStep(): Promise<void> {
+    const start = Date.now();
+    const recount = this.messageCount().recount;
+    if (recount === null || recount.dueAt > start) return;
+    const { from } = recount;
+    const tenantId = this.sql.exec("SELECT tenant_id FROM gate_tenant").toArray()[0]?.tenant_id as string | undefined;
+    if (tenantId === undefined) {
+      // Cannot be: whatever begins a recount names the tenant. Dropped rather than tried for ever.
+      console.error("tenant gate: a recount of live messages with no tenant named, dropped");
+      this.saveMessageCount({ ...this.messageCount(), recount: null, sinceRecount: 0 });
+      return;
+    }
+    const madeBefore = jobIdsFrom(from);
+    try {
+      const shards = await shardsInUseAfter(this.env.DB, tenantId, recount.after, RECOUNT_SHARDS_PER_STEP);
+      for (let i = 0; i < shards.length; i += RECOUNT_CONCURRENCY) {
+        const batch = shards.slice(i, i + RECOUNT_CONCURRENCY);
+        const counts = await Promise.all(batch.map((shard) => shardStub(this.env, shard).countLiveMessages(tenantId, madeBefore)));
+        const counted = counts.reduce((a, b) => a + b, 0);
+        this.saveMessageCount(recountProgressed(this.messageCount(), from, batch.at(-1)!, counted, batch.length, Date.now()));
+        if (Date.now() - start >= RECOUNT_STEP_BUDGET_MS && i + RECOUNT_CONCURRENCY < shards.length) return;
+      }
+      if (shards.length < RECOUNT_SHARDS_PER_STEP) this.saveMessageCount(recountFinished(this.messageCount(), from, Date.now()));
+    } catch (err) {
+      console.error(`tenant ${tenantId}: a step of the recount of its live messages failed, tried again later`, err);
+      this.saveMessageCount(recountFailed(this.messageCount(), from, Date.now()));
+    }
   }
 
   async inFlight(): Promise<number> {
@@ -353,13 +421,20 @@ export class TenantGate extends DurableObject<Env> {
     this.ctx.waitUntil(Promise.allSettled(shards.map((shard) => shardStub(this.env, shard).admitWaiting())));
   }
 
-  /** The alarm is needed only while shards wait: then it is the earliest permit expiry, the tenant's or a group's. */
-  private async armAlarm(): Promise<void> {
+  /** Permits need the alarm only while shards wait: then it is the earliest permit expiry, the tenant's or a group's. */
+  private permitsAlarmAt(): number | null {
     const waiting = this.sql.exec("SELECT 1 FROM waiters LIMIT 1").toArray().length > 0 || this.groups.waitingGroups().length > 0;
+    if (!waiting) return null;
     const tenantAt = this.sql.exec("SELECT MIN(expires_at) AS t FROM permits").one().t as number | null;
     const groupAt = this.groups.earliestExpiry();
-    const soonest = tenantAt === null ? groupAt : groupAt === null ? tenantAt : Math.min(tenantAt, groupAt);
-    const at = waiting ? soonest : null;
+    return tenantAt === null ? groupAt : groupAt === null ? tenantAt : Math.min(tenantAt, groupAt);
+  }
+
+  /** The alarm is the sooner of what permits need and the recount's next step, if either has a need. */
+  private async armAlarm(): Promise<void> {
+    const permitsAt = this.permitsAlarmAt();
+    const recountAt = this.messageCount().recount?.dueAt ?? null;
+    const at = permitsAt === null ? recountAt : recountAt === null ? permitsAt : Math.min(permitsAt, recountAt);
     if (at === null) await this.ctx.storage.deleteAlarm();
     else if ((await this.ctx.storage.getAlarm()) !== at) await this.ctx.storage.setAlarm(at);
   }

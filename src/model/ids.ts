@@ -15,6 +15,11 @@ export function newJobId(nowMs: number): string {
   return `job_${nowMs.toString(36).padStart(9, "0")}${randomChars(10)}`;
 }
 
+/** Sorts after the id of every job made before `nowMs`, and before those made at or after it. */
+export function jobIdsFrom(nowMs: number): string {
+  return `job_${nowMs.toString(36).padStart(9, "0")}`;
+}
+
 /** The most shards a standalone job's id can name: three base-36 digits. */
 export const MAX_NAMED_SHARDS = 36 ** 3;
 

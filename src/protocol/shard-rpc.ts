@@ -165,8 +165,11 @@ export interface ShardApi {
   standaloneJobs(ids: string[]): Promise<JobDefinition[]>;
   /** Up to `limit` of a tenant's live standalone jobs (every tenant's: null), newest first, before `beforeId`; reads only. */
   listStandaloneJobs(tenantId: string | null, limit: number, beforeId?: string): Promise<JobDefinition[]>;
-  /** How many of the tenant's QStash messages here are live (not delivered, dead nor cancelled): its gate's recount; reads only. */
-  countLiveMessages(tenantId: string): Promise<number>;
+  /**
+   * How many of the tenant's QStash messages here made before `madeBefore` (a job id's prefix,
+   * `jobIdsFrom`) are live (not delivered, dead nor cancelled): its gate's recount; reads only.
+   */
+  countLiveMessages(tenantId: string, madeBefore: string): Promise<number>;
   /**
    * One extra run now, by hand (the same trigger key always names the same run) or chained: the
    * run a run of another job of the tenant that ended triggers (onSuccess/onFailure), one per

@@ -191,9 +191,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     return this.runtime.metered("listStandaloneJobs", async () => this.views.listStandaloneJobs(tenantId, limit, beforeId ?? null));
   }
 
-  /** The tenant's live QStash messages in this shard: its gate's recount (src/gate/message-quota.ts). */
-  async countLiveMessages(tenantId: string): Promise<number> {
-    return this.runtime.metered("countLiveMessages", async () => this.views.countLiveMessages(tenantId));
+  /** The tenant's live QStash messages in this shard made before `madeBefore`: its gate's recount (src/gate/message-quota.ts). */
+  async countLiveMessages(tenantId: string, madeBefore: string): Promise<number> {
+    failpoint("shard.countLiveMessages", tenantId);
+    return this.runtime.metered("countLiveMessages", async () => this.views.countLiveMessages(tenantId, madeBefore));
   }
 
   async trigger(jobId: string, by: TriggeredBy): Promise<Answer<RunView, "unknown_job" | "job_paused">> {

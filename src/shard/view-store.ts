@@ -12,11 +12,12 @@ export const STANDALONE_OF_TENANT_SQL =
   "SELECT * FROM jobs WHERE standalone = 1 AND deleted = 0 AND tenant_id = ? AND id < ? ORDER BY id DESC LIMIT ?";
 
 /**
- * How many of a tenant's standalone jobs (QStash messages) are live: not cancelled, and not
- * ended (delivered, dead, cancelled): a message has one run, in its job's key range
- * (`runKeyRange`), and none before it fires. A range of `jobs_standalone`, then a seek per job.
+ * How many of a tenant's standalone jobs (QStash messages) made before an id (`jobIdsFrom`) are
+ * live: not cancelled, and not ended (delivered, dead, cancelled): a message has one run, in its
+ * job's key range (`runKeyRange`), and none before it fires. A range of `jobs_standalone`, then
+ * a seek per job.
  */
-export const LIVE_MESSAGES_OF_TENANT_SQL = `SELECT COUNT(*) AS n FROM jobs AS j WHERE j.standalone = 1 AND j.deleted = 0 AND j.tenant_id = ?
+export const LIVE_MESSAGES_OF_TENANT_SQL = `SELECT COUNT(*) AS n FROM jobs AS j WHERE j.standalone = 1 AND j.deleted = 0 AND j.tenant_id = ? AND j.id < ?
   AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.id > 'run_' || substr(j.id, 5) || '_' AND r.id < 'run_' || substr(j.id, 5) || '\`'
     AND r.state IN (${sqlList(FINAL_STATES)}))`;
 
@@ -34,9 +35,9 @@ export class ViewStore {
     return rowsForList(this.sql, ids, (list) => `SELECT * FROM jobs WHERE id IN (${list}) AND standalone = 1`).map(toDefinition);
   }
 
-  /** The tenant's live messages here, for its gate's count (src/gate/message-quota.ts). */
-  countLiveMessages(tenantId: string): number {
-    return this.sql.exec(LIVE_MESSAGES_OF_TENANT_SQL, tenantId).one().n as number;
+  /** The tenant's live messages here made before `madeBefore` (a job id, or a prefix of one), for its gate's count (src/gate/message-quota.ts). */
+  countLiveMessages(tenantId: string, madeBefore: string): number {
+    return this.sql.exec(LIVE_MESSAGES_OF_TENANT_SQL, tenantId, madeBefore).one().n as number;
   }
 
   /**

@@ -72,8 +72,8 @@ export class Views {
     return this.reads.listStandaloneJobs(tenantId, limit, beforeId);
   }
 
-  countLiveMessages(tenantId: string): number {
-    return this.reads.countLiveMessages(tenantId);
+  countLiveMessages(tenantId: string, madeBefore: string): number {
+    return this.reads.countLiveMessages(tenantId, madeBefore);
   }
 
   jobRuntimes(ids: string[]): JobRuntime[] {
