@@ -15,6 +15,7 @@ const FAULT_POINTS = [
   "shard.queueSendAnswer", // the Queue takes a sendBatch, then its answer is lost: the shard sees a failure
   "shard.permitRenew", // a tenant gate refuses a renewal of permits
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
+  "shard.sweepCall", // a shard's answer to the sweep (compareJobs, assertAlarm, applyTenants, applyJobs) throws (scope: the shard's name)
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)
   "archive.write", // a retention pass's write to the R2 archive fails, nothing written (scope: the shard's name)
   "consumer.beforeExecute", // the consumer dies before calling any target of a shard's dispatches in its batch

@@ -149,6 +149,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   async applyJobs(definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
     return this.runtime.metered("applyJobs", async (here) => {
+      failpoint("shard.sweepCall", this.runtime.name());
       this.runtime.change((now) => {
         this.firing.applyJobs(definitions, tenants, now);
         this.retention.schedule(now);
@@ -161,6 +162,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /** A raised runs-in-flight limit may let waiting runs start: they are looked at now. */
   async applyTenants(tenants: TenantSettings[]): Promise<void> {
     return this.runtime.metered("applyTenants", async () => {
+      failpoint("shard.sweepCall", this.runtime.name());
       this.runtime.change((now) => {
         for (const tenant of tenants) this.store.putTenant(tenant);
         this.admitter.wakeAll(now);
@@ -310,7 +312,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: the sweep ----
 
   async compareJobs(entries: CatalogEntry[]): Promise<JobComparison> {
-    return this.runtime.metered("compareJobs", async () => this.views.compareJobs(entries));
+    return this.runtime.metered("compareJobs", async () => {
+      failpoint("shard.sweepCall", this.runtime.name());
+      return this.views.compareJobs(entries);
+    });
   }
 
   /**
@@ -319,6 +324,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    */
   async assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }> {
     return this.runtime.metered("assertAlarm", async () => {
+      failpoint("shard.sweepCall", this.runtime.name());
       const now = Date.now();
       const due = this.runtime.nextDue(now);
       const ranDueWork = due !== null && due <= now;
