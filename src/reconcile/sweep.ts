@@ -22,6 +22,8 @@ export interface SweepReport {
   /** Rows of the change feed compared in this invocation. */
   changesCompared: number;
   changesCaughtUp: boolean;
+  /** Shards whose call threw in this invocation, skipped (the next pass tries them again). */
+  failedShards: string[];
   /** The consistency pass reached its end in this invocation; `passesCompleted` counts them all. */
   passCompleted: boolean;
   passesCompleted: number;
@@ -49,6 +51,8 @@ const STATE_WRITE = 1;
  * - until none is left, the sealing of targets stored in clear before sealing, and after a
  *   rotation of ENCRYPTION_KEYS, the re-sealing of targets under the new key (resealing.ts);
  * - the audit log's retention: entries past it archived and removed (audit-retention.ts).
+ * A shard whose call throws is skipped and counted (state.shardFailures), never the end of the
+ * invocation: the rest is repaired, the state written, and the next pass calls that shard again.
  * Its place is kept in D1 (sweep_state), read once and written once per invocation.
  */
 export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promise<SweepReport> {
@@ -75,8 +79,10 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     pass_job: pass.repaired,
     due_work: pass.shardsThatRanDueWork,
   };
+  const failedShards = [...new Set([...changes.failed, ...pass.failed])].sort();
   // Kept with the sweep's place, in its one write: the last invocation's figures cost no query.
-  state.last = { startedAt: now, durationMs: Date.now() - now, repairs };
+  state.last = { startedAt: now, durationMs: Date.now() - now, repairs, failedShards: failedShards.length };
+  state.shardFailures += failedShards.length;
   await writeSweepState(db, state);
   return {
     shards: pass.shards,
@@ -89,6 +95,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     auditRetired,
     changesCompared: changes.compared,
     changesCaughtUp: changes.caughtUp,
+    failedShards,
     passCompleted: pass.completed,
     passesCompleted: state.pass.completed,
     passShard: state.pass.shard,
