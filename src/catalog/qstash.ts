@@ -105,38 +105,103 @@ export async function deleteScheduleRow(
 
 // ---- deduplication ----
 
-/** The remembered answers of `ids`; their `url` as stored, sealed (src/qstash/sealed-urls.ts). */
-export async function dedupHits(
-  db: D1Database,
-  tenantId: string,
-  ids: string[],
-  now: number,
-): Promise<Map<string, { messageId: string; url: string }>> {
-  if (ids.length === 0) return new Map();
-  const rows = await all(
-    "read dedup",
-    db
-      .prepare(
-        `SELECT dedup_id, message_id, url FROM qstash_dedup WHERE tenant_id = ?1 AND expires_at > ?2
-         AND dedup_id IN (SELECT value FROM json_each(?3))`,
-      )
-      .bind(tenantId, now, JSON.stringify(ids)),
-  );
-  return new Map(rows.map((r) => [r.dedup_id as string, { messageId: r.message_id as string, url: r.url as string }]));
+/** A deduplication id as reserved: the messages it names, the first one's URL (sealed), whether they were made. */
+export interface DedupReservation {
+  /** This call's reservation: none held the id within its window. */
+  won: boolean;
+  messageIds: string[];
+  url: string;
+  /** The messages were handed to their shards. Until then a later call makes them itself, under the same ids. */
+  made: boolean;
 }
 
-export async function recordDedup(
+/**
+ * Expired reservations removed per reserving call, besides a few per id it reserves: the
+ * oldest first by the index on expires_at, so that a tenant's publishes remove more than they
+ * add and the table holds about one window of ids.
+ */
+const EXPIRED_PER_CALL = 100;
+
+/**
+ * Reserves each entry's id, unless a live reservation holds it, and answers every id's
+ * reservation; one transaction, so that of concurrent calls with one id exactly one wins (the
+ * upsert takes over only a reservation past its window). Expired reservations are removed in the
+ * same batch, by a bounded range of the expiry index.
+ */
+export async function reserveDedup(
   db: D1Database,
   tenantId: string,
-  entries: Array<{ dedupId: string; messageId: string; url: string }>,
+  entries: Array<{ dedupId: string; messageIds: string[]; url: string }>,
   expiresAt: number,
-): Promise<void> {
-  if (entries.length === 0) return;
-  const stmt = db.prepare(
-    `INSERT INTO qstash_dedup (tenant_id, dedup_id, message_id, url, expires_at) VALUES (?, ?, ?, ?, ?)
-     ON CONFLICT (tenant_id, dedup_id) DO UPDATE SET message_id = excluded.message_id, url = excluded.url, expires_at = excluded.expires_at`,
+  now: number,
+): Promise<Map<string, DedupReservation>> {
+  if (entries.length === 0) return new Map();
+  const json = JSON.stringify(entries.map((e) => ({ d: e.dedupId, m: e.messageIds[0], ms: e.messageIds, u: e.url })));
+  const ids = JSON.stringify(entries.map((e) => e.dedupId));
+  const [, reserved, rows] = await guard("reserve dedup", () =>
+    db.batch<Row>([
+      db
+        .prepare(
+          `DELETE FROM qstash_dedup WHERE (tenant_id, dedup_id) IN
+             (SELECT tenant_id, dedup_id FROM qstash_dedup WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`,
+        )
+        .bind(now, EXPIRED_PER_CALL + 2 * entries.length),
+      db
+        .prepare(
+          `INSERT INTO qstash_dedup (tenant_id, dedup_id, message_id, message_ids, url, expires_at, made)
+           SELECT ?1, json_extract(j.value, '$.d'), json_extract(j.value, '$.m'), json_extract(j.value, '$.ms'), json_extract(j.value, '$.u'), ?2, 0
+           FROM json_each(?3) AS j WHERE true
+           ON CONFLICT (tenant_id, dedup_id) DO UPDATE SET message_id = excluded.message_id, message_ids = excluded.message_ids,
+             url = excluded.url, expires_at = excluded.expires_at, made = 0
+           WHERE qstash_dedup.expires_at <= ?4
+           RETURNING dedup_id`,
+        )
+        .bind(tenantId, expiresAt, json, now),
+      db
+        .prepare(
+          `SELECT dedup_id, message_id, message_ids, url, made FROM qstash_dedup
+           WHERE tenant_id = ?1 AND dedup_id IN (SELECT value FROM json_each(?2))`,
+        )
+        .bind(tenantId, ids),
+    ]),
   );
-  await guard("write dedup", () => db.batch(entries.map((e) => stmt.bind(tenantId, e.dedupId, e.messageId, e.url, expiresAt))));
+  const won = new Set(reserved!.results.map((r) => r.dedup_id as string));
+  return new Map(
+    rows!.results.map((r) => [
+      r.dedup_id as string,
+      {
+        won: won.has(r.dedup_id as string),
+        messageIds: r.message_ids === null ? [r.message_id as string] : (JSON.parse(r.message_ids as string) as string[]),
+        url: r.url as string,
+        made: r.made === 1,
+      },
+    ]),
+  );
+}
+
+/** The reservations' messages were handed to their shards: later calls answer with them. */
+export async function confirmDedup(db: D1Database, tenantId: string, dedupIds: string[]): Promise<void> {
+  if (dedupIds.length === 0) return;
+  await guard("confirm dedup", () =>
+    db
+      .prepare("UPDATE qstash_dedup SET made = 1 WHERE tenant_id = ?1 AND dedup_id IN (SELECT value FROM json_each(?2))")
+      .bind(tenantId, JSON.stringify(dedupIds))
+      .run(),
+  );
+}
+
+/** Removes up to `limit` reservations past their window, the oldest first (the sweep's share: publishes remove their own). */
+export async function expireDedup(db: D1Database, now: number, limit: number): Promise<number> {
+  const result = await guard("expire dedup", () =>
+    db
+      .prepare(
+        `DELETE FROM qstash_dedup WHERE (tenant_id, dedup_id) IN
+           (SELECT tenant_id, dedup_id FROM qstash_dedup WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`,
+      )
+      .bind(now, limit)
+      .run(),
+  );
+  return result.meta.changes ?? 0;
 }
 
 // ---- queues ----

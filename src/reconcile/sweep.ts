@@ -1,3 +1,4 @@
+import { expireDedup } from "../catalog/qstash";
 import { readSweepState, type SweepRepairKind, writeSweepState } from "../catalog/sweep-state";
 import { retireAudit } from "./audit-retention";
 import { Meter, SWEEP_BUDGET, type SweepBudget } from "./budget";
@@ -19,6 +20,8 @@ export interface SweepReport {
   targetsResealed: number;
   /** Audit entries past their retention, archived and removed from D1. */
   auditRetired: number;
+  /** QStash deduplication ids past their window, removed (publishes remove their own share too). */
+  dedupExpired: number;
   /** Rows of the change feed compared in this invocation. */
   changesCompared: number;
   changesCaughtUp: boolean;
@@ -38,6 +41,9 @@ export interface SweepReport {
 /** The state write at the end is always paid for. */
 const STATE_WRITE = 1;
 
+/** Expired QStash deduplication ids removed per invocation, by a range of their expiry index. */
+const DEDUP_EXPIRED_PER_SWEEP = 1_000;
+
 /**
  * The reconciliation sweep (the cron trigger), doing a bounded part of the work per invocation
  * whatever the catalog's size (SWEEP_BUDGET):
@@ -50,7 +56,8 @@ const STATE_WRITE = 1;
  *   re-asserted (alarms can be lost or late), then every job compared with its shard, by id;
  * - until none is left, the sealing of targets stored in clear before sealing, and after a
  *   rotation of ENCRYPTION_KEYS, the re-sealing of targets under the new key (resealing.ts);
- * - the audit log's retention: entries past it archived and removed (audit-retention.ts).
+ * - the audit log's retention: entries past it archived and removed (audit-retention.ts);
+ * - QStash deduplication ids past their ten-minute window, removed (a bounded range delete).
  * A shard whose call throws is skipped and counted (state.shardFailures), never the end of the
  * invocation: the rest is repaired, the state written, and the next pass calls that shard again.
  * Its place is kept in D1 (sweep_state), read once and written once per invocation.
@@ -64,6 +71,8 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
   const targetsResealed = await resealTargets(env, db, meter, state, STATE_WRITE);
   // A small share: in the steady state it spends one query.
   const auditRetired = await retireAudit(env, db, meter, state, Math.floor((meter.d1Left - STATE_WRITE) / 5), now);
+  // One query: what publishes left behind (a tenant that stopped publishing) goes within the hour.
+  const dedupExpired = meter.affords(1, 0, STATE_WRITE) ? await expireDedup(db, now, DEDUP_EXPIRED_PER_SWEEP) : 0;
   // The feed may take half of what is left, so the pass always moves on.
   const changes = await deliverChanges(
     env,
@@ -93,6 +102,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     targetsSealed,
     targetsResealed,
     auditRetired,
+    dedupExpired,
     changesCompared: changes.compared,
     changesCaughtUp: changes.caughtUp,
     failedShards,
