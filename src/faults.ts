@@ -7,6 +7,7 @@
 const FAULT_POINTS = [
   "api.afterCatalogWrite", // POST /v1/jobs: the job is in D1, its shard has not heard of it
   "qstash.afterHandOver", // a publish's messages reached their shards, then the Worker died before answering
+  "qstash.scheduleStep", // a schedule upsert died between its steps (scope: "created", its new job made; "named", its id moved to it)
   "catalog.unavailable", // every D1 call fails, as in a D1 outage
   "shard.alarmStart", // the alarm handler throws before doing anything
   "shard.afterCommit", // the alarm committed runs, then died before sending their dispatches

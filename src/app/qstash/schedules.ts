@@ -1,6 +1,7 @@
 import { notFound } from "../../api/errors";
 import { type CatalogJob, getJob, getJobsByIds } from "../../catalog/jobs";
 import { deleteScheduleRow, getScheduleRow, listScheduleRows, putScheduleRow, type ScheduleRow } from "../../catalog/qstash";
+import { failpoint } from "../../faults";
 import type { Destination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
@@ -61,6 +62,7 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
     ],
     "schedules",
   );
+  failpoint("qstash.scheduleStep", "created");
   // The job's creation has its own entry; this one says which job the schedule's id now names.
   const entry = entryOf(caller, {
     tenantId,
@@ -70,6 +72,7 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
     after: { jobId: job!.id, origin: new URL(destination.url).origin, cron: options.cron },
   });
   await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, Date.now(), [audit(env.DB, entry, { ifChanged: true })]);
+  failpoint("qstash.scheduleStep", "named");
   if (previous && previous.jobId !== job!.id) await changeJob(env, caller, previous.jobId, { deleted: true }).catch(ignoreGone);
   return { scheduleId };
 }
