@@ -67,26 +67,62 @@ export async function listScheduleRows(db: D1Database, tenantId: string): Promis
   return rows.map(toSchedule);
 }
 
-/** The schedule now runs as `jobId`; its creation time stays that of its first version. `also` joins its batch. */
+/**
+ * The schedule now runs as `jobId`, if its id still names `expected` (null: no row yet): a
+ * compare-and-set, so that of concurrent upserts each moves the id from the job it read, never
+ * from one it did not see. Its creation time stays that of its first version. `also` (the audit
+ * entry, `ifChanged`) joins its batch. Whether it moved.
+ */
 export async function putScheduleRow(
   db: D1Database,
   tenantId: string,
   scheduleId: string,
   jobId: string,
+  expected: string | null,
   now: number,
   also: D1PreparedStatement[] = [],
-): Promise<void> {
-  await runWith(
-    "write schedule",
-    db,
+): Promise<boolean> {
+  const stmt =
+    expected === null
+      ? db
+          .prepare(
+            `INSERT INTO qstash_schedules (tenant_id, schedule_id, job_id, created_at) VALUES (?, ?, ?, ?)
+             ON CONFLICT (tenant_id, schedule_id) DO NOTHING`,
+          )
+          .bind(tenantId, scheduleId, jobId, now)
+      : db
+          .prepare("UPDATE qstash_schedules SET job_id = ? WHERE tenant_id = ? AND schedule_id = ? AND job_id = ?")
+          .bind(jobId, tenantId, scheduleId, expected);
+  const result = await runWith("write schedule", db, stmt, also);
+  return (result.meta.changes ?? 0) > 0;
+}
+
+/**
+ * Live jobs of QStash schedules after `after`, by id, a page of them (the partial index
+ * jobs_qstash_schedules), each with whether its schedule id names it and when it was made.
+ */
+export async function scheduleJobsAfter(
+  db: D1Database,
+  after: string,
+  limit: number,
+): Promise<Array<{ id: string; tenantId: string; createdAt: number; named: boolean; scheduleId: string | null }>> {
+  const rows = await all(
+    "read schedule jobs",
     db
       .prepare(
-        `INSERT INTO qstash_schedules (tenant_id, schedule_id, job_id, created_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT (tenant_id, schedule_id) DO UPDATE SET job_id = excluded.job_id`,
+        `SELECT j.id, j.tenant_id, j.created_at, json_extract(j.spec, '$.target.qstash.scheduleId') AS schedule_id,
+           EXISTS (SELECT 1 FROM qstash_schedules s WHERE s.tenant_id = j.tenant_id AND s.schedule_id = substr(j.name, 17) AND s.job_id = j.id) AS named
+         FROM jobs j WHERE j.name LIKE 'qstash schedule %' AND j.deleted_at IS NULL AND j.id > ?1 ORDER BY j.id LIMIT ?2`,
       )
-      .bind(tenantId, scheduleId, jobId, now),
-    also,
+      .bind(after, limit),
   );
+  return rows.map((r) => ({
+    id: r.id as string,
+    tenantId: r.tenant_id as string,
+    createdAt: r.created_at as number,
+    named: r.named === 1,
+    scheduleId: (r.schedule_id as string | null) ?? null,
+  }));
 }
 
 export async function deleteScheduleRow(

@@ -5,6 +5,7 @@ import { Meter, SWEEP_BUDGET, type SweepBudget } from "./budget";
 import { deliverChanges } from "./changes";
 import { continuePass } from "./pass";
 import { resealTargets } from "./resealing";
+import { deleteOrphanSchedules } from "./schedule-orphans";
 import { sealOldTargets } from "./sealing";
 
 export interface SweepReport {
@@ -22,6 +23,8 @@ export interface SweepReport {
   auditRetired: number;
   /** QStash deduplication ids past their window, removed (publishes remove their own share too). */
   dedupExpired: number;
+  /** Jobs of QStash schedules that no schedule id named (an upsert that died between its steps), deleted. */
+  orphanSchedulesDeleted: number;
   /** Rows of the change feed compared in this invocation. */
   changesCompared: number;
   changesCaughtUp: boolean;
@@ -57,7 +60,8 @@ const DEDUP_EXPIRED_PER_SWEEP = 1_000;
  * - until none is left, the sealing of targets stored in clear before sealing, and after a
  *   rotation of ENCRYPTION_KEYS, the re-sealing of targets under the new key (resealing.ts);
  * - the audit log's retention: entries past it archived and removed (audit-retention.ts);
- * - QStash deduplication ids past their ten-minute window, removed (a bounded range delete).
+ * - QStash deduplication ids past their ten-minute window, removed (a bounded range delete);
+ * - jobs of QStash schedules that no schedule id names, deleted (schedule-orphans.ts).
  * A shard whose call throws is skipped and counted (state.shardFailures), never the end of the
  * invocation: the rest is repaired, the state written, and the next pass calls that shard again.
  * Its place is kept in D1 (sweep_state), read once and written once per invocation.
@@ -73,6 +77,8 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
   const auditRetired = await retireAudit(env, db, meter, state, Math.floor((meter.d1Left - STATE_WRITE) / 5), now);
   // One query: what publishes left behind (a tenant that stopped publishing) goes within the hour.
   const dedupExpired = meter.affords(1, 0, STATE_WRITE) ? await expireDedup(db, now, DEDUP_EXPIRED_PER_SWEEP) : 0;
+  // Before the feed, which then hands the deletions to their shards.
+  const orphanSchedulesDeleted = await deleteOrphanSchedules(db, meter, state, STATE_WRITE, now);
   // The feed may take half of what is left, so the pass always moves on.
   const changes = await deliverChanges(
     env,
@@ -103,6 +109,7 @@ export async function sweep(env: Env, budget: SweepBudget = SWEEP_BUDGET): Promi
     targetsResealed,
     auditRetired,
     dedupExpired,
+    orphanSchedulesDeleted,
     changesCompared: changes.compared,
     changesCaughtUp: changes.caughtUp,
     failedShards,

@@ -119,6 +119,7 @@ describe("schedulerSeries", () => {
     targetsSealed: true,
     reseal: { under: null, after: "", remaining: 42 },
     auditAfter: "",
+    schedulesAfter: "",
     last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 }, failedShards: 1 },
     shardFailures: 3,
   };
