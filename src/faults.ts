@@ -20,6 +20,7 @@ const FAULT_POINTS = [
   "shard.sweepCall", // a shard's answer to the sweep (compareJobs, assertAlarm, applyTenants, applyJobs) throws (scope: the shard's name)
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)
   "archive.write", // a retention pass's write to the R2 archive fails, nothing written (scope: the shard's name)
+  "archive.hang", // a retention pass's write to the R2 archive never answers (scope: the shard's name; hangpoint)
   "consumer.beforeExecute", // the consumer dies before calling any target of a shard's dispatches in its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting
   "consumer.report", // a report call fails (the shard briefly unreachable); the consumer lives on
@@ -41,12 +42,21 @@ const armed = new Map<FaultPoint, { left: number; scope?: string }>();
 export const faultCounts = new Map<FaultPoint, number>();
 
 export function failpoint(point: FaultPoint, scope?: string): void {
+  if (fires(point, scope)) throw new InjectedFault(point);
+}
+
+/** A call that never answers rather than failing (a hung subrequest): whether `point` is armed, as failpoint counts it. */
+export function hangpoint(point: FaultPoint, scope?: string): boolean {
+  return fires(point, scope);
+}
+
+function fires(point: FaultPoint, scope: string | undefined): boolean {
   const fault = armed.get(point);
-  if (fault === undefined || (fault.scope !== undefined && fault.scope !== scope)) return;
+  if (fault === undefined || (fault.scope !== undefined && fault.scope !== scope)) return false;
   if (fault.left <= 1) armed.delete(point);
   else fault.left--;
   faultCounts.set(point, (faultCounts.get(point) ?? 0) + 1);
-  throw new InjectedFault(point);
+  return true;
 }
 
 export function armFault(point: FaultPoint, times = 1, scope?: string): void {
