@@ -40,13 +40,17 @@ export class Completions {
     });
   }
 
-  /** Each run's outcome is recorded once; an outcome for any fence but the current running one is stale. */
+  /**
+   * Each run's outcome is recorded once; an outcome for any fence but the current running one is
+   * stale, a late success of an attempt given up on too: the run's end already brought its
+   * consequences (a failure chain, a dead notification, a step of an auto-pause streak), which an
+   * outcome overwritten afterwards would contradict. It is noted on its attempt.
+   */
   report(outcomes: Outcome[], now: number): Array<"recorded" | "stale"> {
     return outcomes.map((o) => {
       const { run, attempt } = this.store.attempts.runAndAttempt(o.runId, o.fence);
       if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
         if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
-        if (!o.accepted && this.ledger.succeedLate(o.runId, o.fence, o, now)) return "recorded";
         return "stale";
       }
       if (o.accepted) this.ledger.accept(run, o.status ?? 202, now);

@@ -208,29 +208,6 @@ export class RunLedger {
     return run.parentRunId === null && !stoppedReason(this.store.getJob(run.jobId)) && DEAD_LETTER_STATES.includes(run.state);
   }
 
-  /**
-   * A success reported for the timed-out last attempt of a run that is dead because of that
-   * timeout: the target did the work, its outcome was only late (a report lost or retried, a
-   * slow consumer), so the run is `succeeded` rather than a false dead letter. Only within
-   * `LATE_SUCCESS_WINDOW_MS` of the run ending, and only while nothing happened since: the
-   * fence still names that attempt (a revival raises it, so a late answer can never overwrite
-   * a run a person already started again; docs/architecture.md, invariant 4). A late failure,
-   * or a late success of an attempt that was retried, changes nothing: a retry is already
-   * under way or done, and delivery is at least once. The attempt stays `timed_out` with the
-   * late answer noted, which is what happened. True when the run was revived as succeeded.
-   */
-  succeedLate(runId: string, fence: number, o: Settled, now: number): boolean {
-    const run = this.store.getRun(runId);
-    const attempt = this.store.attempts.get(runId, fence);
-    if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
-    // A workflow's step stays dead: the graph has already decided on it (steps below skipped or
-    // started), and a step that changed its outcome now would contradict those decisions.
-    if (run.parentRunId !== null) return false;
-    if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
-    this.moves.move(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null }, now);
-    return true;
-  }
-
   /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */
   noteLate(runId: string, fence: number, description: string): void {
     this.store.attempts.noteLate(runId, fence, description);
@@ -346,7 +323,6 @@ export class RunLedger {
  * succeeded: long enough for a consumer's retried report, short enough that a dead letter
  * someone has looked at does not change under them later.
  */
-const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
 
 /** The running attempt ends with `outcome`. */
 function finished(

@@ -44,14 +44,14 @@ export const ARCHIVE_WRITE_TIMEOUT = { ms: 20_000 };
  * copy per run id (run-archive.ts).
  */
 async function bounded(write: Promise<void>, ms: number): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let timer: ReturnType<typeof setTimeout> | null = null;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the archive write had no answer in ${ms} ms`)), ms);
   });
   try {
     await Promise.race([write, late]);
   } finally {
-    clearTimeout(timer);
+    if (timer !== null) clearTimeout(timer);
   }
 }
 
