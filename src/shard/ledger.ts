@@ -3,6 +3,7 @@ import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } fr
 import { type Dispatch, LEASE_GRACE_MS } from "../protocol/queue-messages";
 import { type Answer, done, refuse } from "../protocol/shard-rpc";
 import type { AttemptRow, RunRow } from "../protocol/stored-rows";
+import { retryDelayMs } from "../qstash/retry-delay";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
@@ -245,7 +246,11 @@ export class RunLedger {
       this.starts.redispatch(run, "redispatch", {}, now);
     } else if (attempt && (attempt.outcome === "running" || attempt.outcome === "accepted")) {
       const error = "timed out: no outcome before the lease expired";
-      this.fail(run, finished("timed_out", now, null, error), null, error, now);
+      // A QStash message waits its own retry delay, which the consumer asks for with every failure
+      // it sees (src/qstash/delivery.ts): this one no consumer saw.
+      const meta = this.store.getJob(run.jobId)?.spec.target?.qstash;
+      const retryAfterMs = meta ? retryDelayMs(run.attempt, meta.retryDelay) : 0;
+      this.fail(run, finished("timed_out", now, null, error), null, error, now, retryAfterMs);
     }
   }
 

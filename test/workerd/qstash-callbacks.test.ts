@@ -1,7 +1,7 @@
 /**
  * A QStash message's failure callback: published once per delivery of an attempt that ends the
- * message, through a dead-letter retry too, and when the shard itself times out the last attempt
- * (no consumer answered). Against the real D1, shards, Queue and the loopback receiver.
+ * message, through a dead-letter retry too; and an attempt the shard itself times out (no consumer
+ * answered) waits the message's retry delay. Against the real D1, shards, Queue and the loopback receiver.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -9,7 +9,7 @@ import { disarmFaults } from "../../src/faults";
 import type { Job } from "../../src/model/job";
 import { jobIdOfMessage } from "../../src/qstash/ids";
 import type { Shard } from "../../src/shard/shard";
-import { createTenant, expireAttempt, fireInFlight, hitsOf, makeRunDue, receiverPath, shardOf } from "./helpers";
+import { createTenant, expireAttempt, fireInFlight, hitsOf, receiverPath, shardOf } from "./helpers";
 import { messageShard } from "./messages";
 
 type Tenant = Awaited<ReturnType<typeof createTenant>>;
@@ -67,24 +67,13 @@ describe("a QStash attempt whose lease runs out", () => {
       state.storage.sql.exec("SELECT state, attempt, due_at, finished_at FROM runs WHERE id = ?", runId).one(),
     );
 
-  it("is retried after the message's retry delay, and its last one sends the failure callback", async () => {
+  it("is retried after the message's retry delay", async () => {
     const tenant = await createTenant();
-    const callback = receiverPath("cb-lease-failure");
-    const { job, runId } = await leasedMessage(tenant, {
-      "Upstash-Retries": "1",
-      "Upstash-Retry-Delay": "600000",
-      "Upstash-Failure-Callback": callback,
-    });
+    const { job, runId } = await leasedMessage(tenant, { "Upstash-Retries": "1", "Upstash-Retry-Delay": "600000" });
     // Its first attempt: dispatched, never delivered, timed out by its lease.
     const before = Date.now();
     expect(await expireAttempt(job, runId)).toMatchObject({ state: "retry_wait" });
     const waiting = await rowOf(job, runId);
     expect(Number(waiting.due_at)).toBeGreaterThanOrEqual(before + 600_000);
-    // The retry, timed out too: the message is dead, and its failure callback goes out.
-    await makeRunDue(job, runId);
-    expect(await expireAttempt(job, runId)).toMatchObject({ state: "dead" });
-    await vi.waitFor(async () => expect(await hitsOf(callback)).toHaveLength(1), { timeout: 20_000, interval: 100 });
-    const body = JSON.parse((await hitsOf(callback))[0]!.body) as { status: number; retried: number };
-    expect(body).toMatchObject({ status: 0, retried: 1 });
   });
 });
