@@ -1,6 +1,6 @@
 import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "../model/attempt-states";
 import { parseCompletionToken } from "../model/ids";
-import { type Dispatch, LEASE_GRACE_MS, type Outcome } from "../protocol/queue-messages";
+import { type Dispatch, LEASE_GRACE_MS, type Outcome, type RunOrder } from "../protocol/queue-messages";
 import { type Answer, type Completion, done, type OpenResult, refuse, type TokenRefusal } from "../protocol/shard-rpc";
 import type { RunRow } from "../protocol/stored-rows";
 import { targetOfRun } from "../workflow/steps";
@@ -38,6 +38,19 @@ export class Completions {
       const input = run.parentRunId === null ? null : this.workflows.inputOf(run, job);
       return { result: "open", ...runOrder(run, job, target, signing, attempt.completionToken, input) };
     });
+  }
+
+  /**
+   * The order of `runId`'s attempt under `fence` if its shard timed it out and nothing happened
+   * since (a revival raises the fence): what its failure callback tells of. Writes nothing.
+   */
+  timedOutOrder(runId: string, fence: number): RunOrder | null {
+    const { run, attempt } = this.store.attempts.runAndAttempt(runId, fence);
+    if (!run || run.fence !== fence || attempt?.outcome !== "timed_out") return null;
+    const job = this.store.getJob(run.jobId);
+    const target = job && targetOfRun(job.spec, runId);
+    if (!job || !target) return null;
+    return runOrder(run, job, target, signingOf(this.store.getTenant(job.tenantId)), attempt.completionToken, null);
   }
 
   /**

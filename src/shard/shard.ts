@@ -1,6 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { failpoint } from "../faults";
-import type { Dispatch, Outcome } from "../protocol/queue-messages";
+import type { Dispatch, Outcome, RunOrder } from "../protocol/queue-messages";
 import {
   type Answer,
   type BackfillResult,
@@ -250,6 +250,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       await this.runtime.settle();
       return results;
     });
+  }
+
+  async timedOutOrder(runId: string, fence: number): Promise<RunOrder | null> {
+    return this.runtime.metered("timedOutOrder", async () => this.completions.timedOutOrder(runId, fence));
   }
 
   async notificationsDelivered(ids: string[]): Promise<void> {

@@ -76,4 +76,14 @@ describe("a QStash attempt whose lease runs out", () => {
     const waiting = await rowOf(job, runId);
     expect(Number(waiting.due_at)).toBeGreaterThanOrEqual(before + 600_000);
   });
+
+  it("ending the message, sends its failure callback, though no consumer saw it fail", async () => {
+    const tenant = await createTenant();
+    const callback = receiverPath("cb-lease-failure");
+    const { job, runId } = await leasedMessage(tenant, { "Upstash-Retries": "0", "Upstash-Failure-Callback": callback });
+    expect(await expireAttempt(job, runId)).toMatchObject({ state: "dead" });
+    await vi.waitFor(async () => expect(await hitsOf(callback)).toHaveLength(1), { timeout: 20_000, interval: 100 });
+    const sent = JSON.parse((await hitsOf(callback))[0]!.body) as { status: number; retried: number; dlqId?: string };
+    expect(sent).toMatchObject({ status: 0, retried: 0, dlqId: runId });
+  });
 });
