@@ -6,6 +6,8 @@
  */
 const FAULT_POINTS = [
   "api.afterCatalogWrite", // POST /v1/jobs: the job is in D1, its shard has not heard of it
+  "qstash.afterHandOver", // a publish's messages reached their shards, then the Worker died before answering
+  "qstash.scheduleStep", // a schedule upsert died between its steps (scope: "created", its new job made; "named", its id moved to it)
   "catalog.unavailable", // every D1 call fails, as in a D1 outage
   "shard.alarmStart", // the alarm handler throws before doing anything
   "shard.afterCommit", // the alarm committed runs, then died before sending their dispatches
@@ -15,9 +17,11 @@ const FAULT_POINTS = [
   "shard.queueSendAnswer", // the Queue takes a sendBatch, then its answer is lost: the shard sees a failure
   "shard.permitRenew", // a tenant gate refuses a renewal of permits
   "shard.notifySend", // the Queue refuses a sendBatch of notifications
+  "shard.sweepCall", // a shard's answer to the sweep (compareJobs, assertAlarm, applyTenants, applyJobs) throws (scope: the shard's name)
   "shard.stepEnded", // a workflow step's run ended and its run moved on, then the shard's transaction died (scope: the job id)
   "shard.countLiveMessages", // a shard refuses to count a tenant's live messages for its gate's recount (scope: the tenant id)
   "archive.write", // a retention pass's write to the R2 archive fails, nothing written (scope: the shard's name)
+  "archive.hang", // a retention pass's write to the R2 archive never answers (scope: the shard's name; hangpoint)
   "consumer.beforeExecute", // the consumer dies before calling any target of a shard's dispatches in its batch
   "consumer.beforeReport", // the consumer called the targets, then died before reporting
   "consumer.report", // a report call fails (the shard briefly unreachable); the consumer lives on
@@ -39,12 +43,21 @@ const armed = new Map<FaultPoint, { left: number; scope?: string }>();
 export const faultCounts = new Map<FaultPoint, number>();
 
 export function failpoint(point: FaultPoint, scope?: string): void {
+  if (fires(point, scope)) throw new InjectedFault(point);
+}
+
+/** A call that never answers rather than failing (a hung subrequest): whether `point` is armed, as failpoint counts it. */
+export function hangpoint(point: FaultPoint, scope?: string): boolean {
+  return fires(point, scope);
+}
+
+function fires(point: FaultPoint, scope: string | undefined): boolean {
   const fault = armed.get(point);
-  if (fault === undefined || (fault.scope !== undefined && fault.scope !== scope)) return;
+  if (fault === undefined || (fault.scope !== undefined && fault.scope !== scope)) return false;
   if (fault.left <= 1) armed.delete(point);
   else fault.left--;
   faultCounts.set(point, (faultCounts.get(point) ?? 0) + 1);
-  throw new InjectedFault(point);
+  return true;
 }
 
 export function armFault(point: FaultPoint, times = 1, scope?: string): void {

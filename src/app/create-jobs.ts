@@ -67,7 +67,7 @@ export interface CreateOptions {
    * consumer publishes, is not. `shardOf` may name an item's shard (a callback's, beside its
    * message). A standalone job's id names its shard, since the id is all that finds it later.
    */
-  standalone?: { counted: boolean; shardOf?: (index: number) => string | undefined };
+  standalone?: { counted: boolean; shardOf?: (index: number) => string | undefined; idOf?: (index: number) => string | undefined };
 }
 
 /** Each item of a batch: created, or why not (a 4xx naming the item, and its field if it was one). */
@@ -95,7 +95,7 @@ export async function createJobs(
   const outcomes: BatchOutcome[] = [];
   const accepted: Accepted[] = [];
   const placeOf = (index: number): Placement =>
-    options.standalone ? { held: true, shard: options.standalone.shardOf?.(index) } : { held: false };
+    options.standalone ? { held: true, shard: options.standalone.shardOf?.(index), id: options.standalone.idOf?.(index) } : { held: false };
   const checked = await Promise.all(items.map((item, index) => acceptItem(env, caller, tenantId, item, index, now, placeOf(index))));
   for (const c of checked) {
     if ("job" in c) accepted.push(c);
@@ -191,22 +191,28 @@ function itemError(index: number, err: ApiError): ApiError {
 /**
  * Where a new job goes: a catalog job, to the shard its id hashes to; a job its shard alone holds
  * (`held`), to `shard` if given (a callback's, beside its message) or to one drawn at random,
- * named in its id (newStandaloneJobId).
+ * named in its id (newStandaloneJobId); or the `id` chosen before (a deduplicated message's,
+ * reserved with its id: publish.ts), which names its shard.
  */
-type Placement = { held: false } | { held: true; shard?: string | undefined };
+type Placement = { held: false } | { held: true; shard?: string | undefined; id?: string | undefined };
 
 function newIdAndShard(place: Placement, shardCount: number, now: number): { id: string; shard: string } {
   if (!place.held) {
     const id = newJobId(now);
     return { id, shard: shardFor(id, shardCount) };
   }
-  const asked = place.shard === undefined ? null : shardNumber(place.shard);
+  const id = place.id ?? standaloneJobId(place.shard, shardCount, now);
+  return { id, shard: shardNamedBy(id)! };
+}
+
+/** A new standalone job's id: in `shard` if it can be named in an id, else in one drawn at random. */
+export function standaloneJobId(shard: string | undefined, shardCount: number, now: number): string {
+  const asked = shard === undefined ? null : shardNumber(shard);
   const number =
     asked !== null && asked < MAX_NAMED_SHARDS
       ? asked
       : crypto.getRandomValues(new Uint32Array(1))[0]! % Math.min(shardCount, MAX_NAMED_SHARDS);
-  const id = newStandaloneJobId(now, number);
-  return { id, shard: shardNamedBy(id)! };
+  return newStandaloneJobId(now, number);
 }
 
 /** A new job as the catalog will hold it: checked, its target sealed, its id and shard chosen. */

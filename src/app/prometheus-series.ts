@@ -137,6 +137,12 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
       type: "counter",
       samples: [{ value: admin.sweep.pass.completed }],
     },
+    {
+      name: "edgecron_sweep_shard_failures_total",
+      help: "Shards the reconciliation sweep skipped because a call to them threw (counted once per shard per invocation): the rest is repaired, and the next pass calls them again. A rising count names a shard to look at in the sweep's log.",
+      type: "counter",
+      samples: [{ value: admin.sweep.shardFailures }],
+    },
     ...(admin.sweep.reseal.remaining === null
       ? []
       : [
@@ -173,6 +179,11 @@ export function schedulerSeries(m: MetricsSnapshot, admin: AdminFigures | null):
         type: "gauge",
         samples: byLabel("kind", SWEEP_REPAIR_KINDS, lastSweep.repairs),
       },
+      gauge(
+        "edgecron_sweep_failed_shards",
+        "Shards the last sweep invocation that completed skipped because a call to them threw.",
+        lastSweep.failedShards,
+      ),
     );
   }
   // Only while a pass is under way: time() minus it is how long the pass has taken so far.

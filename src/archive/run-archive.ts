@@ -1,4 +1,4 @@
-import { failpoint } from "../faults";
+import { failpoint, hangpoint } from "../faults";
 import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 
 /**
@@ -28,6 +28,8 @@ function archivePrefix(shard: string, at: number, unit: "hour" | "day"): string 
 /** Writes a pass's runs, one object per scheduled hour. */
 export async function writeArchive(bucket: R2Bucket, shard: string, runs: ArchivedRun[], passAt: number): Promise<void> {
   failpoint("archive.write", shard);
+  // Hung as a real subrequest hangs: pending on I/O (a timer), which workerd does not cut short.
+  if (hangpoint("archive.hang", shard)) return new Promise((resolve) => setTimeout(resolve, 60_000));
   const byHour = Map.groupBy(runs, (r) => Math.floor(r.scheduledAt / HOUR_MS));
   await Promise.all(
     [...byHour.values()].map(async (group) => {

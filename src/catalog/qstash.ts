@@ -67,26 +67,62 @@ export async function listScheduleRows(db: D1Database, tenantId: string): Promis
   return rows.map(toSchedule);
 }
 
-/** The schedule now runs as `jobId`; its creation time stays that of its first version. `also` joins its batch. */
+/**
+ * The schedule now runs as `jobId`, if its id still names `expected` (null: no row yet): a
+ * compare-and-set, so that of concurrent upserts each moves the id from the job it read, never
+ * from one it did not see. Its creation time stays that of its first version. `also` (the audit
+ * entry, `ifChanged`) joins its batch. Whether it moved.
+ */
 export async function putScheduleRow(
   db: D1Database,
   tenantId: string,
   scheduleId: string,
   jobId: string,
+  expected: string | null,
   now: number,
   also: D1PreparedStatement[] = [],
-): Promise<void> {
-  await runWith(
-    "write schedule",
-    db,
+): Promise<boolean> {
+  const stmt =
+    expected === null
+      ? db
+          .prepare(
+            `INSERT INTO qstash_schedules (tenant_id, schedule_id, job_id, created_at) VALUES (?, ?, ?, ?)
+             ON CONFLICT (tenant_id, schedule_id) DO NOTHING`,
+          )
+          .bind(tenantId, scheduleId, jobId, now)
+      : db
+          .prepare("UPDATE qstash_schedules SET job_id = ? WHERE tenant_id = ? AND schedule_id = ? AND job_id = ?")
+          .bind(jobId, tenantId, scheduleId, expected);
+  const result = await runWith("write schedule", db, stmt, also);
+  return (result.meta.changes ?? 0) > 0;
+}
+
+/**
+ * Live jobs of QStash schedules after `after`, by id, a page of them (the partial index
+ * jobs_qstash_schedules), each with whether its schedule id names it and when it was made.
+ */
+export async function scheduleJobsAfter(
+  db: D1Database,
+  after: string,
+  limit: number,
+): Promise<Array<{ id: string; tenantId: string; createdAt: number; named: boolean; scheduleId: string | null }>> {
+  const rows = await all(
+    "read schedule jobs",
     db
       .prepare(
-        `INSERT INTO qstash_schedules (tenant_id, schedule_id, job_id, created_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT (tenant_id, schedule_id) DO UPDATE SET job_id = excluded.job_id`,
+        `SELECT j.id, j.tenant_id, j.created_at, json_extract(j.spec, '$.target.qstash.scheduleId') AS schedule_id,
+           EXISTS (SELECT 1 FROM qstash_schedules s WHERE s.tenant_id = j.tenant_id AND s.schedule_id = substr(j.name, 17) AND s.job_id = j.id) AS named
+         FROM jobs j WHERE j.name LIKE 'qstash schedule %' AND j.deleted_at IS NULL AND j.id > ?1 ORDER BY j.id LIMIT ?2`,
       )
-      .bind(tenantId, scheduleId, jobId, now),
-    also,
+      .bind(after, limit),
   );
+  return rows.map((r) => ({
+    id: r.id as string,
+    tenantId: r.tenant_id as string,
+    createdAt: r.created_at as number,
+    named: r.named === 1,
+    scheduleId: (r.schedule_id as string | null) ?? null,
+  }));
 }
 
 export async function deleteScheduleRow(
@@ -105,38 +141,103 @@ export async function deleteScheduleRow(
 
 // ---- deduplication ----
 
-/** The remembered answers of `ids`; their `url` as stored, sealed (src/qstash/sealed-urls.ts). */
-export async function dedupHits(
-  db: D1Database,
-  tenantId: string,
-  ids: string[],
-  now: number,
-): Promise<Map<string, { messageId: string; url: string }>> {
-  if (ids.length === 0) return new Map();
-  const rows = await all(
-    "read dedup",
-    db
-      .prepare(
-        `SELECT dedup_id, message_id, url FROM qstash_dedup WHERE tenant_id = ?1 AND expires_at > ?2
-         AND dedup_id IN (SELECT value FROM json_each(?3))`,
-      )
-      .bind(tenantId, now, JSON.stringify(ids)),
-  );
-  return new Map(rows.map((r) => [r.dedup_id as string, { messageId: r.message_id as string, url: r.url as string }]));
+/** A deduplication id as reserved: the messages it names, the first one's URL (sealed), whether they were made. */
+export interface DedupReservation {
+  /** This call's reservation: none held the id within its window. */
+  won: boolean;
+  messageIds: string[];
+  url: string;
+  /** The messages were handed to their shards. Until then a later call makes them itself, under the same ids. */
+  made: boolean;
 }
 
-export async function recordDedup(
+/**
+ * Expired reservations removed per reserving call, besides a few per id it reserves: the
+ * oldest first by the index on expires_at, so that a tenant's publishes remove more than they
+ * add and the table holds about one window of ids.
+ */
+const EXPIRED_PER_CALL = 100;
+
+/**
+ * Reserves each entry's id, unless a live reservation holds it, and answers every id's
+ * reservation; one transaction, so that of concurrent calls with one id exactly one wins (the
+ * upsert takes over only a reservation past its window). Expired reservations are removed in the
+ * same batch, by a bounded range of the expiry index.
+ */
+export async function reserveDedup(
   db: D1Database,
   tenantId: string,
-  entries: Array<{ dedupId: string; messageId: string; url: string }>,
+  entries: Array<{ dedupId: string; messageIds: string[]; url: string }>,
   expiresAt: number,
-): Promise<void> {
-  if (entries.length === 0) return;
-  const stmt = db.prepare(
-    `INSERT INTO qstash_dedup (tenant_id, dedup_id, message_id, url, expires_at) VALUES (?, ?, ?, ?, ?)
-     ON CONFLICT (tenant_id, dedup_id) DO UPDATE SET message_id = excluded.message_id, url = excluded.url, expires_at = excluded.expires_at`,
+  now: number,
+): Promise<Map<string, DedupReservation>> {
+  if (entries.length === 0) return new Map();
+  const json = JSON.stringify(entries.map((e) => ({ d: e.dedupId, m: e.messageIds[0], ms: e.messageIds, u: e.url })));
+  const ids = JSON.stringify(entries.map((e) => e.dedupId));
+  const [, reserved, rows] = await guard("reserve dedup", () =>
+    db.batch<Row>([
+      db
+        .prepare(
+          `DELETE FROM qstash_dedup WHERE (tenant_id, dedup_id) IN
+             (SELECT tenant_id, dedup_id FROM qstash_dedup WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`,
+        )
+        .bind(now, EXPIRED_PER_CALL + 2 * entries.length),
+      db
+        .prepare(
+          `INSERT INTO qstash_dedup (tenant_id, dedup_id, message_id, message_ids, url, expires_at, made)
+           SELECT ?1, json_extract(j.value, '$.d'), json_extract(j.value, '$.m'), json_extract(j.value, '$.ms'), json_extract(j.value, '$.u'), ?2, 0
+           FROM json_each(?3) AS j WHERE true
+           ON CONFLICT (tenant_id, dedup_id) DO UPDATE SET message_id = excluded.message_id, message_ids = excluded.message_ids,
+             url = excluded.url, expires_at = excluded.expires_at, made = 0
+           WHERE qstash_dedup.expires_at <= ?4
+           RETURNING dedup_id`,
+        )
+        .bind(tenantId, expiresAt, json, now),
+      db
+        .prepare(
+          `SELECT dedup_id, message_id, message_ids, url, made FROM qstash_dedup
+           WHERE tenant_id = ?1 AND dedup_id IN (SELECT value FROM json_each(?2))`,
+        )
+        .bind(tenantId, ids),
+    ]),
   );
-  await guard("write dedup", () => db.batch(entries.map((e) => stmt.bind(tenantId, e.dedupId, e.messageId, e.url, expiresAt))));
+  const won = new Set(reserved!.results.map((r) => r.dedup_id as string));
+  return new Map(
+    rows!.results.map((r) => [
+      r.dedup_id as string,
+      {
+        won: won.has(r.dedup_id as string),
+        messageIds: r.message_ids === null ? [r.message_id as string] : (JSON.parse(r.message_ids as string) as string[]),
+        url: r.url as string,
+        made: r.made === 1,
+      },
+    ]),
+  );
+}
+
+/** The reservations' messages were handed to their shards: later calls answer with them. */
+export async function confirmDedup(db: D1Database, tenantId: string, dedupIds: string[]): Promise<void> {
+  if (dedupIds.length === 0) return;
+  await guard("confirm dedup", () =>
+    db
+      .prepare("UPDATE qstash_dedup SET made = 1 WHERE tenant_id = ?1 AND dedup_id IN (SELECT value FROM json_each(?2))")
+      .bind(tenantId, JSON.stringify(dedupIds))
+      .run(),
+  );
+}
+
+/** Removes up to `limit` reservations past their window, the oldest first (the sweep's share: publishes remove their own). */
+export async function expireDedup(db: D1Database, now: number, limit: number): Promise<number> {
+  const result = await guard("expire dedup", () =>
+    db
+      .prepare(
+        `DELETE FROM qstash_dedup WHERE (tenant_id, dedup_id) IN
+           (SELECT tenant_id, dedup_id FROM qstash_dedup WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`,
+      )
+      .bind(now, limit)
+      .run(),
+  );
+  return result.meta.changes ?? 0;
 }
 
 // ---- queues ----

@@ -25,8 +25,12 @@ export interface SweepState {
   reseal: { under: string | null; after: string; remaining: number | null };
   /** The audit retention: the last tenant whose expired entries are gone ("": a round begins). */
   auditAfter: string;
+  /** The search for orphan QStash schedule jobs: the last job id it looked at ("": a round begins). */
+  schedulesAfter: string;
   /** The last invocation that completed (null before one did): its start, its duration until this write, its repairs by kind. */
   last: SweepInvocation | null;
+  /** Shards skipped because a call to them threw, summed over every invocation (one per shard per invocation). */
+  shardFailures: number;
 }
 
 /**
@@ -43,6 +47,8 @@ export interface SweepInvocation {
   durationMs: number;
   /** By kind; a row written by another release may hold kinds this one does not know, or lack some. */
   repairs: Record<string, number>;
+  /** Shards it skipped because a call to them threw (0 in a row written before this was kept). */
+  failedShards: number;
 }
 
 /** `pass.shard` once every shard is finished: no shard name ("shard-…") sorts after it. */
@@ -69,6 +75,7 @@ export async function readSweepState(db: D1Database): Promise<SweepState> {
       remaining: (r.reseal_remaining as number | null) ?? null,
     },
     auditAfter: (r.audit_after as string | undefined) ?? "",
+    schedulesAfter: (r.schedules_after as string | undefined) ?? "",
     last:
       (r.last_started_at ?? null) === null
         ? null
@@ -76,7 +83,9 @@ export async function readSweepState(db: D1Database): Promise<SweepState> {
             startedAt: r.last_started_at as number,
             durationMs: r.last_duration_ms as number,
             repairs: JSON.parse(r.last_repairs as string) as Record<string, number>,
+            failedShards: (r.last_failed_shards as number | null | undefined) ?? 0,
           },
+    shardFailures: (r.shard_failures_total as number | undefined) ?? 0,
   };
 }
 
@@ -86,7 +95,8 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
       .prepare(
         `UPDATE sweep_state SET changes_at = ?, changes_id = ?, created_after = ?, pass_shard = ?, pass_after = ?, pass_started_at = ?,
            passes_completed = ?, targets_sealed = ?, last_started_at = ?, last_duration_ms = ?, last_repairs = ?, audit_after = ?,
-           resealed_under = ?, reseal_after = ?, reseal_remaining = ? WHERE id = 1`,
+           resealed_under = ?, reseal_after = ?, reseal_remaining = ?, last_failed_shards = ?, shard_failures_total = ?,
+           schedules_after = ? WHERE id = 1`,
       )
       .bind(
         s.changes.at,
@@ -104,6 +114,9 @@ export async function writeSweepState(db: D1Database, s: SweepState): Promise<vo
         s.reseal.under,
         s.reseal.after,
         s.reseal.remaining,
+        s.last?.failedShards ?? null,
+        s.shardFailures,
+        s.schedulesAfter,
       )
       .run(),
   );

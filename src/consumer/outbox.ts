@@ -1,14 +1,16 @@
 import { type CatalogJob, getJobsByIds } from "../catalog/jobs";
 import { chainMayFire } from "../model/chains";
 import { jobIdOfRun } from "../model/ids";
-import type { ChainMessage, NotifyMessage, OutboxMessage } from "../protocol/queue-messages";
+import type { ChainMessage, NotifyMessage, OutboxMessage, QstashTimeoutMessage } from "../protocol/queue-messages";
 import { openNotifyUrl } from "../security/notify-urls";
 import { REQUEST_SIGNATURE_HEADER, requestSignature } from "../security/request-signature";
 import { SIGNATURE_HEADER, signatureHeader, signingSecrets } from "../security/signing";
 import { targetRefusal } from "../security/target-guard";
+import { openTarget } from "../security/targets";
 import { shardStub } from "../stubs";
 import type { ExecuteContext } from "./execute";
 import type { FairSlots } from "./fair-slots";
+import { sendQstashCallback } from "./qstash-callbacks";
 
 /** A receiver gets this long to answer; a notification is small and nothing waits on it. */
 const NOTIFY_TIMEOUT_MS = 10_000;
@@ -33,14 +35,22 @@ export async function deliverOutbox(
   const jobs = await chainedJobs(env, messages);
   const results = await Promise.all(
     messages.map(({ body }) =>
-      body.kind === "chain" ? triggerChained(env, body, jobs) : connections.hold(body.tenantId, () => deliver(body, context)),
+      body.kind === "chain"
+        ? triggerChained(env, body, jobs)
+        : body.kind === "qstash_timeout"
+          ? connections.hold(body.tenantId, () => sendTimedOutCallback(env, body))
+          : connections.hold(body.tenantId, () => deliver(body, context)),
     ),
   );
-  const delivered = messages.filter((_, i) => results[i] === null);
+  // A timed-out attempt's callback has no outbox row to confirm.
+  for (const [i, m] of messages.entries()) if (m.body.kind === "qstash_timeout" && results[i] === null) m.ack();
+  const delivered = messages.filter((m, i) => results[i] === null && m.body.kind !== "qstash_timeout");
   messages.forEach((m, i) => {
     const error = results[i];
     if (error === null) return;
-    console.error(`${m.body.kind === "chain" ? "chained trigger" : "notification"} ${m.body.id}: ${error}`);
+    console.error(
+      `${m.body.kind === "notify" ? "notification" : m.body.kind === "chain" ? "chained trigger" : "qstash failure callback"} ${m.body.id}: ${error}`,
+    );
     m.retry({ delaySeconds: Math.min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (m.attempts - 1)) });
   });
   await Promise.all(
@@ -135,4 +145,39 @@ async function deliver(n: NotifyMessage, context: ExecuteContext): Promise<strin
   } catch (err) {
     return `request failed: ${(err as Error).message}`;
   }
+}
+
+/**
+ * The failure callback of a QStash message whose last attempt its shard timed out: the attempt's
+ * order read from the shard (null once a revival replaced it), its request opened as the
+ * consumer would have sent it, and the callback published as after any failure it saw (with the
+ * attempt's deduplication id, so a repeated message publishes it once). Null once settled, else
+ * what went wrong (the message is retried).
+ */
+async function sendTimedOutCallback(env: Env, m: QstashTimeoutMessage): Promise<string | null> {
+  let order: Awaited<ReturnType<ReturnType<typeof shardStub>["timedOutOrder"]>>;
+  try {
+    order = await shardStub(env, m.shard).timedOutOrder(m.runId, m.fence);
+  } catch (err) {
+    return `shard ${m.shard} did not answer: ${(err as Error).message}`;
+  }
+  if (!order?.target.qstash) return null;
+  const secrets = await openTarget(env.ENCRYPTION_KEYS, order.target, order.jobId);
+  const body =
+    secrets.bodyBase64 !== undefined
+      ? Uint8Array.from(atob(secrets.bodyBase64), (c) => c.charCodeAt(0))
+      : typeof secrets.body === "string"
+        ? secrets.body
+        : secrets.body === undefined
+          ? ""
+          : JSON.stringify(secrets.body);
+  const error = "timed out: no outcome before the lease expired";
+  await sendQstashCallback(
+    env,
+    order,
+    { runId: order.runId, fence: order.fence, ok: false, status: null, error, kind: "permanent" },
+    { url: secrets.url, method: order.target.method, headers: { ...secrets.headers }, body },
+    { status: 0, headers: {}, body: error },
+  );
+  return null;
 }

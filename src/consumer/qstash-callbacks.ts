@@ -23,7 +23,7 @@ export interface SentRequest {
  * After an attempt of a QStash message: its callback (on success) or failure callback (once it
  * ends without success) is published as a message of its own, signed and retried like any
  * (docs/qstash.md). Published at most once per attempt, whatever redelivers it (its
- * deduplication id is the attempt's). A failure to publish is logged; the attempt's outcome
+ * deduplication id is the attempt's: its run, number and fence). A failure to publish is logged; the attempt's outcome
  * stands.
  */
 export async function sendQstashCallback(env: Env, claim: RunOrder, outcome: Outcome, sent: SentRequest, answer: DeliveredAnswer) {
@@ -89,7 +89,9 @@ async function publishCallback(
         retries: callback.retries ?? DEFAULT_RETRIES,
         ...(callback.timeoutMs !== undefined && { timeoutMs: callback.timeoutMs }),
         contentBasedDeduplication: false,
-        deduplicationId: `${which}:${claim.runId}:${claim.attempt}`,
+        // One per delivery of an attempt: the fence, which a dead letter's retry raises while its
+        // attempts count from 1 again, keeps the retry's callbacks apart from the first ones'.
+        deduplicationId: `${which}:${claim.runId}:${claim.attempt}:${claim.fence}`,
         headers: { ...callback.headers, "Content-Type": "application/json" },
       },
       callbackOf: messageId,

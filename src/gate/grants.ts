@@ -19,6 +19,8 @@ export interface GroupState {
   inFlight: number;
   windowStart: number;
   started: number;
+  /** When the rate window under way ends, once a grant decided it: past it the row says nothing (windows restart at 0). */
+  windowEnd?: number;
   /** Limits set for the group itself (a QStash queue's parallelism): they win over the job's. */
   override: GroupLimits | null;
 }
@@ -78,6 +80,7 @@ export function decideGrants(
           g.windowStart = start;
           g.started = 0;
         }
+        g.windowEnd = start + period;
         if (g.started >= limits.rate) {
           d.retryAt.set(ask.group!.key, start + period);
           continue;

@@ -16,8 +16,17 @@ export const GROUP_SCHEMA = `
   CREATE TABLE IF NOT EXISTS group_limits (grp TEXT PRIMARY KEY, limits TEXT NOT NULL) WITHOUT ROWID;
 `;
 
+/** A window row written before windows kept their end: dropped once past the longest period. */
+const LONGEST_PERIOD_MS = 7 * 86_400_000;
+
 export class GroupPermits {
-  constructor(private readonly sql: SqlStorage) {}
+  constructor(private readonly sql: SqlStorage) {
+    // Windows keep their end, so that an idle group's row goes once its window is over: keys are
+    // the client's to choose (Upstash-Flow-Control-Key), one row each would otherwise stay for ever.
+    if (this.sql.exec("SELECT 1 FROM pragma_table_info('group_windows') WHERE name = 'ends_at'").toArray().length === 0)
+      this.sql.exec("ALTER TABLE group_windows ADD COLUMN ends_at INTEGER");
+    this.sql.exec("CREATE INDEX IF NOT EXISTS group_windows_by_end ON group_windows (ends_at)");
+  }
 
   /** What a grant decision needs of each group: its permits held, its window, its own limits. */
   states(groups: Iterable<string>): Map<string, GroupState> {
@@ -64,10 +73,11 @@ export class GroupPermits {
       const was = before.get(grp);
       if (was && was.windowStart === g.windowStart && was.started === g.started) continue;
       this.sql.exec(
-        "INSERT INTO group_windows (grp, window_start, started) VALUES (?, ?, ?) ON CONFLICT (grp) DO UPDATE SET window_start = excluded.window_start, started = excluded.started",
+        "INSERT INTO group_windows (grp, window_start, started, ends_at) VALUES (?, ?, ?, ?) ON CONFLICT (grp) DO UPDATE SET window_start = excluded.window_start, started = excluded.started, ends_at = excluded.ends_at",
         grp,
         g.windowStart,
         g.started,
+        g.windowEnd ?? g.windowStart + LONGEST_PERIOD_MS,
       );
     }
     for (const [grp, wanted] of d.groupRefused)
@@ -97,8 +107,14 @@ export class GroupPermits {
     return (row?.grp as string | undefined) ?? null;
   }
 
-  /** Drops the permits whose lease ran out: how many each group lost. */
+  /**
+   * Drops the permits whose lease ran out (how many each group lost), and the rate windows that
+   * are over: a group absent starts its next window at 0, as it would have. A range of the index
+   * on ends_at; rows from before it kept ends_at go a longest period after their start.
+   */
   expire(now: number): Map<string, number> {
+    this.sql.exec("DELETE FROM group_windows WHERE ends_at <= ?", now);
+    this.sql.exec("DELETE FROM group_windows WHERE ends_at IS NULL AND window_start <= ?", now - LONGEST_PERIOD_MS);
     const freed = new Map<string, number>();
     for (const r of this.sql.exec("DELETE FROM group_permits WHERE expires_at <= ? RETURNING grp", now).toArray())
       freed.set(r.grp as string, (freed.get(r.grp as string) ?? 0) + 1);

@@ -24,7 +24,6 @@
  *                                 revive, for a job under flow control)
  *   running ──hold──▶ waiting     (a circuit breaker is open for the target's origin: the run
  *                                 waits, its attempt unspent, until a probe may go)
- *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
  *   queued ──begin_steps──▶ running   (a workflow run: instead of a dispatch it starts its
  *                                 steps, each a run of its own; it ends succeeded, or failed
  *                                 (reject) when a step failed, once every step has ended)
@@ -56,7 +55,6 @@ export type RunEvent =
   | "cancel"
   | "abandon"
   | "revive"
-  | "succeed_late"
   | "start"
   | "hold"
   | "admit"
@@ -79,7 +77,7 @@ export const TRANSITIONS: Readonly<Record<RunState, Partial<Record<RunEvent, Run
   buffered: { start: "queued", hold: "waiting", cancel: "cancelled" },
   succeeded: {},
   failed: { revive: "queued", hold: "waiting" },
-  dead: { revive: "queued", hold: "waiting", succeed_late: "succeeded" },
+  dead: { revive: "queued", hold: "waiting" },
   cancelled: {},
   skipped: {},
 };

@@ -121,12 +121,28 @@ export interface OutcomesMessage {
 }
 
 /** What the dispatch queues carry: dispatches of runs (no `kind`, as before notifications), notifications, chained triggers and outcomes kept. */
-export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage | OutcomesMessage;
+export type QueueMessage = DispatchPack | DispatchMessage | NotifyMessage | ChainMessage | QstashTimeoutMessage | OutcomesMessage;
 
 /** A message of run dispatches: a pack, or one dispatch as shards sent them before packs. */
 export type DispatchesMessage = DispatchPack | DispatchMessage;
 
-export type OutboxMessage = NotifyMessage | ChainMessage;
+/**
+ * A QStash message's last attempt that its shard timed out (its lease ran out with no outcome):
+ * no consumer saw it fail, so none published its failure callback. The consumer reads the
+ * attempt's order from the shard and publishes it (src/consumer/qstash-callbacks.ts), under the
+ * attempt's deduplication id: at most once, as any callback. Sent after the commit that ended
+ * the run, with no outbox row.
+ */
+export interface QstashTimeoutMessage {
+  kind: "qstash_timeout";
+  shard: string;
+  id: string;
+  tenantId: string;
+  runId: string;
+  fence: number;
+}
+
+export type OutboxMessage = NotifyMessage | ChainMessage | QstashTimeoutMessage;
 
 export const isOutcomesMessage = (m: QueueMessage): m is OutcomesMessage => "kind" in m && m.kind === "outcomes";
 

@@ -188,6 +188,8 @@ export interface ShardApi {
   abandonDispatches(dispatches: Dispatch[]): Promise<Array<"redispatched" | "ended" | "stale">>;
   /** A breaker is open for these dispatches' origin: their runs wait until `until`, attempts unspent; `giveUp`: they end dead, uncalled. */
   holdDispatches(holds: Array<Dispatch & { until: number; reason: string; giveUp?: boolean }>): Promise<Array<"held" | "stale">>;
+  /** The order of a run's attempt its shard timed out (a QStash message's, for its failure callback); null if it is not that. */
+  timedOutOrder(runId: string, fence: number): Promise<RunOrder | null>;
   /** The consumer delivered these notifications: the shard stops sending them. */
   notificationsDelivered(ids: string[]): Promise<void>;
   getRun(runId: string): Promise<RunView | null>;

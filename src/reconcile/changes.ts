@@ -21,6 +21,8 @@ export interface ChangesReport {
   repaired: number;
   /** Both parts of the feed were read to their end (within the budget). */
   caughtUp: boolean;
+  /** Shards whose call threw: their entries are left to the next consistency pass. */
+  failed: Set<string>;
 }
 
 /** An entry of the feed, with the part of it that read it. */
@@ -103,7 +105,7 @@ export async function deliverChanges(
     changed,
     result.unrepaired.filter((e) => e.part === "changed"),
   );
-  return { compared: result.compared, repaired: result.repaired, caughtUp: created.ended && changed.ended };
+  return { compared: result.compared, repaired: result.repaired, caughtUp: created.ended && changed.ended, failed: result.failed };
 }
 
 async function readPage<K>(p: Part<K>, comparer: ShardComparer<FeedEntry>): Promise<void> {

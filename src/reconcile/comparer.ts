@@ -29,6 +29,12 @@ export interface Comparison<T> {
    * caller's cursor must stay before the first: the next invocation compares it again.
    */
   unrepaired: T[];
+  /**
+   * Shards whose compareJobs or applyJobs threw. Their entries count as compared: the cursor
+   * moves past them, and the next consistency pass compares them again, so that one broken
+   * shard holds neither the feed nor the pass.
+   */
+  failed: Set<string>;
 }
 
 type Taken<T> = { entry: T; seq: number };
@@ -48,7 +54,7 @@ type Taken<T> = { entry: T; seq: number };
  */
 export class ShardComparer<T extends ShardEntry> {
   private readonly buffers = new Map<string, Array<Taken<T>>>();
-  private readonly result: Comparison<Taken<T>> = { compared: 0, repaired: 0, purged: 0, unrepaired: [] };
+  private readonly result: Comparison<Taken<T>> = { compared: 0, repaired: 0, purged: 0, unrepaired: [], failed: new Set() };
   private repairHeld = true;
   private taken = 0;
   /** Tombstones their shards no longer hold, purged at the end with what is left. */
@@ -92,10 +98,14 @@ export class ShardComparer<T extends ShardEntry> {
   async finish(): Promise<Comparison<T>> {
     const open = [...this.buffers];
     this.buffers.clear();
-    const answers = await Promise.all(
+    const answers = await Promise.allSettled(
       open.map(([shard, buffer]) => this.meter.shard(this.env, shard).compareJobs(buffer.map((t) => t.entry))),
     );
-    for (const [i, [shard, buffer]] of open.entries()) await this.settle(shard, buffer, answers[i]!);
+    for (const [i, [shard, buffer]] of open.entries()) {
+      const answer = answers[i]!;
+      if (answer.status === "fulfilled") await this.settle(shard, buffer, answer.value);
+      else this.fail(shard, buffer, answer.reason);
+    }
     this.repairHeld = false;
     for (let i = 0; i < this.gone.length && this.left().d1 >= 1; i += MAX_BOUND_PARAMETERS) {
       this.result.purged += await purgeTombstones(this.db, this.gone.slice(i, i + MAX_BOUND_PARAMETERS));
@@ -116,7 +126,20 @@ export class ShardComparer<T extends ShardEntry> {
   private async flush(shard: string): Promise<void> {
     const buffer = this.buffers.get(shard)!;
     this.buffers.delete(shard);
-    await this.settle(shard, buffer, await this.meter.shard(this.env, shard).compareJobs(buffer.map((t) => t.entry)));
+    let answer: { stale: string[]; gone: string[] };
+    try {
+      answer = await this.meter.shard(this.env, shard).compareJobs(buffer.map((t) => t.entry));
+    } catch (err) {
+      this.fail(shard, buffer, err);
+      return;
+    }
+    await this.settle(shard, buffer, answer);
+  }
+
+  private fail(shard: string, buffer: Array<Taken<T>>, err: unknown): void {
+    this.result.compared += buffer.length;
+    if (!this.result.failed.has(shard)) console.error(`sweep: shard ${shard} failed; skipped until the next pass`, err);
+    this.result.failed.add(shard);
   }
 
   /** Re-delivers what the shard lacks, chunk by chunk while a repair fits; notes some of what it no longer holds. */
@@ -129,7 +152,13 @@ export class ShardComparer<T extends ShardEntry> {
         this.result.unrepaired.push(...buffer.filter((t) => left.has(t.entry.id)));
         break;
       }
-      this.result.repaired += await redeliver(this.db, client, answer.stale.slice(i, i + REPAIR_CHUNK));
+      try {
+        this.result.repaired += await redeliver(this.db, client, answer.stale.slice(i, i + REPAIR_CHUNK));
+      } catch (err) {
+        // Its other stale jobs too wait for the next pass: a shard that refused one chunk would refuse the rest.
+        this.fail(shard, [], err);
+        break;
+      }
     }
     this.gone.push(...answer.gone.slice(0, Math.ceil(buffer.length / PURGE_EVERY) * MAX_BOUND_PARAMETERS));
   }

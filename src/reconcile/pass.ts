@@ -24,6 +24,8 @@ export interface PassReport {
   shardsThatRanDueWork: number;
   /** Tombstones of deleted jobs removed from the catalog. */
   purged: number;
+  /** Shards whose call threw, skipped until the next pass (at most once each). */
+  failed: Set<string>;
   /** The pass reached its end in this invocation. */
   completed: boolean;
 }
@@ -46,7 +48,15 @@ export async function continuePass(
   reserve: number,
   now: number,
 ): Promise<PassReport> {
-  const report: PassReport = { shards: 0, compared: 0, repaired: 0, shardsThatRanDueWork: 0, purged: 0, completed: false };
+  const report: PassReport = {
+    shards: 0,
+    compared: 0,
+    repaired: 0,
+    shardsThatRanDueWork: 0,
+    purged: 0,
+    failed: new Set(),
+    completed: false,
+  };
   const pass = state.pass;
   const fits = (cost: { d1: number; calls: number }) => meter.affords(cost.d1, cost.calls, reserve);
   if (pass.shard === "") {
@@ -57,10 +67,18 @@ export async function continuePass(
   while (pass.shard !== PAST_SHARDS) {
     if (!fits(FINISH_COST)) return report;
     const client = meter.shard(env, pass.shard);
-    await client.applyTenants(await tenantsOfShard(db, pass.shard));
-    const { ranDueWork } = await client.assertAlarm();
-    if (ranDueWork) report.shardsThatRanDueWork++;
-    report.shards++;
+    const tenants = await tenantsOfShard(db, pass.shard);
+    try {
+      await client.applyTenants(tenants);
+      const { ranDueWork } = await client.assertAlarm();
+      if (ranDueWork) report.shardsThatRanDueWork++;
+      report.shards++;
+    } catch (err) {
+      // One shard that throws (a bug, an overloaded object) must not hold every other shard's
+      // repair: it is skipped, counted, and the next pass tries it again.
+      report.failed.add(pass.shard);
+      console.error(`sweep: shard ${pass.shard} failed; skipped until the next pass`, err);
+    }
     Object.assign(pass, { shard: (await nextShardInUse(db, pass.shard)) ?? PAST_SHARDS, after: "" });
   }
   const comparer = new ShardComparer(env, db, meter, { d1: meter.budget.d1Queries - reserve, calls: meter.budget.shardCalls });
@@ -78,6 +96,7 @@ export async function continuePass(
   }
   const result = await comparer.finish();
   Object.assign(report, { compared: result.compared, repaired: result.repaired, purged: result.purged });
+  for (const shard of result.failed) report.failed.add(shard);
   const stop = result.unrepaired[0];
   if (stop !== undefined) {
     // Compared again from just before it next time; never behind where this invocation began.

@@ -1,6 +1,6 @@
 import { LATE_NOTED_OUTCOMES, LIVE_ATTEMPT_OUTCOMES } from "../model/attempt-states";
 import { parseCompletionToken } from "../model/ids";
-import type { Dispatch, LeaseToRenew, Outcome } from "../protocol/queue-messages";
+import type { Dispatch, LeaseToRenew, Outcome, RunOrder } from "../protocol/queue-messages";
 import { type Answer, type Completion, done, type OpenResult, refuse, type TokenRefusal } from "../protocol/shard-rpc";
 import type { RunRow } from "../protocol/stored-rows";
 import { targetOfRun } from "../workflow/steps";
@@ -58,13 +58,30 @@ export class Completions {
     });
   }
 
-  /** Each run's outcome is recorded once; an outcome for any fence but the current running one is stale. */
+  /**
+   * The order of `runId`'s attempt under `fence` if its shard timed it out and nothing happened
+   * since (a revival raises the fence): what its failure callback tells of. Writes nothing.
+   */
+  timedOutOrder(runId: string, fence: number): RunOrder | null {
+    const { run, attempt } = this.store.attempts.runAndAttempt(runId, fence);
+    if (!run || run.fence !== fence || attempt?.outcome !== "timed_out") return null;
+    const job = this.store.getJob(run.jobId);
+    const target = job && targetOfRun(job.spec, runId);
+    if (!job || !target) return null;
+    return runOrder(run, job, target, signingOf(this.store.getTenant(job.tenantId)), attempt.completionToken, null, null);
+  }
+
+  /**
+   * Each run's outcome is recorded once; an outcome for any fence but the current running one is
+   * stale, a late success of an attempt given up on too: the run's end already brought its
+   * consequences (a failure chain, a dead notification, a step of an auto-pause streak), which an
+   * outcome overwritten afterwards would contradict. It is noted on its attempt.
+   */
   report(outcomes: Outcome[], now: number): Array<"recorded" | "stale"> {
     return outcomes.map((o) => {
       const { run, attempt } = this.store.attempts.runAndAttempt(o.runId, o.fence);
       if (!run || !attempt || run.fence !== o.fence || run.state !== "running" || attempt.outcome !== "running") {
         if (attempt && LATE_NOTED_OUTCOMES.includes(attempt.outcome)) this.ledger.noteLate(o.runId, o.fence, describeOutcome(o));
-        if (!o.accepted && this.ledger.succeedLate(o.runId, o.fence, o, now)) return "recorded";
         return "stale";
       }
       if (o.accepted) this.ledger.accept(run, o.status ?? 202, now);

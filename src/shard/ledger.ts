@@ -4,6 +4,7 @@ import { afterFailure, classifyStatus, DEAD_LETTER_STATES, type FailureKind } fr
 import type { Dispatch } from "../protocol/queue-messages";
 import { type Answer, done, refuse } from "../protocol/shard-rpc";
 import type { AttemptRow, RunRow } from "../protocol/stored-rows";
+import { retryDelayMs } from "../qstash/retry-delay";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import { underFlowControl } from "./admission";
@@ -228,8 +229,18 @@ export class RunLedger {
       return "redispatched";
     }
     const error = run.redispatches < MAX_REDISPATCHES ? lost : `${lost}; not sent again after ${MAX_REDISPATCHES} resends`;
-    this.fail(run, finished("timed_out", now, null, error), null, error, now);
+    this.fail(run, finished("timed_out", now, null, error), null, error, now, this.timedOutRetryMs(run));
     return "ended";
+  }
+
+  /**
+   * How long a run whose attempt the shard itself timed out waits for its retry: a QStash
+   * message its own retry delay, which the consumer asks for with every failure it sees
+   * (src/qstash/delivery.ts) and this one no consumer saw; any other run its backoff alone.
+   */
+  private timedOutRetryMs(run: RunRow): number {
+    const meta = this.store.getJob(run.jobId)?.spec.target?.qstash;
+    return meta ? retryDelayMs(run.attempt, meta.retryDelay) : 0;
   }
 
   /** A dead or failed run of a live job gets a fresh set of attempts. */
@@ -245,29 +256,6 @@ export class RunLedger {
   /** A dead or failed run of a live job, not a workflow's step: what a retry may revive. */
   revivable(run: RunRow): boolean {
     return run.parentRunId === null && !stoppedReason(this.store.getJob(run.jobId)) && DEAD_LETTER_STATES.includes(run.state);
-  }
-
-  /**
-   * A success reported for the timed-out last attempt of a run that is dead because of that
-   * timeout: the target did the work, its outcome was only late (a report lost or retried, a
-   * slow consumer), so the run is `succeeded` rather than a false dead letter. Only within
-   * `LATE_SUCCESS_WINDOW_MS` of the run ending, and only while nothing happened since: the
-   * fence still names that attempt (a revival raises it, so a late answer can never overwrite
-   * a run a person already started again; docs/architecture.md, invariant 4). A late failure,
-   * or a late success of an attempt that was retried, changes nothing: a retry is already
-   * under way or done, and delivery is at least once. The attempt stays `timed_out` with the
-   * late answer noted, which is what happened. True when the run was revived as succeeded.
-   */
-  succeedLate(runId: string, fence: number, o: Settled, now: number): boolean {
-    const run = this.store.getRun(runId);
-    const attempt = this.store.attempts.get(runId, fence);
-    if (!o.ok || !run || run.state !== "dead" || run.fence !== fence || attempt?.outcome !== "timed_out") return false;
-    // A workflow's step stays dead: the graph has already decided on it (steps below skipped or
-    // started), and a step that changed its outcome now would contradict those decisions.
-    if (run.parentRunId !== null) return false;
-    if (run.finishedAt === null || now - run.finishedAt > LATE_SUCCESS_WINDOW_MS) return false;
-    this.moves.move(run, "succeed_late", { status: o.status, error: null, result: o.result ?? null }, now);
-    return true;
   }
 
   /** A late outcome is kept on the attempt it belongs to, so the run shows it happened. */
@@ -306,7 +294,7 @@ export class RunLedger {
     const { attempt } = this.store.attempts.runAndAttempt(run.id, fence);
     const error = "timed out: no outcome before the lease expired";
     if (attempt?.outcome === "running") this.resendOrEnd(run, "redispatch", null, error, now);
-    else if (attempt?.outcome === "accepted") this.fail(run, finished("timed_out", now, null, error), null, error, now);
+    else if (attempt?.outcome === "accepted") this.fail(run, finished("timed_out", now, null, error), null, error, now, this.timedOutRetryMs(run));
   }
 
   /**
@@ -385,7 +373,6 @@ export class RunLedger {
  * succeeded: long enough for a consumer's retried report, short enough that a dead letter
  * someone has looked at does not change under them later.
  */
-const LATE_SUCCESS_WINDOW_MS = 10 * 60_000;
 
 /** The running attempt ends with `outcome`. */
 function finished(

@@ -87,6 +87,16 @@ export class Notifier {
     }
   }
 
+  /**
+   * Within the step's transaction: a QStash message's last attempt timed out by its shard, whose
+   * failure callback no consumer sent (QstashTimeoutMessage). Sent after commit, with no row: a
+   * callback is at most once (docs/qstash.md).
+   */
+  qstashTimedOut(job: ShardJob, run: RunRow): void {
+    const id = `${run.id}:${run.fence}:qstash_timeout`;
+    this.#unsent.push({ kind: "qstash_timeout", shard: this.host.name(), id, tenantId: job.tenantId, runId: run.id, fence: run.fence });
+  }
+
   private add(row: Omit<NotificationRow, "sends">): void {
     if (this.outbox.add(row)) this.#unsent.push(this.message(row));
   }

@@ -36,6 +36,7 @@ export class Outcomes {
 
   /** A run reached a final state, within its step's transaction. */
   noteFinished(run: RunRow): void {
+    if (run.state === "dead") this.noteQstashTimeout(run);
     if (!this.store.watchesOutcomes(run.jobId)) return;
     const job = this.store.getJob(run.jobId);
     if (!job) return;
@@ -45,5 +46,14 @@ export class Outcomes {
     if (run.state === "failed" || run.state === "dead") this.notifier.note(run.state, job, run, now);
     else if (run.state === "succeeded" && endedStreak > 0)
       this.notifier.note("recovered", job, run, now, `after ${endedStreak} runs in a row that ended failed or dead`);
+  }
+
+  /** A QStash message dead because its shard timed its last attempt out: its failure callback is the consumer's to send. */
+  private noteQstashTimeout(run: RunRow): void {
+    if (run.parentRunId !== null) return;
+    const job = this.store.getJob(run.jobId);
+    if (!job?.spec.target?.qstash?.failureCallback) return;
+    if (this.store.attempts.get(run.id, run.fence)?.outcome !== "timed_out") return;
+    this.notifier.qstashTimedOut(job, run);
   }
 }

@@ -30,6 +30,31 @@ const CURSOR = "retention_cursor";
 const ARCHIVE_FAILURES = "retention_archive_failures";
 const ARCHIVE_ERROR = "retention_archive_error";
 
+/**
+ * How long a pass waits for the archive's write: past it the write counts as failed (the
+ * runs stay, the pass backs off as for any failure), so that a hung R2 put cannot hold the
+ * shard's alarm, and every call waiting behind it, for ever. An object, so that tests in the
+ * shard's isolate can shorten it, as they arm faults (src/faults.ts).
+ */
+export const ARCHIVE_WRITE_TIMEOUT = { ms: 20_000 };
+
+/**
+ * `write`, or a failure once `ms` passed without its answer. The write itself goes on: if it
+ * lands late, the next pass writes the runs again under another pass, and readers keep one
+ * copy per run id (run-archive.ts).
+ */
+async function bounded(write: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the archive write had no answer in ${ms} ms`)), ms);
+  });
+  try {
+    await Promise.race([write, late]);
+  } finally {
+    if (timer !== null) clearTimeout(timer);
+  }
+}
+
 /** The wait before the next pass after `failures` failed archive writes in a row. */
 export function archiveRetryDelay(failures: number): number {
   return Math.min(ARCHIVE_RETRY_FIRST_MS * 2 ** Math.max(0, failures - 1), ARCHIVE_RETRY_MAX_MS);
@@ -107,7 +132,7 @@ export class Retention {
     const failures = this.archiveFailures();
     if (expired.length > 0 && this.archive) {
       try {
-        await this.archive(this.host.name(), this.withAttempts(expired));
+        await bounded(this.archive(this.host.name(), this.withAttempts(expired)), ARCHIVE_WRITE_TIMEOUT.ms);
       } catch (err) {
         this.archiveFailed(failures + 1, err, now);
         return { removed: 0 };

@@ -1,6 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { failpoint } from "../faults";
-import type { Dispatch, LeaseToRenew, Outcome } from "../protocol/queue-messages";
+import type { Dispatch, LeaseToRenew, Outcome, RunOrder } from "../protocol/queue-messages";
 import {
   type Answer,
   type BackfillResult,
@@ -150,6 +150,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
 
   async applyJobs(definitions: JobDefinition[], tenants: TenantSettings[] = []): Promise<JobRuntime[]> {
     return this.runtime.metered("applyJobs", async (here) => {
+      failpoint("shard.sweepCall", this.runtime.name());
       this.runtime.change((now) => {
         this.firing.applyJobs(definitions, tenants, now);
         this.retention.schedule(now);
@@ -162,6 +163,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /** A raised runs-in-flight limit may let waiting runs start: they are looked at now. */
   async applyTenants(tenants: TenantSettings[]): Promise<void> {
     return this.runtime.metered("applyTenants", async () => {
+      failpoint("shard.sweepCall", this.runtime.name());
       this.runtime.change((now) => {
         for (const tenant of tenants) this.store.putTenant(tenant);
         this.admitter.tenantsChanged(tenants, now);
@@ -261,6 +263,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     });
   }
 
+  async timedOutOrder(runId: string, fence: number): Promise<RunOrder | null> {
+    return this.runtime.metered("timedOutOrder", async () => this.completions.timedOutOrder(runId, fence));
+  }
+
   async notificationsDelivered(ids: string[]): Promise<void> {
     return this.runtime.metered("notificationsDelivered", async () => {
       this.runtime.change(() => this.outcomes.notifier.delivered(ids));
@@ -321,7 +327,10 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   // ---- RPC: the sweep ----
 
   async compareJobs(entries: CatalogEntry[]): Promise<JobComparison> {
-    return this.runtime.metered("compareJobs", async () => this.views.compareJobs(entries));
+    return this.runtime.metered("compareJobs", async () => {
+      failpoint("shard.sweepCall", this.runtime.name());
+      return this.views.compareJobs(entries);
+    });
   }
 
   /**
@@ -330,6 +339,7 @@ export class Shard extends DurableObject<Env> implements ShardApi {
    */
   async assertAlarm(): Promise<{ ranDueWork: boolean; alarmAt: number | null }> {
     return this.runtime.metered("assertAlarm", async () => {
+      failpoint("shard.sweepCall", this.runtime.name());
       const now = Date.now();
       const due = this.runtime.nextDue(now);
       const ranDueWork = due !== null && due <= now;

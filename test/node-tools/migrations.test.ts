@@ -47,10 +47,12 @@ describe("D1 migrations on a catalog with data", () => {
     expect(db.prepare("SELECT sql FROM sqlite_master WHERE name = 'jobs'").get()).toMatchObject({
       sql: expect.stringContaining("WITHOUT ROWID"),
     });
-    // Since 0010 a creation enters jobs_by_tenant only; the sweep's indexes are gone (docs/cost.md).
+    // Since 0010 a creation enters jobs_by_tenant only, a QStash schedule's also the partial
+    // jobs_qstash_schedules (0021); the sweep's indexes are gone (docs/cost.md).
     expect(db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name").all()).toEqual([
       { name: "jobs_by_tenant" },
       { name: "jobs_changed" },
+      { name: "jobs_qstash_schedules" },
     ]);
   });
 });

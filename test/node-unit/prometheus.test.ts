@@ -119,7 +119,9 @@ describe("schedulerSeries", () => {
     targetsSealed: true,
     reseal: { under: null, after: "", remaining: 42 },
     auditAfter: "",
-    last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 } },
+    schedulesAfter: "",
+    last: { startedAt: 1_700_000_060_000, durationMs: 1_250, repairs: { feed_job: 2, due_work: 1 }, failedShards: 1 },
+    shardFailures: 3,
   };
   const cost = {
     usd: 0.25,
@@ -175,6 +177,8 @@ describe("schedulerSeries", () => {
       "edgecron_sweep_last_started_timestamp_seconds",
       "edgecron_sweep_duration_seconds",
       "edgecron_sweep_repairs",
+      "edgecron_sweep_failed_shards",
+      "edgecron_sweep_shard_failures_total",
       "edgecron_targets_sealed_under_old_keys",
       "edgecron_sign_in_refusals_total",
     ];

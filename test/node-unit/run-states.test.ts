@@ -32,7 +32,6 @@ const EVENTS: RunEvent[] = [
   "cancel",
   "abandon",
   "revive",
-  "succeed_late",
   "start",
   "hold",
   "admit",
@@ -50,7 +49,6 @@ describe("the run state table", () => {
         "queued --begin_steps--> running",
         "queued --cancel--> cancelled",
         "dead --revive--> queued",
-        "dead --succeed_late--> succeeded",
         "buffered --start--> queued",
         "buffered --cancel--> cancelled",
         "failed --revive--> queued",
@@ -74,12 +72,12 @@ describe("the run state table", () => {
     );
   });
 
-  it("final states have no way out but a person's retry of a dead letter, or a dead run's late success", () => {
+  it("final states have no way out but a person's retry of a dead letter", () => {
     expect([...FINAL_STATES].sort()).toEqual(["cancelled", "dead", "failed", "skipped", "succeeded"]);
     for (const s of FINAL_STATES)
       for (const e of EVENTS) {
         const revived = { revive: "queued", hold: "waiting" }[e as string];
-        const expected = s === "dead" && e === "succeed_late" ? "succeeded" : DEAD_LETTER_STATES.includes(s) && revived ? revived : null;
+        const expected = DEAD_LETTER_STATES.includes(s) && revived ? revived : null;
         expect(transition(s, e)).toBe(expected);
       }
   });

@@ -50,6 +50,8 @@ const ADMIN_ONLY = [
   "edgecron_sweep_last_started_timestamp_seconds",
   "edgecron_sweep_duration_seconds",
   "edgecron_sweep_repairs",
+  "edgecron_sweep_failed_shards",
+  "edgecron_sweep_shard_failures_total",
 ];
 
 /** A job of `as` that has run once, to success or failure. */

@@ -4,7 +4,7 @@ import { armFault, disarmFault } from "../../src/faults";
 import { runKeyRange } from "../../src/model/ids";
 import type { Job } from "../../src/model/job";
 import type { Run } from "../../src/model/run";
-import { ARCHIVE_RETRY_MAX_MS, archiveRetryDelay, RETENTION_CHUNK } from "../../src/shard/retention";
+import { ARCHIVE_RETRY_MAX_MS, ARCHIVE_WRITE_TIMEOUT, archiveRetryDelay, RETENTION_CHUNK } from "../../src/shard/retention";
 import type { Shard } from "../../src/shard/shard";
 import { api, createJob, createTenant, FAR_CRON, listRuns, receiverPath, runRetention, shardOf, sweepFully, waitForRun } from "./helpers";
 
@@ -160,6 +160,27 @@ describe("retention", () => {
     }
     expect(objects.length).toBeGreaterThanOrEqual(3);
     expect(archived.size).toBe(backlog);
+  });
+
+  it("an archive write that never answers is given up after its timeout: the runs kept, the failure counted, the alarm free", async () => {
+    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("retention-archive-hung") } });
+    const stub = shardOf(job);
+    const now = Date.now();
+    await seedRuns(job, [{ id: "run_hung_0", scheduledAt: now - 8 * DAY }]);
+    const timeout = ARCHIVE_WRITE_TIMEOUT.ms;
+    ARCHIVE_WRITE_TIMEOUT.ms = 200;
+    armFault("archive.hang", 1, job.shard);
+    try {
+      await runRetention(stub);
+    } finally {
+      ARCHIVE_WRITE_TIMEOUT.ms = timeout;
+      disarmFault("archive.hang", job.shard);
+    }
+    expect(await runIdsInShard(job)).toContain("run_hung_0");
+    expect((await stub.metrics(60_000)).archive).toMatchObject({ consecutiveFailures: 1, lastError: expect.stringMatching(/no answer/) });
+    // The shard answers meanwhile, and its next pass archives and removes the run.
+    await runRetention(stub);
+    expect(await runIdsInShard(job)).not.toContain("run_hung_0");
   });
 
   it("an archive write that fails keeps the runs and backs off, doubling up to a cap; the shard goes on; metrics show it", async () => {

@@ -198,16 +198,17 @@ describe("a lost report on the last attempt", () => {
     expect(await getRun(run!.id)).toMatchObject({ state: "dead", attemptLog: [{ outcome: "timed_out" }] });
     return { job, run: run!, stub };
   }
-  it("a late success of the timed-out last attempt makes the dead run succeeded", async () => {
+  it("a late success of the timed-out last attempt is noted on it and refused: the dead run and its dead letter stand", async () => {
     const { run, stub } = await expiredLastAttempt("late-ok");
-    expect(await stub.report([{ runId: run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["recorded"]);
-    const after = await getRun(run.id);
-    expect(after).toMatchObject({ state: "succeeded", status: 200, error: null, attempts: 1 });
-    expect(after.attemptLog).toMatchObject([{ outcome: "timed_out", late: "HTTP 200" }]);
-    const listed = (await (await api(`/v1/dead-letters?jobId=${run.jobId}`)).json()) as { items: unknown[] };
-    expect(listed.items).toEqual([]);
-    // Said again, it is stale: the run is recorded once.
+    // The run went dead, and with it came what a dead run brings (its failure chain, its dead
+    // notification, a step of its job's auto-pause streak): an outcome overwritten now would
+    // contradict them, so only the current attempt's outcome counts.
     expect(await stub.report([{ runId: run.id, fence: 1, ok: true, status: 200, error: null }])).toEqual(["stale"]);
+    const after = await getRun(run.id);
+    expect(after).toMatchObject({ state: "dead", attempts: 1 });
+    expect(after.attemptLog).toMatchObject([{ outcome: "timed_out", late: "HTTP 200" }]);
+    const listed = (await (await api(`/v1/dead-letters?jobId=${run.jobId}`)).json()) as { items: Array<{ id: string }> };
+    expect(listed.items.map((r) => r.id)).toEqual([run.id]);
   });
 
   it("a late failure, a late success after the window, or one after a revival leaves the run as it is", async () => {

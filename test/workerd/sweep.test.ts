@@ -1,11 +1,12 @@
 import { env } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { CHANGED_SINCE_SQL, firstIdAt, getJob, JOBS_AFTER_SQL, toDefinition, updateJob } from "../../src/catalog/jobs";
 import { NEXT_SHARD_SQL } from "../../src/catalog/shards";
 import { TENANTS_OF_SHARD_SQL } from "../../src/catalog/tenants";
+import { armFault, disarmFaults } from "../../src/faults";
 import { CHANGES_MARGIN_MS } from "../../src/reconcile/changes";
 import { sweep } from "../../src/reconcile/sweep";
-import { lostJob, shardOf } from "./helpers";
+import { api, lostJob, shardOf } from "./helpers";
 import { meteredEnv } from "./metered-env";
 
 const held = async (job: { id: string; shard: string }, version = 1) =>
@@ -171,5 +172,39 @@ describe("the sweep, invocation by invocation", () => {
     const again = meteredEnv();
     await sweep(again.env);
     expect(again.spent.queries.some((sql) => sql.includes("json_type"))).toBe(true);
+  });
+});
+
+describe("a shard whose calls throw", () => {
+  afterEach(() => disarmFaults());
+
+  const failures = async () => {
+    const text = await (await api("/metrics")).text();
+    return Number(/^edgecron_sweep_shard_failures_total (\d+)$/m.exec(text)?.[1] ?? Number.NaN);
+  };
+
+  it("is skipped and counted while the others are repaired and the sweep's place written; the next pass retries it", async () => {
+    const old = Date.now() - 86_400_000; // behind the change feed: only the pass finds these
+    const broken = await lostJob("shard-sweep-broken", old);
+    const others = await Promise.all([lostJob("shard-sweep-fine-1", old), lostJob("shard-sweep-fine-2", old)]);
+    const before = await failures();
+    expect(before).toBeGreaterThanOrEqual(0);
+    armFault("shard.sweepCall", Infinity, broken.shard);
+    const start = (await env.DB.prepare("SELECT passes_completed FROM sweep_state").first<{ passes_completed: number }>())!;
+    for (let n = 0; ; n++) {
+      expect(n, "the pass completes").toBeLessThan(20);
+      const report = await sweep(env);
+      if (report.passesCompleted >= start.passes_completed + 2) break;
+    }
+    for (const job of others) expect(await held(job), job.id).toBe(true);
+    expect(await failures()).toBeGreaterThan(before);
+    disarmFaults();
+    expect(await held(broken)).toBe(false);
+    const after = (await env.DB.prepare("SELECT passes_completed FROM sweep_state").first<{ passes_completed: number }>())!;
+    for (let n = 0; ; n++) {
+      expect(n, "the next pass completes").toBeLessThan(20);
+      if ((await sweep(env)).passesCompleted > after.passes_completed) break;
+    }
+    expect(await held(broken)).toBe(true);
   });
 });

@@ -127,6 +127,8 @@ export async function createQstashJobs(
   caller: Caller,
   drafts: JobDraft[],
   kind: "messages" | "schedules",
+  /** A message's job id chosen before (its deduplication id's reservation); undefined: a new one. */
+  ids: ReadonlyArray<string | undefined> = [],
 ): Promise<CatalogJob[]> {
   const inputs = drafts.map(jobInput);
   const tenantId = tenantOf(caller);
@@ -137,7 +139,11 @@ export async function createQstashJobs(
       if (job.spec.target) job.spec.target.qstash = metas[index]!;
     },
     ...(kind === "messages" && {
-      standalone: { counted: !drafts.some((d) => d.meta.callbackOf !== undefined), shardOf: (index: number) => drafts[index]!.shard },
+      standalone: {
+        counted: !drafts.some((d) => d.meta.callbackOf !== undefined),
+        shardOf: (index: number) => drafts[index]!.shard,
+        idOf: (index: number) => ids[index],
+      },
     }),
   });
   const failed = outcomes.find((o) => "error" in o);

@@ -1,13 +1,16 @@
-import { dedupHits, getQueueRow, recordDedup } from "../../catalog/qstash";
+import { confirmDedup, getQueueRow, reserveDedup } from "../../catalog/qstash";
+import { config } from "../../config";
+import { failpoint } from "../../faults";
 import { base64 } from "../../qstash/callback-body";
 import type { Destination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
-import { messageIdOfJob } from "../../qstash/ids";
+import { jobIdOfMessage, messageIdOfJob } from "../../qstash/ids";
 import type { QstashMeta } from "../../qstash/meta";
 import { openDedupUrl, sealDedupUrl } from "../../qstash/sealed-urls";
 import { bodyDigest } from "../../security/request-signature";
 import type { Caller } from "../caller";
+import { standaloneJobId } from "../create-jobs";
 import { MAX_MESSAGES_PER_REQUEST } from "../message-quota";
 import { createQstashJobs, type JobDraft } from "./jobs";
 import { tenantOf } from "./tenant";
@@ -107,6 +110,14 @@ async function plan(env: Env, tenantId: string, request: PublishRequest, now: nu
   return { request, dedupId, drafts, topic: true };
 }
 
+/**
+ * Deduplication reserves each id before its messages are made (catalog/qstash.ts, one D1
+ * transaction), with the message ids it will make: of concurrent calls with one id, one wins and
+ * makes them; the others answer with its messages. A reservation whose messages were not
+ * confirmed made (its call failed after reserving, perhaps after handing them over) is made by
+ * the next call with the id, under the same message ids: a shard takes a job id it holds at most
+ * once (applyJobs is by version), so a retry after a failure never makes a second message.
+ */
 export async function publish(env: Env, caller: Caller, requests: PublishRequest[]): Promise<PublishAnswer[]> {
   const now = Date.now();
   const tenantId = tenantOf(caller);
@@ -118,21 +129,59 @@ export async function publish(env: Env, caller: Caller, requests: PublishRequest
       `this request would make ${messages} messages (one per item, and per endpoint of a URL group); at most ${MAX_MESSAGES_PER_REQUEST} a request`,
     );
   }
-  const hits = await dedupHits(
+  // A duplicate within the call is answered with the first one's messages, as a later call would be.
+  const firstOf = new Map<string, Planned>();
+  for (const p of planned) if (p.dedupId && !firstOf.has(p.dedupId)) firstOf.set(p.dedupId, p);
+  const { shardCount } = config(env);
+  const candidates = new Map(
+    [...firstOf.values()].map((p) => [p, p.drafts.map((d) => standaloneJobId(d.shard, shardCount, now))] as const),
+  );
+  const reservations = await reserveDedup(
     env.DB,
     tenantId,
-    planned.flatMap((p) => (p.dedupId ? [p.dedupId] : [])),
+    await Promise.all(
+      [...candidates].map(async ([p, ids]) => ({
+        dedupId: p.dedupId!,
+        messageIds: ids.map(messageIdOfJob),
+        url: await sealDedupUrl(env.ENCRYPTION_KEYS, p.drafts[0]!.url, tenantId),
+      })),
+    ),
+    now + DEDUP_WINDOW_MS,
     now,
   );
-  // A remembered answer's URL is sealed: opened for the hits only.
-  for (const hit of hits.values()) hit.url = await openDedupUrl(env.ENCRYPTION_KEYS, hit.url, tenantId);
-  // A duplicate within the call is answered with the first one's message, as a later call would be.
-  const fresh = planned.filter((p, i) => !(p.dedupId && (hits.has(p.dedupId) || planned.findIndex((q) => q.dedupId === p.dedupId) < i)));
+  /** What each request makes, under which job ids (undefined: new ones); absent: answered by a reservation. */
+  const makes = new Map<Planned, Array<string | undefined>>();
+  for (const p of planned) {
+    if (!p.dedupId)
+      makes.set(
+        p,
+        p.drafts.map(() => undefined),
+      );
+    else if (firstOf.get(p.dedupId) !== p) continue;
+    else {
+      const r = reservations.get(p.dedupId)!;
+      if (r.won) makes.set(p, candidates.get(p)!);
+      // Reserved by a call that did not confirm its messages: made again, under the same ids.
+      else if (!r.made)
+        makes.set(
+          p,
+          p.drafts.map((_, i) => jobIdOfMessage(r.messageIds[i] ?? "") ?? undefined),
+        );
+    }
+  }
+  const fresh = [...makes.keys()];
   const jobs = await createQstashJobs(
     env,
     caller,
     fresh.flatMap((p) => p.drafts),
     "messages",
+    fresh.flatMap((p) => makes.get(p)!),
+  );
+  failpoint("qstash.afterHandOver");
+  await confirmDedup(
+    env.DB,
+    tenantId,
+    fresh.flatMap((p) => (p.dedupId ? [p.dedupId] : [])),
   );
   const made = new Map<Planned, Published[]>();
   let next = 0;
@@ -142,22 +191,18 @@ export async function publish(env: Env, caller: Caller, requests: PublishRequest
       p.drafts.map((d) => ({ messageId: messageIdOfJob(jobs[next++]!.id), url: d.url })),
     );
   }
-  const firsts = new Map<string, Published[]>();
-  for (const p of fresh) if (p.dedupId) firsts.set(p.dedupId, made.get(p)!);
-  const remembered = await Promise.all(
-    fresh.flatMap((p) => {
-      if (!p.dedupId) return [];
-      const [first] = made.get(p)!;
-      return [
-        sealDedupUrl(env.ENCRYPTION_KEYS, first!.url, tenantId).then((url) => ({ dedupId: p.dedupId!, messageId: first!.messageId, url })),
-      ];
-    }),
-  );
-  await recordDedup(env.DB, tenantId, remembered, now + DEDUP_WINDOW_MS);
+  const remembered = new Map<string, Published>();
+  for (const [dedupId, r] of reservations) {
+    if (r.made && !r.won)
+      remembered.set(dedupId, { messageId: r.messageIds[0]!, url: await openDedupUrl(env.ENCRYPTION_KEYS, r.url, tenantId) });
+  }
   return planned.map((p) => {
     const own = made.get(p);
-    if (own) return p.topic ? own : own[0]!;
-    const earlier = firsts.get(p.dedupId!)?.[0] ?? hits.get(p.dedupId!)!;
+    const first = p.dedupId ? firstOf.get(p.dedupId) : undefined;
+    // Made here under another call's reservation: that call's messages, now made, answered as its.
+    const reserved = own && p.dedupId !== undefined && !reservations.get(p.dedupId)!.won;
+    if (own && !reserved) return p.topic ? own : own[0]!;
+    const earlier = own?.[0] ?? (first && first !== p ? made.get(first)?.[0] : undefined) ?? remembered.get(p.dedupId!)!;
     const answer = { messageId: earlier.messageId, url: earlier.url, deduplicated: true };
     return p.topic ? [answer] : answer;
   });

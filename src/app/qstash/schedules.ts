@@ -1,6 +1,7 @@
-import { notFound } from "../../api/errors";
+import { ApiError, notFound } from "../../api/errors";
 import { type CatalogJob, getJob, getJobsByIds } from "../../catalog/jobs";
 import { deleteScheduleRow, getScheduleRow, listScheduleRows, putScheduleRow, type ScheduleRow } from "../../catalog/qstash";
+import { failpoint } from "../../faults";
 import type { Destination } from "../../qstash/destination";
 import { QstashInputError } from "../../qstash/errors";
 import type { MessageOptions } from "../../qstash/headers";
@@ -15,7 +16,8 @@ import { tenantOf } from "./tenant";
 /**
  * Schedules: each is an edgecron cron job, so that it shows in /v1, the dashboard and the CLI;
  * its QStash id maps to the job (qstash_schedules). Upserting an existing id creates the new
- * version's job and deletes the old one, so a fire never runs with half of each. The job's
+ * version's job, moves the id to it (a compare-and-set) and deletes the old one, so a fire never
+ * runs with half of each. The job's
  * changes are audited as a job's; the id's mapping has its own entries (schedule.create,
  * schedule.update, schedule.delete), each in the batch that writes it.
  */
@@ -37,7 +39,6 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
   if (options.queueName !== undefined) throw new QstashInputError("Upstash-Queue-Name", "not supported on schedules");
   const tenantId = tenantOf(caller);
   const scheduleId = options.scheduleId ?? newScheduleId();
-  const previous = await getScheduleRow(env.DB, tenantId, scheduleId);
   const [job] = await createQstashJobs(
     env,
     caller,
@@ -61,18 +62,38 @@ export async function upsertSchedule(env: Env, caller: Caller, request: Schedule
     ],
     "schedules",
   );
-  // The job's creation has its own entry; this one says which job the schedule's id now names.
-  const entry = entryOf(caller, {
-    tenantId,
-    action: previous ? "schedule.update" : "schedule.create",
-    subject: scheduleId,
-    before: previous && { jobId: previous.jobId },
-    after: { jobId: job!.id, origin: new URL(destination.url).origin, cron: options.cron },
-  });
-  await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, Date.now(), [audit(env.DB, entry, { ifChanged: true })]);
+  failpoint("qstash.scheduleStep", "created");
+  // The id moves from the job last read to the new one by a compare-and-set: an upsert that lost
+  // a race reads again and moves it from the winner's job, which it then deletes, so concurrent
+  // upserts end with the id naming the last one's job and every other job deleted. A crash
+  // between these steps leaves a job no id names: the sweep deletes it (schedule-orphans.ts).
+  let previous = await getScheduleRow(env.DB, tenantId, scheduleId);
+  for (let tries = 1; ; tries++) {
+    // The job's creation has its own entry; this one says which job the schedule's id now names.
+    const entry = entryOf(caller, {
+      tenantId,
+      action: previous ? "schedule.update" : "schedule.create",
+      subject: scheduleId,
+      before: previous && { jobId: previous.jobId },
+      after: { jobId: job!.id, origin: new URL(destination.url).origin, cron: options.cron },
+    });
+    const moved = await putScheduleRow(env.DB, tenantId, scheduleId, job!.id, previous?.jobId ?? null, Date.now(), [
+      audit(env.DB, entry, { ifChanged: true }),
+    ]);
+    if (moved) break;
+    previous = await getScheduleRow(env.DB, tenantId, scheduleId);
+    if (tries >= MAX_MOVES) {
+      await changeJob(env, caller, job!.id, { deleted: true }).catch(ignoreGone);
+      throw new ApiError(409, "conflict", `schedule ${scheduleId} is being changed by other requests; retry`);
+    }
+  }
+  failpoint("qstash.scheduleStep", "named");
   if (previous && previous.jobId !== job!.id) await changeJob(env, caller, previous.jobId, { deleted: true }).catch(ignoreGone);
   return { scheduleId };
 }
+
+/** Compare-and-set tries of an upsert before it gives up to the others changing its schedule (a 409). */
+const MAX_MOVES = 10;
 
 const ignoreGone = (err: unknown) => {
   if (!(err instanceof Error && "status" in err && err.status === 404)) throw err;
