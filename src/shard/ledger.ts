@@ -294,7 +294,8 @@ export class RunLedger {
     const { attempt } = this.store.attempts.runAndAttempt(run.id, fence);
     const error = "timed out: no outcome before the lease expired";
     if (attempt?.outcome === "running") this.resendOrEnd(run, "redispatch", null, error, now);
-    else if (attempt?.outcome === "accepted") this.fail(run, finished("timed_out", now, null, error), null, error, now, this.timedOutRetryMs(run));
+    else if (attempt?.outcome === "accepted")
+      this.fail(run, finished("timed_out", now, null, error), null, error, now, this.timedOutRetryMs(run));
   }
 
   /**
