@@ -23,8 +23,7 @@
  *   retry_wait / buffered / dead / failed ──hold──▶ waiting   (instead of requeue, start or
  *                                 revive, for a job under flow control)
  *   running ──hold──▶ waiting     (a circuit breaker is open for the target's origin: the run
- *                                 waits, its attempt unspent, until a probe may go; or a resend's
- *                                 permit was given away during an outage: it waits for a place)
+ *                                 waits, its attempt unspent, until a probe may go)
  *   dead ──succeed_late──▶ succeeded   (the last attempt timed out, then reported success)
  *   queued ──begin_steps──▶ running   (a workflow run: instead of a dispatch it starts its
  *                                 steps, each a run of its own; it ends succeeded, or failed

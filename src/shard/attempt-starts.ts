@@ -101,8 +101,8 @@ export class AttemptStarts {
    * completion token its dispatch carried, and a lease whose allowance for the queue doubles.
    * A run that holds its own permit goes out only once its gate confirms the permit: its lease
    * may have run out at the gate meanwhile (an outage longer than it) and its place gone to a
-   * run admitted since; then the run waits for a place again (docs/architecture.md, invariant
-   * 10). A workflow's step extends its run's permit as before.
+   * run admitted since; then the attempt ends as a lost one, and a retry waits for a place
+   * (docs/architecture.md, invariant 10). A workflow's step extends its run's permit as before.
    */
   redispatch(run: RunRow, event: "redispatch" | "abandon", changes: RunChanges, now: number): void {
     const job = this.store.getJob(run.jobId);

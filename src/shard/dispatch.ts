@@ -53,7 +53,7 @@ export class Dispatcher {
    * when its lease ends, and is confirmed then.
    */
   private onPermit: Array<{ dispatch: KeyedDispatch; check: PermitCheck }> = [];
-  /** What becomes of resends whose permit's place was given away (the shard holds their runs back: capabilities.ts). */
+  /** What becomes of resends whose permit's place was given away (their attempts end as lost ones: capabilities.ts). */
   onPlaceGivenAway: (dispatches: KeyedDispatch[]) => void = () => {};
 
   constructor(
@@ -103,8 +103,8 @@ export class Dispatcher {
    * A resend of a run whose own permit covers it (its lease ended with no outcome): it goes out
    * only once its gate has renewed the permit, or granted it again because its place is still
    * free. One whose place the gate gave away meanwhile (its lease ran out during an outage, and
-   * another run took it) is not sent: `onPlaceGivenAway` holds its run back to wait for a permit
-   * again, so the tenant's and the group's limits hold across a crash (docs/architecture.md,
+   * another run took it) is not sent: `onPlaceGivenAway` ends its attempt as a lost one, and a retry
+   * waits for a permit again, so the tenant's and the group's limits hold across a crash (docs/architecture.md,
    * invariant 10). One gate call per tenant per flush, as for renewals.
    */
   sendOnPermit(dispatch: KeyedDispatch, check: PermitCheck): void {

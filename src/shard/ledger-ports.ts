@@ -23,7 +23,7 @@ export interface Settled {
  */
 export interface DispatchOutbox {
   send(dispatch: KeyedDispatch): void;
-  /** A resend that goes out only once its run's permit is confirmed at its gate; refused, its run is held back (ledger.ts, `holdForPermit`). */
+  /** A resend that goes out only once its run's permit is confirmed at its gate; refused, its attempt ends as a lost one (ledger.ts, `endForPermit`). */
   sendOnPermit(dispatch: KeyedDispatch, check: PermitCheck): void;
   /** The job's dispatches not yet taken by the Queue. */
   unsentOf(jobId: string): Dispatch[];

@@ -120,21 +120,20 @@ export class RunLedger {
 
   /**
    * Resends whose permits their gate gave away (attempt-starts.ts, `redispatch`): each run still
-   * running that attempt goes back to `waiting`, due now, to queue for a permit again. Its target
-   * may have been called (a consumer that died before it reported), so the attempt is not
-   * undone: it ends `timed_out`, kept as a lost attempt, and the fence is raised, so that a late
-   * copy of its dispatch reports stale and the run's next admission asks for a new permit. No
-   * attempt of the retry policy is spent, as none is for a resend: the next one starts under the
-   * same number. Its place in its tenant's line is the one it first came due at.
+   * running that attempt, unsent, ends it as a lost one, as a lease that ends past its resends
+   * does: its target may have been called (a consumer that died before it reported), so the
+   * attempt is not undone but ends `timed_out`, and the job's retry policy decides what comes
+   * next. A retry's attempt is admitted like any other (`hold` to `waiting`, a new permit under
+   * its new fence), so it waits for a place; attempts stay numbered once each, and a late copy of
+   * the lost dispatch reports stale (docs/architecture.md, invariant 10).
    */
-  holdForPermit(dispatches: readonly Dispatch[], now: number): void {
+  endForPermit(dispatches: readonly Dispatch[], now: number): void {
     const fences = new Map(dispatches.map((d) => [d.runId, d.fence]));
-    const error = "its dispatch was lost, and its permit lapsed and was given away meanwhile; waits for a place again";
+    const error = "timed out: its dispatch was lost, and its permit lapsed and was given to another run meanwhile";
     for (const run of this.store.getRuns([...fences.keys()])) {
       if (run.state !== "running" || run.fence !== fences.get(run.id)) continue;
       if (this.store.attempts.runAndAttempt(run.id, run.fence).attempt?.outcome !== "running") continue;
-      const changes = { dueAt: Math.min(run.scheduledAt, now), leaseUntil: null, fence: run.fence + 1, redispatches: 0, error };
-      this.moves.move(run, "hold", changes, now, finished("timed_out", now, null, error));
+      this.fail(run, finished("timed_out", now, null, error), null, error, now);
     }
   }
 

@@ -31,6 +31,9 @@ async function statesOf(job: Job): Promise<Record<string, number>> {
   );
 }
 
+/** Retries that come within the test's time. */
+const QUICK_RETRY = { maxAttempts: 3, backoff: { initialMs: 100, maxMs: 200 } };
+
 const inFlight = (s: Record<string, number>) => (s.queued ?? 0) + (s.running ?? 0);
 
 /**
@@ -44,6 +47,7 @@ async function crashWithPermitsLapsed(job: Job, as: typeof api, gate: DurableObj
   const url = job.target!.url;
   armFault("shard.queueSend", Infinity, job.shard);
   const ids: string[] = [];
+  let first: string[] = [];
   try {
     for (let i = 0; i < 6; i++) {
       const res = await as(`/v1/jobs/${job.id}/trigger`, { method: "POST" });
@@ -51,7 +55,7 @@ async function crashWithPermitsLapsed(job: Job, as: typeof api, gate: DurableObj
       ids.push(((await res.json()) as { id: string }).id);
     }
     expect(await statesOf(job)).toEqual({ running: 2, waiting: 4 });
-    const first = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+    first = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
       state.storage.sql
         .exec("SELECT id FROM runs WHERE job_id = ? AND state = 'running'", job.id)
         .toArray()
@@ -71,27 +75,27 @@ async function crashWithPermitsLapsed(job: Job, as: typeof api, gate: DurableObj
     await vi.waitFor(async () => expect(await statesOf(job)).toEqual({ running: 4, waiting: 2 }), { timeout: 5_000, interval: 50 });
 
     // The first two runs' attempt leases end: their dispatches would go out again, but their
-    // places were given away, so they wait for a permit again instead.
+    // places were given away, so their attempts end as lost ones and their retries wait for a place.
     for (const id of first) await makeRunDue(job, id);
     await vi.waitFor(
       async () => {
         const rows = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
           state.storage.sql.exec("SELECT state, redispatches FROM runs WHERE id IN (?, ?)", first[0], first[1]).toArray(),
         );
-        // Settled: sent again (as before the fix) or back to waiting.
-        if (!rows.every((r) => r.state === "waiting" || Number(r.redispatches) > 0)) throw new Error("not settled yet");
+        // Settled: sent again (as before the fix) or ended.
+        if (!rows.every((r) => r.state !== "running" || Number(r.redispatches) > 0)) throw new Error("not settled yet");
       },
       { timeout: 5_000, interval: 50 },
     );
     const after = await statesOf(job);
     expect(inFlight(after)).toBeLessThanOrEqual(2);
-    expect(after).toEqual({ running: 2, waiting: 4 });
-    // The lost attempts are kept, ended, and none was spent: each waits as its first attempt still.
+    expect(after.running).toBe(2);
+    // The lost attempts are kept, ended timed out, never sent again under their fence.
     for (const id of first) {
-      const run = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
-        state.storage.sql.exec("SELECT state, attempt, fence, a_outcome FROM runs WHERE id = ?", id).one(),
+      const lost = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+        state.storage.sql.exec("SELECT outcome FROM attempt_log WHERE run_id = ? AND fence = 1", id).one(),
       );
-      expect(run).toMatchObject({ state: "waiting", attempt: 1, fence: 2, a_outcome: "timed_out" });
+      expect(lost.outcome).toBe("timed_out");
     }
   } finally {
     disarmFault("shard.queueSend", job.shard);
@@ -110,15 +114,28 @@ async function crashWithPermitsLapsed(job: Job, as: typeof api, gate: DurableObj
   );
   expect(Math.max(...samples)).toBeLessThanOrEqual(2);
   for (const id of ids) await waitForRun(id, ["succeeded"]);
-  // No dispatch of the lost attempts ever left the shard: each run's target was called once.
+  // The first two took a second attempt, numbered after the lost one; the others one.
+  for (const id of ids) {
+    const numbers = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql
+        .exec("SELECT attempt FROM attempt_log WHERE run_id = ? ORDER BY fence", id)
+        .toArray()
+        .map((r) => r.attempt as number),
+    );
+    expect(numbers).toEqual(first.includes(id) ? [1, 2] : [1]);
+  }
+  // No dispatch of the lost attempts ever left the shard: each run's target was called once, by its last attempt.
   const hits = await hitsOf(url);
   expect(hits.map((h) => h.headers["idempotency-key"]).sort()).toEqual([...ids].sort());
 }
 
 describe("limits across a crash that lost the dispatches of runs in flight and let their permits lapse", () => {
-  it("a tenant's maxRunsInFlight holds: a resend whose place was given away waits for a permit again", async () => {
+  it("a tenant's maxRunsInFlight holds: a resend whose place was given away ends as a lost attempt, and its retry waits for a permit", async () => {
     const tenant = await createTenant({ maxRunsInFlight: 2 });
-    const job = await createJob({ schedule: FAR_CRON, target: { url: receiverPath("permits-after-crash", "delayMs=200") } }, tenant.api);
+    const job = await createJob(
+      { schedule: FAR_CRON, target: { url: receiverPath("permits-after-crash", "delayMs=200") }, retry: QUICK_RETRY },
+      tenant.api,
+    );
     const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
     await crashWithPermitsLapsed(job, tenant.api, gate);
     await expect.poll(() => gate.inFlight()).toBe(0);
@@ -128,7 +145,7 @@ describe("limits across a crash that lost the dispatches of runs in flight and l
     const tenant = await createTenant({ maxRunsInFlight: null });
     const flowControl = { key: `g-${crypto.randomUUID()}`, parallelism: 2 };
     const url = receiverPath("group-after-crash", "delayMs=200");
-    const job = await createJob({ schedule: FAR_CRON, target: { url }, flowControl }, tenant.api);
+    const job = await createJob({ schedule: FAR_CRON, target: { url }, flowControl, retry: QUICK_RETRY }, tenant.api);
     const gate = env.TENANT_GATE.get(env.TENANT_GATE.idFromName(tenant.id));
     await crashWithPermitsLapsed(job, tenant.api, gate);
     await expect.poll(async () => (await gate.groupFigures([flowControl.key]))[flowControl.key]?.inFlight).toBe(0);
