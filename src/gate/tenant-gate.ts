@@ -289,7 +289,11 @@ export class TenantGate extends DurableObject<Env> {
       );
   }
 
-  /** Extends permits still held (a long-running attempt heartbeats; a dispatch is sent again). */
+  /**
+   * Extends permits still held (a long-running attempt heartbeats or answered 202; a workflow's
+   * step is dispatched). A resend of a run's own permit does not come here: it asks `admit`,
+   * which takes a lapsed permit again only where there is room (docs/architecture.md, invariant 10).
+   */
   async renew(permits: string[], leaseMs: number, shard = ""): Promise<void> {
     const until = Date.now() + leaseMs;
     // A permit whose lease ran out before its renewal came (the renewal was lost with a shard's

@@ -1,7 +1,10 @@
 import { breakerKey } from "../gate/breaker";
+import { parsePermitKey } from "../gate/permit-keys";
+import { groupLimits } from "../model/flow-control";
 import { newCompletionToken } from "../model/ids";
 import type { StoredTarget } from "../model/job";
 import type { RunEvent } from "../model/run-states";
+import type { KeyedDispatch } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
 import type { ShardHost } from "./host";
@@ -96,6 +99,10 @@ export class AttemptStarts {
   /**
    * A leased attempt whose dispatch is lost goes out again: the same fence and attempt, the
    * completion token its dispatch carried, and a lease whose allowance for the queue doubles.
+   * A run that holds its own permit goes out only once its gate confirms the permit: its lease
+   * may have run out at the gate meanwhile (an outage longer than it) and its place gone to a
+   * run admitted since; then the attempt ends as a lost one, and a retry waits for a place
+   * (docs/architecture.md, invariant 10). A workflow's step extends its run's permit as before.
    */
   redispatch(run: RunRow, event: "redispatch" | "abandon", changes: RunChanges, now: number): void {
     const job = this.store.getJob(run.jobId);
@@ -105,6 +112,16 @@ export class AttemptStarts {
     const redispatches = run.redispatches + 1;
     const leaseMs = this.leaseMs(job, run.id, redispatches);
     const next = this.moves.move(run, event, { ...changes, leaseUntil: now + leaseMs, redispatches }, now);
+    if (run.parentRunId === null && run.permit !== null) {
+      const { tenant, group } = parsePermitKey(run.permit);
+      const fc = job.spec.flowControl;
+      const limits = fc && fc.key === group ? groupLimits(fc) : {};
+      const ask = { permit: run.permit, tenant, ...(group !== null && { group: { key: group, ...limits } }) };
+      this.sendLeased(next, job, target, attempt.completionToken, now + leaseMs, (d) =>
+        this.outbox.sendOnPermit(d, { tenantId: job.tenantId, ask, until: now + leaseMs }),
+      );
+      return;
+    }
     this.sendLeased(next, job, target, attempt.completionToken, now + leaseMs);
     this.renewCover(run, leaseMs);
   }
@@ -116,11 +133,18 @@ export class AttemptStarts {
   }
 
   /** A leased attempt's dispatch, with its order, goes out after commit; its lease is listed for the alarm (leases.ts). */
-  private sendLeased(run: LeasedRun, job: ShardJob, target: StoredTarget, token: string, until: number): void {
+  private sendLeased(
+    run: LeasedRun,
+    job: ShardJob,
+    target: StoredTarget,
+    token: string,
+    until: number,
+    send: (d: KeyedDispatch) => void = (d) => this.outbox.send(d),
+  ): void {
     const signing = signingOf(this.store.getTenant(job.tenantId));
     const order = runOrder(run, job, target, signing, token, run.parentRunId === null ? null : this.steps.inputOf(run, job), until);
     this.store.leases.lease(run.id, run.fence, until);
-    this.outbox.send({ runId: run.id, fence: run.fence, ...breakerKey(job, target), order });
+    send({ runId: run.id, fence: run.fence, ...breakerKey(job, target), order });
   }
 
   /** How long a lease taken now lasts: the dispatch's time to reach a consumer (doubling with each resend), the attempt's timeout, a grace. */

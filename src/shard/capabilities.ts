@@ -45,6 +45,8 @@ export function makeCapabilities(host: ShardHost, archive: R2Bucket | undefined)
       outcomes.noteFinished(run);
     },
   });
+  // A resend whose permit's place was given away ends as a lost attempt, in a change of its own (dispatch.ts, `sendOnPermit`).
+  dispatcher.onPlaceGivenAway = (dispatches) => host.change((now) => ledger.endForPermit(dispatches, now));
   const workflows = new Workflows(host, store, ledger);
   const firing = new Firing(host, store, ledger, workflows);
   const outcomes = new Outcomes(host, store, firing);

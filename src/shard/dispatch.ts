@@ -5,6 +5,7 @@ import type { RunRow } from "../protocol/stored-rows";
 import { packDispatches } from "./dispatch-packs";
 import type { ShardHost } from "./host";
 import { TICK_BATCH } from "./ledger";
+import type { PermitCheck } from "./ledger-ports";
 import type { ShardStore } from "./store";
 
 /**
@@ -46,6 +47,14 @@ export class Dispatcher {
   private permitRenewals = new Map<string, { tenantId: string; until: number }>();
   /** Dispatches withdrawn while unsent (`withdraw`), by `dispatchKey`: skipped by the next send. */
   private withdrawn = new Set<string>();
+  /**
+   * Resends of runs that hold their own permit, waiting for their gate to confirm it before they
+   * go (`sendOnPermit`). In memory like every dispatch: one lost with the object goes out again
+   * when its lease ends, and is confirmed then.
+   */
+  private onPermit: Array<{ dispatch: KeyedDispatch; check: PermitCheck }> = [];
+  /** What becomes of resends whose permit's place was given away (their attempts end as lost ones: capabilities.ts). */
+  onPlaceGivenAway: (dispatches: KeyedDispatch[]) => void = () => {};
 
   constructor(
     /** The queue is asked at each send, so a misconfigured one is a refused send. */
@@ -63,15 +72,17 @@ export class Dispatcher {
       this.again = true;
       return;
     }
-    if (this.permitRenewals.size === 0 && this.unsent.length === 0 && !this.store.permitReleases.any()) return;
+    if (this.permitRenewals.size === 0 && this.unsent.length === 0 && this.onPermit.length === 0 && !this.store.permitReleases.any())
+      return;
     this.flushing = (async () => {
       try {
         do {
           this.again = false;
+          const confirmed = await this.confirmPermits();
           const sent = await this.sendDispatches();
           const renewed = await this.sendPermitRenewals();
           const released = await this.sendPermitReleases();
-          this.lastSendFailed = !(sent && renewed && released);
+          this.lastSendFailed = !(confirmed && sent && renewed && released);
           this.refusals = this.lastSendFailed ? this.refusals + 1 : 0;
           if (this.lastSendFailed) this.retryAt = Date.now() + Math.min(SEND_RETRY_MS * 2 ** (this.refusals - 1), SEND_RETRY_MAX_MS);
         } while (this.again && !this.lastSendFailed);
@@ -88,9 +99,22 @@ export class Dispatcher {
     this.unsent.push(dispatch);
   }
 
-  /** The job's dispatches the Queue has not taken (a run's id names its job). */
+  /**
+   * A resend of a run whose own permit covers it (its lease ended with no outcome): it goes out
+   * only once its gate has renewed the permit, or granted it again because its place is still
+   * free. One whose place the gate gave away meanwhile (its lease ran out during an outage, and
+   * another run took it) is not sent: `onPlaceGivenAway` ends its attempt as a lost one, and a retry
+   * waits for a permit again, so the tenant's and the group's limits hold across a crash (docs/architecture.md,
+   * invariant 10). One gate call per tenant per flush, as for renewals.
+   */
+  sendOnPermit(dispatch: KeyedDispatch, check: PermitCheck): void {
+    this.host.meter.counters.dispatched();
+    this.onPermit.push({ dispatch, check });
+  }
+
+  /** The job's dispatches the Queue has not taken (a run's id names its job), those waiting for their permit included. */
   unsentOf(jobId: string): Dispatch[] {
-    return this.unsent.filter((d) => jobIdOfRun(d.runId) === jobId);
+    return [...this.unsent, ...this.onPermit.map((p) => p.dispatch)].filter((d) => jobIdOfRun(d.runId) === jobId);
   }
 
   /**
@@ -101,13 +125,14 @@ export class Dispatcher {
     this.withdrawn.add(dispatchKey(dispatch));
   }
 
-  /** Where the unsent list ends before a change; `rollBack(mark)` forgets what a failed change added. */
-  mark(): number {
-    return this.unsent.length;
+  /** Where the unsent lists end before a change; `rollBack(mark)` forgets what a failed change added. */
+  mark(): { unsent: number; onPermit: number } {
+    return { unsent: this.unsent.length, onPermit: this.onPermit.length };
   }
 
-  rollBack(mark: number): void {
-    this.unsent.length = Math.min(mark, this.unsent.length);
+  rollBack(mark: { unsent: number; onPermit: number }): void {
+    this.unsent.length = Math.min(mark.unsent, this.unsent.length);
+    this.onPermit.length = Math.min(mark.onPermit, this.onPermit.length);
   }
 
   /**
@@ -115,8 +140,9 @@ export class Dispatcher {
    * only, when given (a run's id names its job): the outbox holds every tenant's dispatches.
    */
   unsentCount(tenantId: string | null = null): number {
-    if (tenantId === null) return this.unsent.length;
-    return this.unsent.filter((d) => {
+    const unsent = [...this.unsent, ...this.onPermit.map((p) => p.dispatch)];
+    if (tenantId === null) return unsent.length;
+    return unsent.filter((d) => {
       const jobId = jobIdOfRun(d.runId);
       return jobId !== null && this.store.getJob(jobId)?.tenantId === tenantId;
     }).length;
@@ -138,8 +164,52 @@ export class Dispatcher {
 
   /** When dispatch next has work: now for rows unsent, later after refused sends (backing off); nothing while a flush is under way. */
   nextDue(now: number): number | null {
-    if (this.flushing || (this.unsent.length === 0 && this.permitRenewals.size === 0 && !this.store.permitReleases.any())) return null;
+    if (
+      this.flushing ||
+      (this.unsent.length === 0 && this.onPermit.length === 0 && this.permitRenewals.size === 0 && !this.store.permitReleases.any())
+    )
+      return null;
     return this.lastSendFailed ? Math.max(now, this.retryAt) : now;
+  }
+
+  /**
+   * Asks each tenant's gate for the permits of the resends waiting on them (`sendOnPermit`), as
+   * an admission asks: a permit still held is renewed, one that lapsed is granted again only
+   * where the tenant's limit and its group's have room. Granted: the resend joins what is sent
+   * now, while its attempt is still the run's. Refused: handed to `onPlaceGivenAway`. A gate
+   * that fails keeps its resends for the next flush (false).
+   */
+  private async confirmPermits(): Promise<boolean> {
+    if (this.onPermit.length === 0) return true;
+    const now = Date.now();
+    const taken = this.onPermit.splice(0);
+    const byTenant = [...Map.groupBy(taken, (p) => p.check.tenantId)];
+    const results = await Promise.allSettled(
+      byTenant.map(([tenantId, list]) =>
+        this.host.gateOf(tenantId).admit(
+          this.host.name(),
+          list.map((p) => p.check.ask),
+          this.store.getTenant(tenantId)?.maxRunsInFlight ?? null,
+          Math.max(1, Math.max(...list.map((p) => p.check.until)) - now),
+        ),
+      ),
+    );
+    const granted: KeyedDispatch[] = [];
+    const refused: KeyedDispatch[] = [];
+    byTenant.forEach(([, list], i) => {
+      const result = results[i]!;
+      if (result.status === "rejected") {
+        this.onPermit.unshift(...list);
+        return;
+      }
+      const yes = new Set(result.value.granted);
+      for (const p of list) (yes.has(p.check.ask.permit) ? granted : refused).push(p.dispatch);
+    });
+    if (granted.length > 0) this.unsent.push(...this.stillLeased(granted));
+    if (refused.length > 0) this.onPlaceGivenAway(refused);
+    const failed = results.filter((r) => r.status === "rejected");
+    if (failed.length > 0) console.error(`shard ${this.host.name()}: permits of resends not confirmed, kept for the next flush`, failed);
+    return failed.length === 0;
   }
 
   /** Returns false when the Queue refused a send; the dispatches stay for the next alarm. */

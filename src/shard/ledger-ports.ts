@@ -1,3 +1,4 @@
+import type { PermitAsk } from "../gate/grants";
 import type { FailureKind } from "../model/run-states";
 import type { Dispatch, KeyedDispatch } from "../protocol/queue-messages";
 import type { RunRow } from "../protocol/stored-rows";
@@ -22,10 +23,19 @@ export interface Settled {
  */
 export interface DispatchOutbox {
   send(dispatch: KeyedDispatch): void;
+  /** A resend that goes out only once its run's permit is confirmed at its gate; refused, its attempt ends as a lost one (ledger.ts, `endForPermit`). */
+  sendOnPermit(dispatch: KeyedDispatch, check: PermitCheck): void;
   /** The job's dispatches not yet taken by the Queue. */
   unsentOf(jobId: string): Dispatch[];
   /** Drops a dispatch not yet taken by the Queue: it will not be sent. */
   withdraw(dispatch: Dispatch): void;
   /** Extends a run's tenant permit at the next flush. */
   renewPermitLater(run: Pick<RunRow, "permit" | "jobId">, leaseMs: number): void;
+}
+
+/** What a resend's permit is confirmed with (`sendOnPermit`): its tenant's gate, the ask an admission makes for it, until when it must hold. */
+export interface PermitCheck {
+  tenantId: string;
+  ask: PermitAsk;
+  until: number;
 }

@@ -122,6 +122,25 @@ export class RunLedger {
   }
 
   /**
+   * Resends whose permits their gate gave away (attempt-starts.ts, `redispatch`): each run still
+   * running that attempt, unsent, ends it as a lost one, as a lease that ends past its resends
+   * does: its target may have been called (a consumer that died before it reported), so the
+   * attempt is not undone but ends `timed_out`, and the job's retry policy decides what comes
+   * next. A retry's attempt is admitted like any other (`hold` to `waiting`, a new permit under
+   * its new fence), so it waits for a place; attempts stay numbered once each, and a late copy of
+   * the lost dispatch reports stale (docs/architecture.md, invariant 10).
+   */
+  endForPermit(dispatches: readonly Dispatch[], now: number): void {
+    const fences = new Map(dispatches.map((d) => [d.runId, d.fence]));
+    const error = "timed out: its dispatch was lost, and its permit lapsed and was given to another run meanwhile";
+    for (const run of this.store.getRuns([...fences.keys()])) {
+      if (run.state !== "running" || run.fence !== fences.get(run.id)) continue;
+      if (this.store.attempts.runAndAttempt(run.id, run.fence).attempt?.outcome !== "running") continue;
+      this.fail(run, finished("timed_out", now, null, error), null, error, now);
+    }
+  }
+
+  /**
    * The run's origin has been down longer than a breaker holds runs (src/gate/breaker.ts,
    * MAX_HOLD_MS): it ends dead, its target not called (the attempt its dispatch began undone),
    * rather than wait on behind an origin that may never return.
