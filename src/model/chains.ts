@@ -1,7 +1,7 @@
 import type { JobSpec } from "./job";
 
 /**
- * The job prefix a chain was set with (issue 41): a key limited to a prefix may chain only to
+ * The job prefix a chain was set with (docs/security.md, "A job prefix"): a key limited to a prefix may chain only to
  * jobs under it, when it sets the chain (src/app/chains.ts, 403) and when the chain fires (the
  * consumer, src/consumer/outbox.ts): each chain records the prefix of the key that set it, in the
  * job's spec (`chainPrefixes`), and a chained job is triggered only while its name is under it.

@@ -43,7 +43,7 @@ describe("circuit breaker", () => {
     expect(record(blip, false, 2_001, "other").state).toBe("open");
   });
 
-  it("the mix of issue 42 (503, 503, then 200; always 500; 404; one timeout) never opens it", () => {
+  it("one origin's mix of endpoints (503, 503, then 200; always 500; 404; one timeout) never opens it", () => {
     const outcomes: Array<[string, number | null]> = [
       ["flaky", 503],
       ["broken", 500],

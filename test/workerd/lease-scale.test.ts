@@ -7,7 +7,7 @@ import type { Shard } from "../../src/shard/shard";
 import { definition, receiverPath, specLike } from "./helpers";
 
 /**
- * Leases and alarm ticks at the scale of issue 42, item 3: catch_up jobs whose 100 fires each
+ * Leases and alarm ticks at scale: catch_up jobs whose 100 fires each
  * were missed make thousands of runs in one alarm's work (JOBS below), and their dispatches are then all
  * lost at once. What must hold: no lease row lists more than LEASE_ROW_RUNS runs, no alarm
  * tick fires more than TICK_BATCH runs nor sends more than LEASE_RUNS_PER_TICK again, every

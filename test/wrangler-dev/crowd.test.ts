@@ -8,7 +8,7 @@ import { RUNNER_NAME } from "../../scripts/dev-topology";
 import { type Stack, sleep, startStack } from "../support/local-stack";
 
 /**
- * A crowd, through the real stack as `npm start` runs it (issue 42's "Done when"): several
+ * A crowd, through the real stack as `npm start` runs it (docs/guarantees.md's promises, as a user with a real mix of jobs meets them): several
  * tenants share two origins (loopback HTTP servers of this file) on which some endpoints are
  * healthy and some are not: one always answers 500, one 503 to a run's first two attempts and
  * then 200, one 404, one past its job's timeout on a run's first attempt and then at once. One
@@ -69,7 +69,7 @@ const SLOW_DELAY_MS = 3_000;
 const SLOW_TIMEOUT_MS = 1_000;
 /** A lost dispatch is resent after its lease: CLAIM_TIMEOUT_MS + the job's timeout + 5 s. */
 const CLAIM_TIMEOUT_MS = 3_000;
-/** After the restart, every run must be final within this (issue 42 fixed: ~20 s here). */
+/** After the restart, every run must be final within this (~20 s here). */
 const DRAIN_TIMEOUT_MS = 80_000;
 const POLL_MS = 2_000;
 const NON_FINAL = ["waiting", "queued", "running", "retry_wait", "buffered"];
@@ -197,9 +197,9 @@ const job = (origin: string, kind: Kind, r: Retry, timeoutMs = 10_000): Omit<Job
   timeoutMs,
 });
 /**
- * Issue 42's four jobs, one tenant, one origin. The broken one fails fast and often: with the
+ * The mixed tenant's four jobs, one origin. The broken one fails fast and often: with the
  * flaky and slow ones' first failures, five in a row come before any success can (the first is
- * the slow job's retry, 2 s after its timeout), which opens today's breaker.
+ * the slow job's retry, 2 s after its timeout), which opened the breaker while it counted one endpoint's errors as its origin's (docs/jobs-and-schedules.md, "Circuit breakers").
  */
 const issue42 = (afterRestart: boolean) =>
   [
@@ -210,8 +210,8 @@ const issue42 = (afterRestart: boolean) =>
   ].map((j) => ({ ...j, afterRestart }));
 
 /**
- * "mixed" is issue 42's tenant: on one origin, one broken endpoint beside a flaky, a missing and
- * a slow one, whose failures add up to open the origin's breaker (one tenant's, per origin). The others share the origins
+ * "mixed" is the tenant of the mix: on one origin, one broken endpoint beside a flaky, a missing and
+ * a slow one, whose failures must not add up to open the origin's breaker (one tenant's, per origin). The others share the origins
  * under default limits; "backlog" has a low runs-in-flight limit and many runs due at once.
  */
 const TENANTS: TenantPlan[] = [
