@@ -78,7 +78,9 @@ export class Dispatcher {
       try {
         do {
           this.again = false;
-          const confirmed = await this.confirmPermits();
+          // Awaited only when there is something to confirm: an await more before the send would let
+          // the alarm write its next chunk before this one's dispatches go out.
+          const confirmed = this.onPermit.length === 0 || (await this.confirmPermits());
           const sent = await this.sendDispatches();
           const renewed = await this.sendPermitRenewals();
           const released = await this.sendPermitReleases();
