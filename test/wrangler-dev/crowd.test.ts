@@ -520,7 +520,10 @@ describe("a crowd of tenants on shared origins, with a backlog, broken endpoints
     const cron = await fetch(`${second.base}/cdn-cgi/local/scheduled?cron=${encodeURIComponent(CRON)}`, {
       signal: AbortSignal.timeout(30_000),
     });
-    expect(cron.status, await cron.text()).toBe(200);
+    // A sweep that throws answers 500 with no detail: the Worker's own log says why.
+    const workerLog = join(second.persistDir, "logs", "edgecron-dev.log");
+    const why = cron.status === 200 || !existsSync(workerLog) ? "" : readFileSync(workerLog, "utf8").split("\n").slice(-80).join("\n");
+    expect(cron.status, `${await cron.text()}\n${why}`).toBe(200);
     const repairedAt = Date.now();
     figures.downMs = repairedAt - crashAt;
     await createWave(true);
