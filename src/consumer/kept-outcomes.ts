@@ -1,4 +1,4 @@
-import { type Outcome, type OutcomesMessage, QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES } from "../protocol/queue-messages";
+import { queuedBytesOf as bytesOf, type Outcome, type OutcomesMessage, sendBatches } from "../protocol/queue-messages";
 
 /**
  * A queue message holds at most 128 KB (1 KB = 1,000 bytes), with room here for the Queue's own
@@ -8,10 +8,6 @@ import { type Outcome, type OutcomesMessage, QUEUE_BATCH_BYTES, QUEUE_BATCH_MESS
  * targets were called again.
  */
 const MESSAGE_BYTES = 127_000;
-const MESSAGE_OVERHEAD_BYTES = 100;
-
-const encoder = new TextEncoder();
-const bytesOf = (value: unknown) => encoder.encode(JSON.stringify(value)).length;
 
 /**
  * Outcomes the consumer keeps on the queue for their shard (src/consumer/reporter.ts) as
@@ -34,21 +30,7 @@ export function keptMessages(shard: string, outcomes: readonly Outcome[]): Outco
     message.outcomes.push(o);
     bytes += size;
   }
-  const batches: OutcomesMessage[][] = [];
-  let batch: OutcomesMessage[] = [];
-  let batchBytes = 0;
-  for (const m of messages) {
-    const size = bytesOf(m) + MESSAGE_OVERHEAD_BYTES;
-    if (batch.length === QUEUE_BATCH_MESSAGES || (batch.length > 0 && batchBytes + size > QUEUE_BATCH_BYTES)) {
-      batches.push(batch);
-      batch = [];
-      batchBytes = 0;
-    }
-    batch.push(m);
-    batchBytes += size;
-  }
-  if (batch.length > 0) batches.push(batch);
-  return batches;
+  return sendBatches(messages);
 }
 
 /** What a cut result ends with, so that the run shows it is not the target's whole answer. */

@@ -151,6 +151,30 @@ export const isOutboxMessage = (m: QueueMessage): m is OutboxMessage => "kind" i
 /** The Queues limits a `sendBatch` must keep to: 100 messages, 256 KB in all (1 KB = 1,000 bytes); a message holds at most 128 KB. */
 export const QUEUE_BATCH_MESSAGES = 100;
 export const QUEUE_BATCH_BYTES = 256_000;
+/** What the Queue adds to a message's body in a send, allowed for in QUEUE_BATCH_BYTES. */
+const MESSAGE_OVERHEAD_BYTES = 100;
+const encoder = new TextEncoder();
+/** A value's size on the queue: its JSON in UTF-8. */
+export const queuedBytesOf = (value: unknown) => encoder.encode(JSON.stringify(value)).length;
+
+/** Messages, in order, as `sendBatch` calls within the Queues limits (QUEUE_BATCH_MESSAGES, QUEUE_BATCH_BYTES). */
+export function sendBatches<T>(messages: readonly T[]): T[][] {
+  const batches: T[][] = [];
+  let batch: T[] = [];
+  let batchBytes = 0;
+  for (const m of messages) {
+    const size = queuedBytesOf(m) + MESSAGE_OVERHEAD_BYTES;
+    if (batch.length === QUEUE_BATCH_MESSAGES || (batch.length > 0 && batchBytes + size > QUEUE_BATCH_BYTES)) {
+      batches.push(batch);
+      batch = [];
+      batchBytes = 0;
+    }
+    batch.push(m);
+    batchBytes += size;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
+}
 
 /** An attempt may outlive its timeout by this much before the shard calls it lost. */
 export const LEASE_GRACE_MS = 5_000;

@@ -1,4 +1,11 @@
-import { type DispatchPack, type KeyedDispatch, QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES } from "../protocol/queue-messages";
+import {
+  queuedBytesOf as bytesOf,
+  type DispatchPack,
+  type KeyedDispatch,
+  QUEUE_BATCH_BYTES,
+  QUEUE_BATCH_MESSAGES,
+  sendBatches,
+} from "../protocol/queue-messages";
 
 /**
  * Dispatches per queue message, at most. The Queue bills three operations per 64 KB of a
@@ -20,11 +27,6 @@ const ORDER_MAX_BYTES = 48_000;
 
 export { QUEUE_BATCH_BYTES, QUEUE_BATCH_MESSAGES };
 
-/** Each message carries up to ~100 bytes of the Queue's own metadata, counted in a send's 256 KB. */
-const MESSAGE_OVERHEAD_BYTES = 100;
-
-const encoder = new TextEncoder();
-const bytesOf = (value: unknown) => encoder.encode(JSON.stringify(value)).length;
 /** What a dispatch adds to its pack's JSON: itself and a comma. */
 const sizeInPack = (d: KeyedDispatch) => bytesOf(d) + 1;
 
@@ -51,21 +53,7 @@ export function packDispatches(shard: string, dispatches: readonly KeyedDispatch
     pack.dispatches.push(d);
     packBytes += size;
   }
-  const batches: DispatchPack[][] = [];
-  let batch: DispatchPack[] = [];
-  let batchBytes = 0;
-  for (const p of packs) {
-    const bytes = bytesOf(p) + MESSAGE_OVERHEAD_BYTES;
-    if (batch.length === QUEUE_BATCH_MESSAGES || (batch.length > 0 && batchBytes + bytes > QUEUE_BATCH_BYTES)) {
-      batches.push(batch);
-      batch = [];
-      batchBytes = 0;
-    }
-    batch.push(p);
-    batchBytes += bytes;
-  }
-  if (batch.length > 0) batches.push(batch);
-  return batches;
+  return sendBatches(packs);
 }
 
 function withoutOrder({ order, ...dispatch }: KeyedDispatch): KeyedDispatch {
