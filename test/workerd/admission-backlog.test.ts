@@ -114,7 +114,9 @@ describe("a backlog over a tenant's maxRunsInFlight", () => {
     const afterIdle = await costOf(stub);
     const idleRows = rowsRead(afterIdle) - rowsRead(idle);
     console.log(`an alarm with 20,000 runs parked and no place free: ${idleRows} rows read`);
-    expect(idleRows).toBeLessThanOrEqual(50);
+    // A few dozen rows whatever the backlog (the alarm's own reads, which do not grow with it);
+    // before runs were parked it read every waiting run, 22,401 rows here.
+    expect(idleRows).toBeLessThanOrEqual(100);
     expect(await accepted(url, new Set())).toHaveLength(10);
 
     // Drain 100 runs: each completed run frees a place, its gate offers it, the oldest parked run takes it.
