@@ -8,13 +8,14 @@
  * shard, and the other's objects are read back unchanged.
  */
 import { env, SELF } from "cloudflare:test";
-import { beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { qstash } from "../../src/api/qstash/app";
 import { accessOf, type RouteAccess } from "../../src/api/route-scopes";
 import { shardNamedBy } from "../../src/model/ids";
 import { grants, SCOPES, type Scope } from "../../src/model/scopes";
 import { jobIdOfMessage } from "../../src/qstash/ids";
 import { api, createTenant, receiverPath, TOKEN, waitForRun } from "./helpers";
+import { deadLetterIds } from "./messages";
 
 const ORIGIN = "https://edgecron.test";
 const METHODS = ["get", "put", "post", "patch", "delete"];
@@ -194,14 +195,7 @@ async function objectsOf(tenant: Tenant, jobId: string, messageId: string): Prom
     body: "dies",
   });
   expect(dying.status).toBe(200);
-  const dlqId = await vi.waitFor(
-    async () => {
-      const { messages } = (await (await tenant.api("/v2/dlq")).json()) as { messages: Array<{ dlqId: string }> };
-      expect(messages).toHaveLength(1);
-      return messages[0]!.dlqId;
-    },
-    { timeout: 20_000, interval: 200 },
-  );
+  const [dlqId] = (await deadLetterIds(tenant, 1)) as [string];
   return { tenant, jobId, runId, messageId, scheduleId, dlqId, queue, topic };
 }
 

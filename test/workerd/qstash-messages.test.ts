@@ -9,7 +9,7 @@ import { jobIdOfMessage } from "../../src/qstash/ids";
 import type { Shard } from "../../src/shard/shard";
 import { STANDALONE_OF_TENANT_SQL } from "../../src/shard/view-store";
 import { createTenant, hitsOf, receiverPath, runRetention, shardOf } from "./helpers";
-import { messageRow, messageShard } from "./messages";
+import { deadLetterIds, messageRow, messageShard } from "./messages";
 
 type Tenant = Awaited<ReturnType<typeof createTenant>>;
 
@@ -181,14 +181,7 @@ describe("a bulk call by ids", () => {
     const tenant = await createTenant();
     const url = receiverPath(`dlq-cap-${method}`, "status=500");
     await publish(tenant, url, { "Upstash-Retries": "0" });
-    const dlqId = await vi.waitFor(
-      async () => {
-        const { messages } = (await (await tenant.api("/v2/dlq")).json()) as { messages: Array<{ dlqId: string }> };
-        expect(messages).toHaveLength(1);
-        return messages[0]!.dlqId;
-      },
-      { timeout: 15_000, interval: 200 },
-    );
+    const [dlqId] = (await deadLetterIds(tenant, 1, 15_000)) as [string];
     const res = await tenant.api(`${path}?${tooMany("dlqIds", dlqId)}`, { method });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: string }).error).toMatch(/^dlqIds: at most 100 ids in one request \(101 given\)/);
@@ -200,14 +193,7 @@ describe("a bulk call by ids", () => {
 describe("a bulk change naming its ids in a JSON body (the older SDK's deleteMany)", () => {
   async function twoDeadLetters(tenant: Tenant, name: string): Promise<string[]> {
     for (const i of [1, 2]) await publish(tenant, receiverPath(`${name}-${i}`, "status=500"), { "Upstash-Retries": "0" });
-    return vi.waitFor(
-      async () => {
-        const { messages } = (await (await tenant.api("/v2/dlq")).json()) as { messages: Array<{ dlqId: string }> };
-        expect(messages).toHaveLength(2);
-        return messages.map((m) => m.dlqId);
-      },
-      { timeout: 15_000, interval: 200 },
-    );
+    return deadLetterIds(tenant, 2, 15_000);
   }
 
   it("cancels the messages named, not every message the empty filter finds", async () => {
