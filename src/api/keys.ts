@@ -108,9 +108,9 @@ keys.openapi(
     method: "delete",
     path: "/tenants/{id}/keys/{keyId}",
     tags: ["API keys"],
-    summary: "Revoke an API key, and the keys it made (not the caller's own): they stop working at once",
+    summary: "Revoke an API key, and the keys it made (not the caller's own): they stop working within 5 seconds",
     description:
-      "Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`), except the calling key and the keys it made, transitively: a key that revokes a key that made it (rotation: the old key made the new one, the new one revokes the old) stays live, and so do its own keys. A key revoking itself takes every key it made with it. The admin token spares nothing. A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may.",
+      "Every live key the key made, and the keys those made, are revoked with it, in the same transaction (`alsoRevoked`), except the calling key and the keys it made, transitively: a key that revokes a key that made it (rotation: the old key made the new one, the new one revokes the old) stays live, and so do its own keys. A key revoking itself takes every key it made with it. The admin token spares nothing. A tenant's key may not leave the tenant without a live key (it would lock it out), counting those; the admin token may. The keys revoked are refused at once where the revocation was made, and within 5 seconds everywhere: a Worker isolate trusts a key it found live for that long.",
     security: bearer,
     request: {
       params: tenantParam.extend({

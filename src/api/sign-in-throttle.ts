@@ -1,3 +1,4 @@
+import { cachedLiveKey } from "../app/key-cache";
 import { hashKey, tenantOfKey } from "../catalog/tenants";
 import { addressName, prefixName, TOTALS_OBJECT, throttleObjectOf } from "../gate/sign-in-names";
 import type { SignInRefusal } from "../gate/sign-in-throttle";
@@ -18,8 +19,8 @@ import { ApiError } from "./errors";
  * throttled client; no object is called for it once this isolate knows the client is throttled.
  * What can be refused unread is: a token of no key's form (never looked up), and a key this
  * isolate already found wrong (remembered below: a key is made at random and never comes back
- * once revoked, so a wrong key stays wrong). Live keys are not remembered: a revoked key must
- * stop working at once (docs/security.md), in every isolate.
+ * once revoked, so a wrong key stays wrong). Live keys are remembered only briefly
+ * (src/app/key-cache.ts), so that a revoked key stops working within seconds in every isolate.
  */
 
 /** Who this isolate knows to be throttled, until when. */
@@ -37,11 +38,11 @@ export function throttleNames(c: AppContext, keyPrefix: string | null): string[]
   return [...(address ? [addressName(address)] : []), ...(keyPrefix ? [prefixName(keyPrefix)] : [])];
 }
 
-/** The live key presented, or null; a key already found wrong is not looked up again. */
+/** The live key presented, or null; a key already found wrong is not looked up again, nor one found live just before. */
 export async function liveKeyOf(c: AppContext, presented: string): ReturnType<typeof tenantOfKey> {
   const hash = await hashKey(presented);
   if (wrongKeys.has(hash)) return null;
-  const found = await tenantOfKey(c.env.DB, hash);
+  const found = await cachedLiveKey(hash, () => tenantOfKey(c.env.DB, hash));
   if (!found) {
     if (wrongKeys.size >= MAX_REMEMBERED) wrongKeys.clear();
     wrongKeys.add(hash);

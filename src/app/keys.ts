@@ -4,6 +4,7 @@ import { KEY_ID } from "../model/ids";
 import { DEFAULT_SCOPES, type Grant, within } from "../model/scopes";
 import { audit, entryOf } from "./audit";
 import { type Caller, grantOf } from "./caller";
+import { forgetKeys } from "./key-cache";
 import { loadTenant, type MintedKey, mintKey } from "./tenants";
 
 /**
@@ -104,6 +105,7 @@ export async function revokeKey(env: Env, caller: Caller, tenantId: string, keyI
     const entries = revocationEntries(caller, tenant.id, rootLive ? line.key : null, line.key.id, made, now);
     const ids = [...(rootLive ? [keyId] : []), ...made.map((k) => k.id)];
     if (await revokeKeys(env.DB, tenant.id, keyId, ids, spare, now, !caller.admin, [audit(env.DB, entries, { ifChanged: true })])) {
+      forgetKeys(ids);
       return { alsoRevoked: made.map((k) => k.id) };
     }
     // Since the line was read, a key was made in it or one of the tenant's keys was revoked:

@@ -16,6 +16,7 @@ import type { Notify } from "../model/job";
 import { shardStub } from "../stubs";
 import { audit, entryOf } from "./audit";
 import { type Caller, ownsTenant } from "./caller";
+import { forgetTenant } from "./key-cache";
 import { acceptNotify } from "./notify";
 import { type Page, paged, tenantCursor } from "./pagination";
 
@@ -125,11 +126,13 @@ export async function changeTenant(
 }
 
 /**
- * Hands a tenant's new settings to every shard holding its jobs. A shard that cannot be
+ * Hands a tenant's new settings to every shard holding its jobs, and to this isolate's requests
+ * (its keys remembered here are looked up again: src/app/key-cache.ts). A shard that cannot be
  * reached now gets them from the next sweep; signatures stay verifiable meanwhile, because
  * every request is signed with the current and the next secret.
  */
 export async function pushSettings(env: Env, tenant: Tenant): Promise<void> {
+  forgetTenant(tenant.id);
   const shards = await shardsInUse(env.DB, tenant.id);
   const results = await Promise.allSettled(shards.map((s) => shardStub(env, s).applyTenants([settingsOf(tenant)])));
   const failed = results.filter((r) => r.status === "rejected").length;
