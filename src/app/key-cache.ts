@@ -19,7 +19,9 @@ export const KEY_CACHE_MS = 5_000;
 /** Keys remembered at most: a flood of distinct live keys must not grow the isolate's memory. */
 const MAX_KEYS = 1_000;
 
-const live = new LRUCache<string, LiveKey>({ max: MAX_KEYS, ttl: KEY_CACHE_MS });
+// ttlResolution 0: the clock is read at each look-up. The default caches it until a timer fires,
+// and a timer set by a request that has ended may never fire in a Worker: entries would not lapse.
+const live = new LRUCache<string, LiveKey>({ max: MAX_KEYS, ttl: KEY_CACHE_MS, ttlResolution: 0 });
 /** Bumped by every drop: a lookup begun under an older one is not remembered. */
 let drops = 0;
 
