@@ -21,10 +21,6 @@ export class D1Meter {
     return { ...env, DB: this.database(env.DB), TENANT_GATE: this.gates(env.TENANT_GATE) };
   }
 
-  get touched(): boolean {
-    return this.counts.rowsRead + this.counts.rowsWritten + this.counts.gateRequests > 0;
-  }
-
   private add(meta: Meta | undefined): void {
     this.counts.rowsRead += meta?.rows_read ?? 0;
     this.counts.rowsWritten += meta?.rows_written ?? 0;
