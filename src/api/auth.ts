@@ -1,10 +1,10 @@
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { grantOf } from "../app/caller";
+import { takeRequest } from "../app/request-rate";
 import { adminTokens } from "../config";
 import { API_KEY } from "../model/ids";
 import { grants } from "../model/scopes";
-import { gateStub } from "../stubs";
 import type { AppContext, AppEnv } from "./context";
 import { ApiError, noSuchRoute } from "./errors";
 import { endpointOf } from "./operation";
@@ -53,19 +53,7 @@ export const authenticate: MiddlewareHandler<AppEnv> = async (c, next) => {
   if (!found) throw await failedSignIn(c, names, unauthorized());
   const { tenant, key } = found;
   c.set("caller", { admin: false, tenant, key, from });
-  const rps = tenant.limits.requestsPerSecond;
-  if (rps !== null) {
-    const { ok, retryAfterMs } = await gateStub(c.env, tenant.id).takeRequest(rps);
-    if (!ok) {
-      throw new ApiError(429, "rate_limited", `this tenant may make ${rps} requests per second; retry after the Retry-After seconds`, {
-        "Retry-After": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
-        // What the QStash SDK reads into its QstashRatelimitError (the /v2 surface, docs/qstash.md).
-        "Burst-RateLimit-Limit": String(rps),
-        "Burst-RateLimit-Remaining": "0",
-        "Burst-RateLimit-Reset": String(Math.ceil((Date.now() + retryAfterMs) / 1000)),
-      });
-    }
-  }
+  await takeRequest(c.env, tenant);
   return next();
 };
 

@@ -4,6 +4,7 @@ import type { GroupLimits } from "../model/flow-control";
 import { jobIdsFrom } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
+import type { GateAnswer } from "./blocks";
 import { type Breaker, type BreakerVerdict, check, closedBreaker, record, storedBreaker } from "./breaker";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
@@ -21,6 +22,7 @@ import {
   type Verdict,
 } from "./message-quota";
 import { parsePermitKey } from "./permit-keys";
+import { type Bucket, takeTokens } from "./request-bucket";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,
@@ -39,7 +41,7 @@ import { parsePermitKey } from "./permit-keys";
 export class TenantGate extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   /** The API token bucket lives in memory: losing it on eviction only forgives a burst. */
-  private bucket = { tokens: 0, at: 0 };
+  private bucket: Bucket = { tokens: 0, at: 0 };
   private readonly groups: GroupPermits;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -56,16 +58,11 @@ export class TenantGate extends DurableObject<Env> {
     this.groups = new GroupPermits(this.sql);
   }
 
-  /** Takes one API request from a bucket of `perSecond` tokens that refills continuously. */
-  async takeRequest(perSecond: number): Promise<{ ok: boolean; retryAfterMs: number }> {
-    const now = Date.now();
-    const elapsed = (now - this.bucket.at) / 1000;
-    this.bucket = { tokens: Math.min(perSecond, this.bucket.tokens + elapsed * perSecond), at: now };
-    if (this.bucket.tokens >= 1) {
-      this.bucket.tokens -= 1;
-      return { ok: true, retryAfterMs: 0 };
-    }
-    return { ok: false, retryAfterMs: Math.ceil(((1 - this.bucket.tokens) / perSecond) * 1000) };
+  /** A block of up to `want` API requests from the tenant's bucket of `perSecond` (request-bucket.ts), for an isolate to spend. */
+  async takeRequests(perSecond: number, want: number): Promise<GateAnswer> {
+    const { bucket, answer } = takeTokens(this.bucket, perSecond, want, Date.now());
+    this.bucket = bucket;
+    return answer;
   }
 
   // ---- live QStash messages (message-quota.ts): one row, the count as JSON ----

@@ -1,5 +1,5 @@
 import { env, SELF } from "cloudflare:test";
-import { beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { forgetAllKeys } from "../../src/app/key-cache";
 import { insertKey, revokeKeys } from "../../src/catalog/tenants";
 import type { Job } from "../../src/model/job";
@@ -794,5 +794,28 @@ describe("quotas", () => {
     const admin = await Promise.all(Array.from({ length: 30 }, () => api("/v1/jobs?limit=1")));
     expect(admin.map((r) => r.status)).toEqual(Array(30).fill(200));
     for (const res of admin) await res.body?.cancel();
+  });
+
+  it("requestsPerSecond: steady requests cost a call to the tenant's gate per block of them (1, 2, 4, …), not one each", async () => {
+    const t = await createTenant({ requestsPerSecond: 10_000 });
+    const gateCalls = async () => {
+      const res = await api("/v1/metrics?window=1h");
+      const ops = ((await res.json()) as { cost: { workerOperations: Record<string, { calls: number; gateRequests: number }> } }).cost
+        .workerOperations;
+      return ops["GET /v1/me"] ?? { calls: 0, gateRequests: 0 };
+    };
+    const before = await gateCalls();
+    for (let i = 0; i < 31; i++) expect((await t.api("/v1/me")).status).toBe(200);
+    const after = await vi.waitFor(
+      async () => {
+        const now = await gateCalls();
+        expect(now.calls - before.calls).toBe(31);
+        return now;
+      },
+      { timeout: 15_000, interval: 200 },
+    );
+    // Blocks of 1, 2, 4, 8 and 16: 31 requests; one more call at most, should a block have lapsed.
+    expect(after.gateRequests - before.gateRequests).toBeGreaterThanOrEqual(5);
+    expect(after.gateRequests - before.gateRequests).toBeLessThanOrEqual(6);
   });
 });

@@ -1,0 +1,105 @@
+import { LRUCache } from "lru-cache";
+import type { GateAnswer } from "../gate/blocks";
+
+/**
+ * What this isolate holds of an allowance its tenant's gate keeps (src/gate/tenant-gate.ts):
+ * API requests (request-rate.ts), room for jobs under `maxJobs` (job-room.ts). The gate stays
+ * the one authority; the isolate takes a block at a time and spends it locally, so a tenant's
+ * steady requests cost a gate call per block, not one each. A block lapses at its `until` (less
+ * the `margin` given), so none is spent late or kept.
+ *
+ * The next block's size follows what the isolate spent: doubled (up to `maxBlock`, and what the
+ * gate allows) when it spent the last one before it lapsed, halved when one lapsed with more than
+ * half of it left. An isolate that sees a tenant now and then takes one at a time, and
+ * leaves the rest to the tenant's other isolates.
+ *
+ * Concurrent requests of one tenant share one ask: the others wait for its answer, then take
+ * from it. A refusal is remembered until its retry time, and answered from memory meanwhile.
+ */
+
+/** What a request took: `got` (its need, or with `partial` at least 1) usable until `until`; or nothing, and how long to wait. */
+export type Taken = { got: number; until: number } | { got: 0; retryAfterMs: number };
+
+export interface Held {
+  left: number;
+  until: number;
+  /** What the last ask wanted, as the next one's size is worked out from. */
+  block: number;
+}
+
+/** Tenants an isolate keeps allowances for at most: the least recently used are dropped (their rest lapses unspent). */
+const MAX_TENANTS = 10_000;
+
+export class Allotments {
+  private readonly held = new LRUCache<string, Held>({ max: MAX_TENANTS });
+  private readonly refusedUntil = new LRUCache<string, number>({ max: MAX_TENANTS });
+  private readonly asking = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly maxBlock: number,
+    /** How long before its gate's `until` a block stops being spent here. */
+    private readonly margin = 0,
+  ) {}
+
+  /**
+   * Takes `need` of `key`'s allowance, or with `partial` as much of it as there is (at least 1);
+   * `ask(want)` asks the gate for `want` more, of which it may grant fewer.
+   */
+  async take(key: string, need: number, ask: (want: number) => Promise<GateAnswer>, partial = false): Promise<Taken> {
+    for (;;) {
+      const now = Date.now();
+      const held = this.held.get(key);
+      const left = held && this.usable(held, now) ? held.left : 0;
+      if (left >= need) {
+        held!.left -= need;
+        return { got: need, until: held!.until };
+      }
+      const pending = this.asking.get(key);
+      if (pending) {
+        await pending;
+        continue;
+      }
+      const refusedUntil = this.refusedUntil.get(key) ?? 0;
+      if (refusedUntil > now) {
+        if (!partial || left === 0) return { got: 0, retryAfterMs: refusedUntil - now };
+        held!.left = 0;
+        return { got: left, until: held!.until };
+      }
+      const asked = this.ask(key, need - left, held, ask);
+      this.asking.set(key, asked);
+      try {
+        await asked;
+      } finally {
+        this.asking.delete(key);
+      }
+    }
+  }
+
+  private usable(held: Held, now: number): boolean {
+    return held.until - this.margin > now;
+  }
+
+  private async ask(key: string, missing: number, before: Held | undefined, ask: (want: number) => Promise<GateAnswer>): Promise<void> {
+    const now = Date.now();
+    const live = before !== undefined && this.usable(before, now);
+    const block = before === undefined ? 1 : nextBlock(before, live, this.maxBlock);
+    const answer = await ask(Math.max(missing, block));
+    if (!("until" in answer)) {
+      this.refusedUntil.set(key, Date.now() + answer.retryAfterMs);
+      return;
+    }
+    // What is left of the last block goes with the new one, until the sooner of their ends.
+    const left = live ? before.left : 0;
+    this.held.set(key, { left: left + answer.granted, until: live ? Math.min(before.until, answer.until) : answer.until, block });
+  }
+}
+
+/**
+ * The size of the next block, from how the last one went: spent before it lapsed (it is still
+ * usable, and short), doubled; lapsed with more than half of it unspent, halved; else the same.
+ */
+export function nextBlock(last: Held, stillUsable: boolean, maxBlock: number): number {
+  if (stillUsable) return Math.min(maxBlock, last.block * 2);
+  if (last.left > last.block / 2) return Math.max(1, Math.floor(last.block / 2));
+  return last.block;
+}

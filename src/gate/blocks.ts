@@ -1,0 +1,7 @@
+/**
+ * What a tenant's gate answers an isolate that asks for a block of an allowance it keeps (API
+ * requests, room for jobs): `granted` (at least 1, at most what was asked) to be spent before
+ * `until`; or none, and how long until asking again may get some. src/app/allotments.ts is the
+ * isolate's side.
+ */
+export type GateAnswer = { granted: number; until: number } | { granted: 0; retryAfterMs: number };
