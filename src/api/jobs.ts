@@ -4,15 +4,16 @@ import { createJob } from "../app/create-jobs";
 import { explainJob } from "../app/explain";
 import { jobHistory, MAX_HISTORY_SPAN_MS } from "../app/history";
 import { etagOf, IF_MATCH } from "../app/job-etag";
-import { backfill, changeJob, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
+import { backfill, changeJob, type Given, type JobState, listJobs, patchJob, readJob, trigger } from "../app/jobs";
 import { listRuns } from "../app/runs";
+import type { CatalogJob } from "../catalog/jobs";
 import { PageQuery, pageOf } from "../model/common";
 import { TRIGGER_KEY } from "../model/ids";
 import { BackfillSchema, CreateJobSchema, Instant, JobSchema, PatchJobSchema } from "../model/job";
 import { RunSchema } from "../model/run";
 import { MAX_BACKFILL } from "../protocol/shard-rpc";
-import { viewNotify } from "../security/notify-urls";
-import { viewTarget } from "../security/targets";
+import { viewGivenNotify, viewNotify } from "../security/notify-urls";
+import { viewGivenTarget, viewTarget } from "../security/targets";
 import type { AppContext, AppEnv } from "./context";
 import {
   AUTHENTICATED,
@@ -115,17 +116,31 @@ async function answerJob<S extends 200 | 201>(c: AppContext, state: JobState, st
 /**
  * A job's target (or each step's) is shown with header names only, its URL and body opened to a
  * caller who sees sealed values whole, reduced to a `read` key (see viewTarget); its
- * notification URL likewise.
+ * notification URL likewise. A job just created shows them as the request gave them: nothing
+ * sealed is opened again only to be shown.
  */
-export async function present(c: AppContext, { job, runtime }: JobState) {
+export async function present(c: AppContext, { job, runtime, given }: JobState) {
   const keys = c.env.ENCRYPTION_KEYS;
   const whole = seesSealed(c.var.caller);
+  if (given) return presentJob(job, await givenViews(job, given, whole), runtime);
   const target = job.spec.target && (await viewTarget(keys, job.spec.target, job.id, whole));
   const steps =
     job.spec.steps &&
     (await Promise.all(job.spec.steps.map(async (step) => ({ ...step, target: await viewTarget(keys, step.target, job.id, whole) }))));
   const notify = job.spec.notify && (await viewNotify(keys, job.spec.notify, job.tenantId, whole));
   return presentJob(job, { target, steps, notify }, runtime);
+}
+
+async function givenViews(job: CatalogJob, given: Given, whole: boolean) {
+  const target = given.target && (await viewGivenTarget(given.target, whole));
+  const steps =
+    job.spec.steps &&
+    given.steps &&
+    (await Promise.all(
+      job.spec.steps.map(async (step, i) => ({ ...step, target: await viewGivenTarget(given.steps![i]!.target, whole) })),
+    ));
+  const notify = given.notify && viewGivenNotify(given.notify, whole);
+  return { target, steps, notify };
 }
 
 // ---- read ----

@@ -17,7 +17,7 @@ import { acceptSteps, acceptTarget } from "./accept-targets";
 import { audit, entryOf } from "./audit";
 import { type Caller, grantOf } from "./caller";
 import { checkChains } from "./chains";
-import { checkJobName, type JobState, jobRecord } from "./jobs";
+import { checkJobName, type Given, type JobState, jobRecord } from "./jobs";
 import { reserveMessages } from "./message-quota";
 import { acceptNotify } from "./notify";
 
@@ -47,8 +47,8 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
   const tenant = caller.admin ? tenantOf(results[0]!.results[0]) : caller.tenant;
   if (!inserted(results.at(-2)!)) throw quotaExceeded(tenant);
   failpoint("api.afterCatalogWrite");
-  const runtimes = await handOver(env, tenant, [{ index: 0, job }], leftToSweep(now));
-  return { job, runtime: runtimes.get(job.id) };
+  const runtimes = await handOver(env, tenant, [{ index: 0, job, given: givenOf(input) }], leftToSweep(now));
+  return { job, runtime: runtimes.get(job.id), given: givenOf(input) };
 }
 
 /**
@@ -76,7 +76,10 @@ export type BatchOutcome = { index: number; state: JobState } | { index: number;
 interface Accepted {
   index: number;
   job: CatalogJob;
+  given: Given;
 }
+
+const givenOf = ({ target, steps, notify }: CreateJob): Given => ({ target, steps, notify });
 
 /**
  * Creates what it can of `items`, each answered on its own, in order. An item that fails its
@@ -139,7 +142,7 @@ export async function createJobs(
   }
   failpoint("api.afterCatalogWrite");
   const runtimes = await handOver(env, tenant, created, leftToSweep(now));
-  for (const { index, job } of created) outcomes[index] = { index, state: { job, runtime: runtimes.get(job.id) } };
+  for (const { index, job, given } of created) outcomes[index] = { index, state: { job, runtime: runtimes.get(job.id), given } };
   return outcomes;
 }
 
@@ -157,7 +160,7 @@ async function acceptItem(
   if (!parsed.success) return { index, error: itemError(index, new ApiError(400, "invalid_request", "", {}, issuesOf(parsed.error))) };
   try {
     checkJobName(caller, parsed.data.name);
-    return { index, job: await acceptJob(env, tenantId, grantOf(caller).jobPrefix, parsed.data, now, place) };
+    return { index, job: await acceptJob(env, tenantId, grantOf(caller).jobPrefix, parsed.data, now, place), given: givenOf(parsed.data) };
   } catch (err) {
     // Anything else (D1 unreachable while checking chains) fails the whole call.
     if (err instanceof ApiError) return { index, error: itemError(index, err) };

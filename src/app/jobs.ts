@@ -5,7 +5,7 @@ import type { AuditEntry } from "../catalog/audit";
 import { type CatalogJob, getJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
 import { type ChainField, recordChainPrefixes } from "../model/chains";
 import { JOB_ID, newTriggerKey } from "../model/ids";
-import { canonicalSchedule, type JobSpec, type PatchJobSchema } from "../model/job";
+import { canonicalSchedule, type JobSpec, type Notify, type PatchJobSchema, type Step, type Target } from "../model/job";
 import type { BackfillResult, RunView } from "../protocol/shard-rpc";
 import type { JobRuntime } from "../protocol/stored-rows";
 import { shardStub } from "../stubs";
@@ -21,6 +21,18 @@ import { jobCursor, type Page, paged } from "./pagination";
 export interface JobState {
   job: CatalogJob;
   runtime: JobRuntime | undefined;
+  /**
+   * A job just created: what it was given in clear, sealed in `job`. Its answer shows these as
+   * given rather than opening what was just sealed.
+   */
+  given?: Given;
+}
+
+/** The parts of a job sealed at rest, as the request gave them. */
+export interface Given {
+  target?: Target | undefined;
+  steps?: Step[] | undefined;
+  notify?: Notify | undefined;
 }
 
 /**

@@ -67,3 +67,8 @@ export async function viewNotify(keys: string | undefined, notify: StoredNotify,
     return { url: notifyOriginOf(notify), on: notify.on };
   }
 }
+
+/** What a response shows of a receiver as the API was given it, in clear: what viewNotify shows once it is sealed. */
+export function viewGivenNotify(notify: Notify, whole: boolean): NotifyView {
+  return whole ? { url: notify.url, on: notify.on } : { url: new URL(notify.url).origin, on: notify.on, reduced: true };
+}

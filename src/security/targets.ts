@@ -90,21 +90,39 @@ export async function viewTarget(
   jobId: string,
   whole: boolean,
 ): Promise<TargetView> {
-  const headerNames = headerNamesOf(target);
   let opened: TargetSecrets = {};
   try {
     opened = await openTarget(keys, target, jobId);
   } catch (err) {
     console.error(`job ${jobId}: target not shown: ${(err as Error).message}`);
   }
+  return shown(opened, originOf(target), target.method, headerNamesOf(target), whole);
+}
+
+/**
+ * What a response shows of a target as the API was given it, in clear (a job just created): what
+ * viewTarget shows once it is sealed, with nothing opened.
+ */
+export async function viewGivenTarget(target: Target, whole: boolean): Promise<TargetView> {
+  const { url, body, bodyBase64 } = target;
+  return shown({ url, body, bodyBase64 }, new URL(url).origin, target.method, Object.keys(target.headers ?? {}), whole);
+}
+
+async function shown(
+  opened: TargetSecrets,
+  origin: string,
+  method: Target["method"],
+  headerNames: string[],
+  whole: boolean,
+): Promise<TargetView> {
   const { body, bodyBase64 } = opened;
   if (!whole) {
     const digest = await bodyDigest(opened);
-    return { url: originOf(target), method: target.method, headerNames, ...digest, reduced: true };
+    return { url: origin, method, headerNames, ...digest, reduced: true };
   }
   return {
-    url: opened.url ?? originOf(target),
-    method: target.method,
+    url: opened.url ?? origin,
+    method,
     headerNames,
     ...(body !== undefined && { body }),
     ...(bodyBase64 !== undefined && { bodyBase64 }),

@@ -256,3 +256,50 @@ describe("what a read key sees of what is sealed", () => {
     expect(message).not.toHaveProperty("body");
   });
 });
+
+describe("a job's answer at creation", () => {
+  /** Jobs with each part that is sealed at rest: headers and a JSON body, a base64 body, a workflow's steps, a notification URL. */
+  const bodies = () => [
+    {
+      schedule: FAR_CRON,
+      target: {
+        url: receiverPath("given", "a=1"),
+        method: "PUT",
+        headers: { Authorization: `Bearer ${uid()}`, "X-Two": "2" },
+        body: { n: 1 },
+      },
+      notify: { url: receiverPath("given-notify"), on: ["dead"] },
+      breaker: false,
+    },
+    { schedule: FAR_CRON, target: { url: receiverPath("given-b64"), bodyBase64: btoa("raw bytes") }, breaker: false },
+    {
+      schedule: FAR_CRON,
+      steps: [
+        { id: "a", target: { url: receiverPath("given-step-a"), body: "text" } },
+        { id: "b", after: ["a"], target: { url: receiverPath("given-step-b"), headers: { "X-Step": uid() } } },
+      ],
+      breaker: false,
+    },
+  ];
+  const sealedParts = (job: Record<string, unknown>) => ({ target: job.target, steps: job.steps, notify: job.notify });
+
+  it("shows what was sealed exactly as a read of the job shows it, one at a time and in a batch", async () => {
+    const tenant = await createTenant({ requestsPerSecond: null });
+    for (const as of [tenant.api, await keyOf(tenant, ["write"])]) {
+      for (const body of bodies()) {
+        const created = (await createJob(body, as)) as unknown as Record<string, unknown>;
+        expect(created.target ?? created.steps).toBeDefined();
+        const read = JSON.parse(await textOf(as, `/v1/jobs/${created.id}`)) as Record<string, unknown>;
+        expect(sealedParts(created)).toEqual(sealedParts(read));
+      }
+      const res = await as("/v1/jobs/batch", { method: "POST", json: { jobs: bodies() } });
+      expect(res.status, await res.clone().text()).toBe(200);
+      const { results } = (await res.json()) as { results: Array<{ status: number; job: Record<string, unknown> }> };
+      for (const { status, job } of results) {
+        expect(status).toBe(201);
+        const read = JSON.parse(await textOf(as, `/v1/jobs/${job.id}`)) as Record<string, unknown>;
+        expect(sealedParts(job)).toEqual(sealedParts(read));
+      }
+    }
+  });
+});
