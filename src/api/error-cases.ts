@@ -119,8 +119,12 @@ export const adminOnly = errorCase(
 );
 
 export const quotaExceeded = errorCase(
-  "the tenant already has its `maxJobs` live jobs",
-  new ApiError(403, "quota_exceeded", "this tenant may have at most 10000 jobs; delete one first"),
+  "the tenant already has its `maxJobs` live jobs (not deleted, with an instant of their schedule to come)",
+  new ApiError(
+    403,
+    "quota_exceeded",
+    "this tenant may have at most 10000 live jobs (not deleted, with an instant of their schedule to come); delete one first",
+  ),
 );
 
 export const preconditionFailed = errorCase(

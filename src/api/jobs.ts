@@ -225,7 +225,7 @@ jobs.openapi(
     tags: ["Jobs"],
     summary: "Change a job's definition atomically",
     description:
-      "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).",
+      "Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since). A change that gives a finished job an instant to come (a one-off's `at` moved ahead, an `endAt` that passed moved on) makes it live again: it needs a place under the tenant's `maxJobs` (403 if there is none).",
     security,
     request: { params: IdParam, headers: IfMatchHeader, body: jsonBody(PatchJobSchema, PATCH_EXAMPLES) },
     responses: {
@@ -237,6 +237,7 @@ jobs.openapi(
         jobNotFound,
         patchConflict,
         preconditionFailed,
+        quotaExceeded,
         AUTHENTICATED,
         shardUnavailable,
       ),

@@ -17,12 +17,15 @@ import type { GateAnswer } from "../gate/blocks";
  * from it. A refusal is remembered until its retry time, and answered from memory meanwhile.
  */
 
-/** What a request took: `got` (its need, or with `partial` at least 1) usable until `until`; or nothing, and how long to wait. */
-export type Taken = { got: number; until: number } | { got: 0; retryAfterMs: number };
+/** What a request took: `got` (its need, or with `partial` at least 1) usable until `until`, of `epoch`; or nothing, and how long to wait. */
+export type Taken = { got: number; until: number; epoch?: number | undefined } | { got: 0; retryAfterMs: number };
+
+type Ask = (want: number, missing: number) => Promise<GateAnswer>;
 
 export interface Held {
   left: number;
   until: number;
+  epoch?: number | undefined;
   /** What the last ask wanted, as the next one's size is worked out from. */
   block: number;
 }
@@ -43,16 +46,17 @@ export class Allotments {
 
   /**
    * Takes `need` of `key`'s allowance, or with `partial` as much of it as there is (at least 1);
-   * `ask(want)` asks the gate for `want` more, of which it may grant fewer.
+   * `ask(want, missing)` asks the gate for `want` more, `missing` of them to meet the need (the
+   * rest a block for the requests to come); it may grant fewer.
    */
-  async take(key: string, need: number, ask: (want: number) => Promise<GateAnswer>, partial = false): Promise<Taken> {
+  async take(key: string, need: number, ask: Ask, partial = false): Promise<Taken> {
     for (;;) {
       const now = Date.now();
       const held = this.held.get(key);
       const left = held && this.usable(held, now) ? held.left : 0;
       if (left >= need) {
         held!.left -= need;
-        return { got: need, until: held!.until };
+        return { got: need, until: held!.until, epoch: held!.epoch };
       }
       const pending = this.asking.get(key);
       if (pending) {
@@ -63,7 +67,7 @@ export class Allotments {
       if (refusedUntil > now) {
         if (!partial || left === 0) return { got: 0, retryAfterMs: refusedUntil - now };
         held!.left = 0;
-        return { got: left, until: held!.until };
+        return { got: left, until: held!.until, epoch: held!.epoch };
       }
       const asked = this.ask(key, need - left, held, ask);
       this.asking.set(key, asked);
@@ -79,18 +83,33 @@ export class Allotments {
     return held.until - this.margin > now;
   }
 
-  private async ask(key: string, missing: number, before: Held | undefined, ask: (want: number) => Promise<GateAnswer>): Promise<void> {
+  /**
+   * Forgets what the isolate holds of `key`'s allowance, and a refusal it remembers: the block
+   * lapsed where it was to be spent, or the gate has more to give than when it refused.
+   */
+  forget(key: string): void {
+    this.held.delete(key);
+    this.refusedUntil.delete(key);
+  }
+
+  private async ask(key: string, missing: number, before: Held | undefined, ask: Ask): Promise<void> {
     const now = Date.now();
     const live = before !== undefined && this.usable(before, now);
     const block = before === undefined ? 1 : nextBlock(before, live, this.maxBlock);
-    const answer = await ask(Math.max(missing, block));
+    const answer = await ask(Math.max(missing, block), missing);
     if (!("until" in answer)) {
       this.refusedUntil.set(key, Date.now() + answer.retryAfterMs);
       return;
     }
-    // What is left of the last block goes with the new one, until the sooner of their ends.
-    const left = live ? before.left : 0;
-    this.held.set(key, { left: left + answer.granted, until: live ? Math.min(before.until, answer.until) : answer.until, block });
+    // What is left of the last block goes with the new one, until the sooner of their ends; a
+    // block of another epoch is no longer worth anything.
+    const keep = live && before.epoch === answer.epoch;
+    this.held.set(key, {
+      left: (keep ? before.left : 0) + answer.granted,
+      until: keep ? Math.min(before.until, answer.until) : answer.until,
+      epoch: answer.epoch,
+      block,
+    });
   }
 }
 

@@ -1,6 +1,6 @@
 import { ApiError, issuesOf } from "../api/errors";
 import { guard } from "../catalog/d1";
-import { inserted, insertJobsStatement, ROWS_PER_INSERT, tenantAndLiveJobsOf, tenantWithLiveJobs } from "../catalog/insert-jobs";
+import { inserted, insertJobsStatement, ROWS_PER_INSERT } from "../catalog/insert-jobs";
 import { type CatalogJob, toDefinition } from "../catalog/jobs";
 import { registerShards } from "../catalog/shards";
 import { getTenant, settingsOf, type Tenant, tenantStatement, toTenant } from "../catalog/tenants";
@@ -17,6 +17,7 @@ import { acceptSteps, acceptTarget } from "./accept-targets";
 import { audit, entryOf } from "./audit";
 import { type Caller, grantOf } from "./caller";
 import { checkChains } from "./chains";
+import { forgetJobRoom, quotaExceeded, takeJobRoom } from "./job-room";
 import { checkJobName, type Given, type JobState, jobRecord } from "./jobs";
 import { reserveMessages } from "./message-quota";
 import { acceptNotify } from "./notify";
@@ -36,19 +37,100 @@ export async function createJob(env: Env, caller: Caller, input: CreateJob): Pro
   const now = Date.now();
   checkJobName(caller, input.name);
   const job = await acceptJob(env, tenantIdOf(caller), grantOf(caller).jobPrefix, input, now, { held: false });
-  // The admin's jobs are the default tenant's, read in the same round trip as the insert; the
-  // audit entry is written only if the quota let the job in.
+  const given = givenOf(input);
+  const tenant = caller.admin ? await insertAsAdmin(env, caller, job) : await insertLeased(env, caller, caller.tenant, job);
+  failpoint("api.afterCatalogWrite");
+  const runtimes = await handOver(env, tenant, [{ index: 0, job, given }], leftToSweep(now));
+  return { job, runtime: runtimes.get(job.id), given };
+}
+
+/**
+ * The admin's jobs are the default tenant's, read in the same round trip as the insert; should
+ * it have a quota, that insert writes nothing and the job is written on room leased from its
+ * gate, as a tenant's. The audit entry is written only if the job was.
+ */
+async function insertAsAdmin(env: Env, caller: Caller, job: CatalogJob): Promise<Tenant> {
   const statements = [
-    ...(caller.admin ? [tenantStatement(env.DB, DEFAULT_TENANT)] : []),
-    insertJobsStatement(env.DB, [job]),
+    tenantStatement(env.DB, DEFAULT_TENANT),
+    insertJobsStatement(env.DB, [job], null),
     audit(env.DB, createdEntry(caller, job), { ifChanged: true }),
   ];
   const results = await guard("insert", () => env.DB.batch<Record<string, unknown>>(statements));
-  const tenant = caller.admin ? tenantOf(results[0]!.results[0]) : caller.tenant;
-  if (!inserted(results.at(-2)!)) throw quotaExceeded(tenant);
-  failpoint("api.afterCatalogWrite");
-  const runtimes = await handOver(env, tenant, [{ index: 0, job, given: givenOf(input) }], leftToSweep(now));
-  return { job, runtime: runtimes.get(job.id), given: givenOf(input) };
+  const tenant = tenantOf(results[0]!.results[0]);
+  if (!inserted(results[1]!)) return insertLeased(env, caller, tenant, job);
+  return tenant;
+}
+
+/** A tenant's job, on room leased from its gate (job-room.ts); refused (403) when it has none. */
+async function insertLeased(env: Env, caller: Caller, tenant: Tenant, job: CatalogJob): Promise<Tenant> {
+  const { created } = await insertUnderQuota(env, caller, tenant, [{ index: 0, job, given: {} }], false);
+  if (created.length === 0) throw quotaExceeded(tenant);
+  return tenant;
+}
+
+/** Times jobs an INSERT left out on a lease get room again (their gate counted again meanwhile, or set a quota). */
+const INSERT_ATTEMPTS = 3;
+
+/**
+ * Writes `list` (a tenant's new jobs) on room leased from its gate, as many as it has room for
+ * (with `partial`) or none, the first ones first: each INSERT followed by its jobs' audit
+ * entries, written only if it inserted them, all in one D1 batch. Jobs an INSERT left out get
+ * room again: on a lease the gate has counted again since, or with none where the tenant, read
+ * before its quota was set, has one now.
+ */
+async function insertUnderQuota(
+  env: Env,
+  caller: Caller,
+  tenant: Tenant,
+  list: Accepted[],
+  partial: boolean,
+): Promise<{ created: Accepted[]; refused: Accepted[] }> {
+  const created: Accepted[] = [];
+  const refused: Accepted[] = [];
+  let pending = list;
+  let current = tenant;
+  for (let attempt = 1; pending.length > 0; attempt++) {
+    const room = await takeJobRoom(env, current, pending.length, partial);
+    if ("retryAfterMs" in room) {
+      refused.push(...pending);
+      break;
+    }
+    const { written, left } = await insertChunks(env, caller, pending.slice(0, room.got), room.epoch);
+    created.push(...written);
+    refused.push(...pending.slice(room.got));
+    pending = left;
+    if (left.length === 0) break;
+    if (attempt === INSERT_ATTEMPTS) {
+      refused.push(...left);
+      break;
+    }
+    if (room.epoch !== null) forgetJobRoom(current.id);
+    else current = (await getTenant(env.DB, current.id)) ?? current;
+  }
+  return { created, refused: refused.sort((a, b) => a.index - b.index) };
+}
+
+/** Inserts `list` in INSERTs of ROWS_PER_INSERT, each with its audit entries, in one D1 batch; what each INSERT wrote or left out. */
+async function insertChunks(
+  env: Env,
+  caller: Caller,
+  list: Accepted[],
+  epoch: number | null,
+): Promise<{ written: Accepted[]; left: Accepted[] }> {
+  const chunks = chunksOf(list, ROWS_PER_INSERT);
+  const statements = chunks.flatMap((chunk) => [
+    insertJobsStatement(env.DB, jobsOf(chunk), epoch),
+    audit(
+      env.DB,
+      chunk.map((a) => createdEntry(caller, a.job)),
+      { ifChanged: true },
+    ),
+  ]);
+  const results = statements.length === 0 ? [] : await guard("insert", () => env.DB.batch(statements));
+  const written: Accepted[] = [];
+  const left: Accepted[] = [];
+  for (const [i, chunk] of chunks.entries()) (inserted(results[2 * i]!) ? written : left).push(...chunk);
+  return { written, left };
 }
 
 /**
@@ -110,36 +192,11 @@ export async function createJobs(
   for (const { index, job } of accepted) options.decorate?.(job, index);
   if (options.standalone) return handOverStandalone(env, caller, accepted, outcomes, options.standalone.counted);
 
-  // The tenant, and its room under the quota: what finds none is refused without a write.
-  let tenant = caller.admin ? null : caller.tenant;
-  let room = Number.POSITIVE_INFINITY;
-  if (!tenant || tenant.limits.maxJobs !== null) {
-    const read = tenantAndLiveJobsOf(await guard("read tenant", () => tenantWithLiveJobs(env.DB, tenantId).all()));
-    tenant = tenantOf(read?.tenant);
-    if (read?.liveJobs != null && tenant.limits.maxJobs !== null) room = Math.max(0, tenant.limits.maxJobs - read.liveJobs);
-  }
+  // The admin's jobs are the default tenant's: read first, for its quota and its settings.
+  const tenant = caller.admin ? tenantOf((await getTenant(env.DB, DEFAULT_TENANT)) ?? undefined) : caller.tenant;
+  const { created, refused: refusedItems } = await insertUnderQuota(env, caller, tenant, accepted, true);
   const refused = quotaExceeded(tenant);
-  const refuse = ({ index }: Accepted) => {
-    outcomes[index] = { index, error: itemError(index, refused) };
-  };
-  accepted.slice(room).forEach(refuse);
-  const chunks = chunksOf(accepted.slice(0, room), ROWS_PER_INSERT);
-  // Each INSERT followed by its jobs' audit entries, written only if it inserted them.
-  const statements = chunks.flatMap((chunk) => [
-    insertJobsStatement(env.DB, jobsOf(chunk)),
-    audit(
-      env.DB,
-      chunk.map((a) => createdEntry(caller, a.job)),
-      { ifChanged: true },
-    ),
-  ]);
-  const results = statements.length === 0 ? [] : await guard("insert", () => env.DB.batch(statements));
-  // A statement the quota refused (creations elsewhere took the room meanwhile) inserted none of its jobs.
-  const created: Accepted[] = [];
-  for (const [i, chunk] of chunks.entries()) {
-    if (inserted(results[2 * i]!)) created.push(...chunk);
-    else chunk.forEach(refuse);
-  }
+  for (const { index } of refusedItems) outcomes[index] = { index, error: itemError(index, refused) };
   failpoint("api.afterCatalogWrite");
   const runtimes = await handOver(env, tenant, created, leftToSweep(now));
   for (const { index, job, given } of created) outcomes[index] = { index, state: { job, runtime: runtimes.get(job.id), given } };
@@ -179,9 +236,6 @@ function tenantOf(found: Record<string, unknown> | Tenant | undefined): Tenant {
   if (!found) throw new Error(`tenant ${DEFAULT_TENANT} is missing: are the D1 migrations applied?`);
   return "limits" in found ? (found as Tenant) : toTenant(found);
 }
-
-const quotaExceeded = (tenant: Tenant) =>
-  new ApiError(403, "quota_exceeded", `this tenant may have at most ${tenant.limits.maxJobs} jobs; delete one first`);
 
 /** An item's error, its fields named from the request's root: `jobs[3].schedule.cron`. */
 function itemError(index: number, err: ApiError): ApiError {

@@ -3,9 +3,11 @@ import { ApiError, invalidField, notFound } from "../api/errors";
 import { answered } from "../api/refusals";
 import type { AuditEntry } from "../catalog/audit";
 import { type CatalogJob, getJob, listJobs as listCatalogJobs, toDefinition, updateJob } from "../catalog/jobs";
+import { getTenant, type Tenant } from "../catalog/tenants";
 import { type ChainField, recordChainPrefixes } from "../model/chains";
 import { JOB_ID, newTriggerKey } from "../model/ids";
 import { canonicalSchedule, type JobSpec, type Notify, type PatchJobSchema, type Step, type Target } from "../model/job";
+import { isLiveAt } from "../model/live-jobs";
 import type { BackfillResult, RunView } from "../protocol/shard-rpc";
 import type { JobRuntime } from "../protocol/stored-rows";
 import { shardStub } from "../stubs";
@@ -14,6 +16,7 @@ import { audit, entryOf, recordAfter } from "./audit";
 import { type Caller, grantOf, mayTouchJob, scopeOf } from "./caller";
 import { checkChains } from "./chains";
 import { checkIfMatch } from "./job-etag";
+import { forgetJobRoom, giveBackJobRoom, quotaExceeded, takeJobRoom } from "./job-room";
 import { acceptNotify } from "./notify";
 import { jobCursor, type Page, paged } from "./pagination";
 
@@ -113,6 +116,8 @@ export async function changeJob(
     if (ifMatch !== undefined) checkIfMatch(await loadJob(env, caller, id, opts), ifMatch);
     throw notFound("job", id);
   }
+  // A tenant's deletion frees its place under maxJobs at once; the admin's is found by the gate's next recount.
+  if (change.deleted && !alreadyThere && !caller.admin) await giveBackJobRoom(env, caller.tenant, [job]);
   return { job, runtime: await confirmWithShard(env, job) };
 }
 
@@ -154,12 +159,37 @@ export async function patchJob(
     const spec = await patchedSpec(env, caller, current, fields, now);
     const after = { name: name === undefined ? current.name : name, spec };
     const entry = jobEntry(caller, current, "job.patch", jobRecord(current), after);
-    const job = await updateJob(env.DB, id, { spec, ...(name !== undefined && { name }) }, now, current.version, [
-      audit(env.DB, entry, { ifChanged: true }),
-    ]);
+    const revived = revives(current, spec, now) ? await roomToRevive(env, current) : null;
+    const job = await updateJob(
+      env.DB,
+      id,
+      { spec, ...(name !== undefined && { name }) },
+      now,
+      current.version,
+      [audit(env.DB, entry, { ifChanged: true })],
+      revived && { epoch: revived.epoch },
+    );
     if (job) return { job, runtime: await confirmWithShard(env, job) };
+    if (revived) forgetJobRoom(revived.tenant.id);
   }
   throw new ApiError(409, "conflict", `the job kept changing while this change was applied (${PATCH_ATTEMPTS} times); repeat the request`);
+}
+
+/** A change that gives a finished job (src/model/live-jobs.ts) an instant to come makes it live again: it needs a place under maxJobs. */
+const revives = (current: CatalogJob, spec: JobSpec, now: number): boolean =>
+  !isLiveAt(current, now) && isLiveAt({ spec, deletedAt: null }, now);
+
+/**
+ * Room for a job made live again, leased from its tenant's gate (null `epoch`: the tenant has no
+ * quota); 403 when there is none. The tenant is read again, not taken from the caller's key: a
+ * revival is rare, and its quota must be the one in force.
+ */
+async function roomToRevive(env: Env, job: CatalogJob): Promise<{ tenant: Tenant; epoch: number | null }> {
+  const tenant = await getTenant(env.DB, job.tenantId);
+  if (!tenant) throw notFound("job", job.id);
+  const room = await takeJobRoom(env, tenant, 1, false);
+  if ("retryAfterMs" in room) throw quotaExceeded(tenant);
+  return { tenant, epoch: room.epoch };
 }
 
 async function patchedSpec(

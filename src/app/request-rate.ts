@@ -27,3 +27,8 @@ export async function takeRequest(env: Env, tenant: Tenant): Promise<void> {
     "Burst-RateLimit-Reset": String(Math.ceil((Date.now() + retryAfterMs) / 1000)),
   });
 }
+
+/** The tokens this isolate holds for the tenant, and a refusal it remembers, forgotten: the tenant changed here. */
+export function forgetRequests(tenantId: string): void {
+  tokens.forget(tenantId);
+}

@@ -13,12 +13,14 @@ import {
 import { DEFAULT_MAX_LIVE_MESSAGES } from "../gate/message-quota";
 import { newApiKey, newKeyId, newTenantId, TENANT_ID } from "../model/ids";
 import type { Notify } from "../model/job";
-import { shardStub } from "../stubs";
+import { gateStub, shardStub } from "../stubs";
 import { audit, entryOf } from "./audit";
 import { type Caller, ownsTenant } from "./caller";
+import { forgetJobRoom } from "./job-room";
 import { forgetTenant } from "./key-cache";
 import { acceptNotify } from "./notify";
 import { type Page, paged, tenantCursor } from "./pagination";
+import { forgetRequests } from "./request-rate";
 
 /** A new tenant's limits unless given: generous, but a runaway client cannot take the whole system. */
 const DEFAULT_LIMITS = {
@@ -122,17 +124,35 @@ export async function changeTenant(
   );
   if (!tenant) throw notFound("tenant", id);
   await pushSettings(env, tenant);
+  if (change.limits?.maxJobs != null) await recountJobs(env, tenant);
   return tenant;
 }
 
 /**
+ * A tenant's quota set or changed: its gate counts again before the answer, so the quota holds
+ * for every creation after it, on whatever isolate (the leases granted before no longer
+ * insert: src/gate/job-count.ts). Should the gate be unreachable, the first creation that reaches
+ * it with the changed tenant makes it count.
+ */
+async function recountJobs(env: Env, tenant: Tenant): Promise<void> {
+  try {
+    await gateStub(env, tenant.id).quotaChanged(tenant.id, tenant.limits.maxJobs!, tenant.version);
+  } catch (err) {
+    console.error(`tenant ${tenant.id}: its gate did not count its jobs after its quota changed`, err);
+  }
+}
+
+/**
  * Hands a tenant's new settings to every shard holding its jobs, and to this isolate's requests
- * (its keys remembered here are looked up again: src/app/key-cache.ts). A shard that cannot be
- * reached now gets them from the next sweep; signatures stay verifiable meanwhile, because
- * every request is signed with the current and the next secret.
+ * (its keys remembered here are looked up again: src/app/key-cache.ts; the blocks of its request
+ * rate and room it holds, and refusals of them, are forgotten). A shard that cannot be reached
+ * now gets them from the next sweep; signatures stay verifiable meanwhile, because every request
+ * is signed with the current and the next secret.
  */
 export async function pushSettings(env: Env, tenant: Tenant): Promise<void> {
   forgetTenant(tenant.id);
+  forgetRequests(tenant.id);
+  forgetJobRoom(tenant.id);
   const shards = await shardsInUse(env.DB, tenant.id);
   const results = await Promise.allSettled(shards.map((s) => shardStub(env, s).applyTenants([settingsOf(tenant)])));
   const failed = results.filter((r) => r.status === "rejected").length;

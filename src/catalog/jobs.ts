@@ -120,8 +120,11 @@ export async function listJobs(
  * Changes a live job and bumps its version in one statement, so concurrent changes each get
  * their own version and a shard applies them in order. With `expectedVersion`, a compare-and-
  * set: only a job still at that version changes, so a change computed from what was read (a
- * whole spec) cannot overwrite one made meanwhile. Null if the job is unknown, deleted, or (with
- * `expectedVersion`) at another version.
+ * whole spec) cannot overwrite one made meanwhile. With `revival` (a change that makes a
+ * finished job live again: src/model/live-jobs.ts), only on room leased from its tenant's gate
+ * at the tenant's current lease epoch when it has a quota, as a creation (insert-jobs.ts). Null
+ * if the job is unknown, deleted, (with `expectedVersion`) at another version, or (with
+ * `revival`) its lease is of no use.
  */
 export async function updateJob(
   db: D1Database,
@@ -131,6 +134,7 @@ export async function updateJob(
   expectedVersion?: number,
   /** Joins the update's batch: the audit entry, written only if the job changed. */
   also: D1PreparedStatement[] = [],
+  revival: { epoch: number | null } | null = null,
 ): Promise<CatalogJob | null> {
   // A pause or resume by a person clears the reason edgecron gave for a pause of its own.
   const update = db
@@ -139,7 +143,9 @@ export async function updateJob(
          paused = COALESCE(?2, paused), paused_reason = CASE WHEN ?2 IS NULL THEN paused_reason END,
          deleted_at = CASE WHEN ?3 THEN ?1 ELSE deleted_at END,
          name = CASE WHEN ?4 THEN ?5 ELSE name END, spec = COALESCE(?6, spec)
-       WHERE id = ?7 AND deleted_at IS NULL AND (?8 IS NULL OR version = ?8) RETURNING *`,
+       WHERE id = ?7 AND deleted_at IS NULL AND (?8 IS NULL OR version = ?8)
+         AND (?9 = 0 OR (SELECT max_jobs FROM tenants WHERE id = jobs.tenant_id) IS NULL
+           OR ?10 = (SELECT jobs_epoch FROM tenants WHERE id = jobs.tenant_id)) RETURNING *`,
     )
     .bind(
       now,
@@ -150,6 +156,8 @@ export async function updateJob(
       change.spec ? JSON.stringify(change.spec) : null,
       id,
       expectedVersion ?? null,
+      revival ? 1 : 0,
+      revival?.epoch ?? null,
     );
   const [result] = await guard("update", () => db.batch<Row>([update, ...also]));
   const row = result!.results[0];

@@ -276,7 +276,7 @@ export interface paths {
                     };
                 };
                 /**
-                 * @description - `quota_exceeded`: the tenant already has its `maxJobs` live jobs
+                 * @description - `quota_exceeded`: the tenant already has its `maxJobs` live jobs (not deleted, with an instant of their schedule to come)
                  *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
                  */
                 403: {
@@ -561,7 +561,7 @@ export interface paths {
         head?: never;
         /**
          * Change a job's definition atomically
-         * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since).
+         * @description Fields given replace the job's whole; the rest stay. Fires after the answer use the new version; every run records the version it ran. Concurrent changes never undo one another: each is applied to the job as it is when written. Send If-Match with the job's ETag to change it only as you last read it (412 if it changed since). A change that gives a finished job an instant to come (a one-off's `at` moved ahead, an `endAt` that passed moved on) makes it live again: it needs a place under the tenant's `maxJobs` (403 if there is none).
          *
          *     Needs a key with the `write` scope (or a broader one).
          */
@@ -618,7 +618,10 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant */
+                /**
+                 * @description - `quota_exceeded`: the tenant already has its `maxJobs` live jobs (not deleted, with an instant of their schedule to come)
+                 *     - `insufficient_scope`: the key lacks the scope this route needs (`read`, `write` or `admin`), or is limited to a prefix of job names and the route concerns the whole tenant
+                 */
                 403: {
                     headers: {
                         /** @description The scheme to authenticate with: Bearer. */

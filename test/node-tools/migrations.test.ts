@@ -189,3 +189,16 @@ describe("0018: a tenant's limit of live messages", () => {
     ]);
   });
 });
+
+describe("0022: leases of room under maxJobs", () => {
+  const upgrade = migrations.indexOf("0022_job_leases.sql");
+
+  it("tenants from before are at epoch 0 (test/workerd/job-quota.test.ts has what the epoch does)", () => {
+    const db = catalogUpTo(upgrade);
+    apply(db, migrations[upgrade]!);
+    expect(db.prepare("SELECT id, jobs_epoch FROM tenants ORDER BY id").all()).toEqual([
+      { id: "default", jobs_epoch: 0 },
+      { id: "ten_aaaaaaaaaaaaaaaaaaaa", jobs_epoch: 0 },
+    ]);
+  });
+});

@@ -178,7 +178,7 @@ describe("POST /v1/jobs/batch", () => {
     const { body } = await batch([valid("q1"), { ...valid("q-bad"), timeoutMs: 1 }, valid("q2"), valid("q3"), valid("q4")], t.api);
     expect(body.results.map((r) => r.status)).toEqual([201, 400, 201, 403, 403]);
     expect(body.results[3]!.error).toMatchObject({ code: "quota_exceeded" });
-    expect(body.results[3]!.error!.message).toMatch(/^jobs\[3\]: this tenant may have at most 3 jobs/);
+    expect(body.results[3]!.error!.message).toMatch(/^jobs\[3\]: this tenant may have at most 3 live jobs/);
     expect(await liveJobs(t.id)).toBe(3);
     const full = await batch([valid("q5")], t.api);
     expect(full.body.results[0]).toMatchObject({ status: 403, error: { code: "quota_exceeded" } });
