@@ -13,8 +13,12 @@ import type { GateAnswer } from "../gate/blocks";
  * half of it left. An isolate that sees a tenant now and then takes one at a time, and
  * leaves the rest to the tenant's other isolates.
  *
- * Concurrent requests of one tenant share one ask: the others wait for its answer, then take
- * from it. A refusal is remembered until its retry time, and answered from memory meanwhile.
+ * Each request that finds too little asks for itself, since a Worker may not await another
+ * request's promise (its continuation would run in that request's context, or be cancelled
+ * with it): requests at once that find the block spent each ask, and what their answers bring
+ * joins what the others hold, so a request the gate refused may still be served from a block
+ * another brought. A refusal is remembered until its retry time, and answered from memory
+ * meanwhile.
  */
 
 /** What a request took: `got` (its need, or with `partial` at least 1) usable until `until`, of `epoch`; or nothing, and how long to wait. */
@@ -36,7 +40,6 @@ const MAX_TENANTS = 10_000;
 export class Allotments {
   private readonly held = new LRUCache<string, Held>({ max: MAX_TENANTS });
   private readonly refusedUntil = new LRUCache<string, number>({ max: MAX_TENANTS });
-  private readonly asking = new Map<string, Promise<void>>();
 
   constructor(
     private readonly maxBlock: number,
@@ -58,24 +61,13 @@ export class Allotments {
         held!.left -= need;
         return { got: need, until: held!.until, epoch: held!.epoch };
       }
-      const pending = this.asking.get(key);
-      if (pending) {
-        await pending;
-        continue;
-      }
       const refusedUntil = this.refusedUntil.get(key) ?? 0;
       if (refusedUntil > now) {
         if (!partial || left === 0) return { got: 0, retryAfterMs: refusedUntil - now };
         held!.left = 0;
         return { got: left, until: held!.until, epoch: held!.epoch };
       }
-      const asked = this.ask(key, need - left, held, ask);
-      this.asking.set(key, asked);
-      try {
-        await asked;
-      } finally {
-        this.asking.delete(key);
-      }
+      await this.ask(key, need - left, held, ask);
     }
   }
 
@@ -93,20 +85,19 @@ export class Allotments {
   }
 
   private async ask(key: string, missing: number, before: Held | undefined, ask: Ask): Promise<void> {
-    const now = Date.now();
-    const live = before !== undefined && this.usable(before, now);
-    const block = before === undefined ? 1 : nextBlock(before, live, this.maxBlock);
+    const block = before === undefined ? 1 : nextBlock(before, this.usable(before, Date.now()), this.maxBlock);
     const answer = await ask(Math.max(missing, block), missing);
     if (!("until" in answer)) {
       this.refusedUntil.set(key, Date.now() + answer.retryAfterMs);
       return;
     }
-    // What is left of the last block goes with the new one, until the sooner of their ends; a
-    // block of another epoch is no longer worth anything.
-    const keep = live && before.epoch === answer.epoch;
+    // What is held now (other requests may have spent it, or brought more, meanwhile) goes with
+    // the new block, until the sooner of their ends; a block of another epoch is worth nothing.
+    const now = this.held.get(key);
+    const keep = now !== undefined && this.usable(now, Date.now()) && now.epoch === answer.epoch;
     this.held.set(key, {
-      left: (keep ? before.left : 0) + answer.granted,
-      until: keep ? Math.min(before.until, answer.until) : answer.until,
+      left: (keep ? now.left : 0) + answer.granted,
+      until: keep ? Math.min(now.until, answer.until) : answer.until,
       epoch: answer.epoch,
       block,
     });

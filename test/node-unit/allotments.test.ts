@@ -79,7 +79,7 @@ describe("an isolate's blocks", () => {
     expect(g.asked.at(-1)).toBe(4);
   });
 
-  it("requests at once share one ask, and take from its answer", async () => {
+  it("requests at once each ask (none awaits another's), and what they bring is held together", async () => {
     const g = gate(10_000);
     const tokens = new Allotments(MAX_REQUEST_BLOCK);
     await tokens.take("t", 1, g.take);
@@ -88,7 +88,27 @@ describe("an isolate's blocks", () => {
     expect(g.asked).toEqual([1, 2]);
     const answers = await Promise.all(Array.from({ length: 4 }, () => tokens.take("t", 1, g.take)));
     expect(answers.every((a) => "until" in a)).toBe(true);
-    expect(g.asked).toEqual([1, 2, 4]);
+    // Four blocks of 4 asked at once, four spent: the next 12 need no ask.
+    expect(g.asked).toEqual([1, 2, 4, 4, 4, 4]);
+    for (let i = 0; i < 12; i++) await tokens.take("t", 1, g.take);
+    expect(g.asked).toHaveLength(6);
+  });
+
+  it("a request the gate refused is served from a block another request brought meanwhile", async () => {
+    const tokens = new Allotments(MAX_REQUEST_BLOCK);
+    let calls = 0;
+    // The first ask is answered after the second: refused, while the second brought 5.
+    const ask = async (): Promise<GateAnswer> => {
+      const mine = ++calls;
+      if (mine === 1) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        return { granted: 0, retryAfterMs: 1_000 };
+      }
+      return { granted: 5, until: Date.now() + REQUEST_BLOCK_MS };
+    };
+    const [first, second] = await Promise.all([tokens.take("t", 1, ask), tokens.take("t", 1, ask)]);
+    expect(second).toMatchObject({ got: 1 });
+    expect(first).toMatchObject({ got: 1 });
   });
 
   it("a refusal is answered from memory until its retry time, with no gate call", async () => {

@@ -73,8 +73,9 @@ describe("maxJobs without a count per creation", () => {
     const later = await rowsReadPerCreate(t, 3, async () => {
       for (let i = 0; i < 3; i++) expect((await post(t, recurring())).status).toBe(201);
     });
-    // Counting 300 jobs would read twice as many rows (the index, and each row for its spec).
-    expect(later).toBeLessThanOrEqual(first);
+    // Counting 300 jobs would read some 600 rows more (the index, and each row for its spec). A
+    // row or two differ with whether the job's shard was already registered for the tenant.
+    expect(later).toBeLessThanOrEqual(first + 2);
     expect(later).toBeLessThan(10);
   });
 
