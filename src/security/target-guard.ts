@@ -95,9 +95,14 @@ export function targetRefusal(url: string, policy: TargetPolicy): string | null 
   }
   // The parser keeps a trailing dot ("localhost.") and it names the same host.
   const name = host.toLowerCase().replace(/\.+$/, "");
-  if (ipaddr.IPv4.isValidFourPartDecimal(name)) return ipv4Refusal(ipaddr.IPv4.parse(name), name, policy);
+  // ipaddr.js tells a name from an address by catching the error its parser throws, which costs
+  // more than the rest of the guard together: its own pattern first, so that names never throw.
+  if (FOUR_PART_DECIMAL.test(name) && ipaddr.IPv4.isValidFourPartDecimal(name)) return ipv4Refusal(ipaddr.IPv4.parse(name), name, policy);
   return nameRefusal(name, host, policy);
 }
+
+/** What ipaddr.js's isValidFourPartDecimal requires of a string besides parsing. */
+const FOUR_PART_DECIMAL = /^(0|[1-9]\d*)(\.(0|[1-9]\d*)){3}$/;
 
 function ipv4Refusal(address: ipaddr.IPv4, shown: string, policy: TargetPolicy): string | null {
   if (METADATA_ADDRESSES.has(address.toString())) return METADATA_REFUSAL;
