@@ -15,7 +15,10 @@ export const tenants = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const LimitsSchema = z
   .strictObject({
-    maxJobs: z.int().min(1).max(1_000_000).nullable().optional().openapi({ description: "Live jobs at once; null: no limit." }),
+    maxJobs: z.int().min(1).max(1_000_000).nullable().optional().openapi({
+      description:
+        "Live jobs at once: not deleted, with an instant of their schedule to come (a one-off stops counting once its instant came, a schedule once its endAt passed); null: no limit.",
+    }),
     maxRunsInFlight: z
       .int()
       .min(1)

@@ -7,7 +7,7 @@ import { guard } from "./d1";
 /** Tenants and their API keys in D1. Keys are kept only as hashes: a leaked table grants nothing. */
 
 export interface TenantLimits {
-  /** Live (not deleted) jobs at once. */
+  /** Live jobs at once: not deleted, with an instant of their schedule to come (src/model/live-jobs.ts). */
   maxJobs: number | null;
   /** Runs dispatched or running at once, over all the tenant's jobs; the rest wait. */
   maxRunsInFlight: number | null;

@@ -4551,7 +4551,7 @@ export interface components {
             createdAt: string;
         };
         TenantLimits: {
-            /** @description Live jobs at once; null: no limit. */
+            /** @description Live jobs at once: not deleted, with an instant of their schedule to come (a one-off stops counting once its instant came, a schedule once its endAt passed); null: no limit. */
             maxJobs?: number | null;
             /** @description Runs dispatched or running at once over all the tenant's jobs; the rest wait queued, none is lost. */
             maxRunsInFlight?: number | null;

@@ -188,23 +188,19 @@ describe("the reconciliation sweep", () => {
       steps: _steps,
       ...spec
     } = CreateJobSchema.parse({ schedule: { at: new Date(now - 1_000).toISOString() }, target: { url } });
-    await insertJob(
-      env.DB,
-      {
-        id,
-        tenantId: DEFAULT_TENANT,
-        name: "orphan",
-        shard,
-        version: 1,
-        spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) },
-        paused: false,
-        pausedReason: null,
-        createdAt: now,
-        updatedAt: now,
-        deletedAt: null,
-      },
-      null,
-    );
+    await insertJob(env.DB, {
+      id,
+      tenantId: DEFAULT_TENANT,
+      name: "orphan",
+      shard,
+      version: 1,
+      spec: { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) },
+      paused: false,
+      pausedReason: null,
+      createdAt: now,
+      updatedAt: now,
+      deletedAt: null,
+    });
     expect(await listRuns(id)).toHaveLength(0);
 
     await runSweep();

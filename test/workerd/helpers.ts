@@ -248,23 +248,19 @@ export async function lostJob(shard: string, updatedAt: number) {
   const id = newJobId(updatedAt);
   const { target, steps: _steps, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("sweep-lost") } });
   const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) };
-  await insertJob(
-    env.DB,
-    {
-      id,
-      tenantId: DEFAULT_TENANT,
-      name: null,
-      shard,
-      version: 1,
-      spec: sealed,
-      paused: false,
-      pausedReason: null,
-      createdAt: updatedAt,
-      updatedAt,
-      deletedAt: null,
-    },
-    null,
-  );
+  await insertJob(env.DB, {
+    id,
+    tenantId: DEFAULT_TENANT,
+    name: null,
+    shard,
+    version: 1,
+    spec: sealed,
+    paused: false,
+    pausedReason: null,
+    createdAt: updatedAt,
+    updatedAt,
+    deletedAt: null,
+  });
   return { id, shard };
 }
 

@@ -50,7 +50,7 @@ it("sweeps 250,000 jobs over many invocations, each within the budget, visiting 
     const { target, steps: _steps, ...spec } = CreateJobSchema.parse({ schedule: FAR_CRON, target: { url: receiverPath("scale-lost") } });
     const job = { id, tenantId: DEFAULT_TENANT, name: null, shard, version: 1, paused: false, pausedReason: null, deletedAt: null };
     const sealed = { ...spec, target: await sealTarget(env.ENCRYPTION_KEYS, target!, id) };
-    await insertJob(env.DB, { ...job, spec: sealed, createdAt: YEAR_AGO, updatedAt: YEAR_AGO }, null);
+    await insertJob(env.DB, { ...job, spec: sealed, createdAt: YEAR_AGO, updatedAt: YEAR_AGO });
     lost.push({ id, shard });
   }
   const live = [await createJob({ schedule: FAR_CRON, target: { url: receiverPath("scale-live") } })];
