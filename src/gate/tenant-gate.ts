@@ -5,6 +5,7 @@ import { jobIdsFrom } from "../model/ids";
 import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
 import { type Breaker, type BreakerVerdict, check, closedBreaker, record, storedBreaker } from "./breaker";
+import { GATE_COST_SCHEMA, type GateCost, GateMeter } from "./gate-meter";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
 import {
@@ -41,12 +42,16 @@ export class TenantGate extends DurableObject<Env> {
   /** The API token bucket lives in memory: losing it on eviction only forgives a burst. */
   private bucket = { tokens: 0, at: 0 };
   private readonly groups: GroupPermits;
+  private readonly meter: GateMeter;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.meter = new GateMeter(ctx.storage.sql);
+    this.sql = this.meter.sql;
+    ctx.storage.transactionSync(() => permitsWithoutRowid(ctx.storage.sql));
     this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
+      ${PERMITS_SCHEMA}
+      ${GATE_COST_SCHEMA}
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
@@ -58,6 +63,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Takes one API request from a bucket of `perSecond` tokens that refills continuously. */
   async takeRequest(perSecond: number): Promise<{ ok: boolean; retryAfterMs: number }> {
+    this.meter.begin("takeRequest");
     const now = Date.now();
     const elapsed = (now - this.bucket.at) / 1000;
     this.bucket = { tokens: Math.min(perSecond, this.bucket.tokens + elapsed * perSecond), at: now };
@@ -81,6 +87,7 @@ export class TenantGate extends DurableObject<Env> {
     madeAt: number,
     limit: number,
   ): Promise<{ verdict: Verdict; live: number; retryAfterMs: number }> {
+    this.meter.begin("reserveMessages");
     const { verdict, next, recountBegun, retryAfterMs } = decideReserve(this.messageCount(), n, madeAt, limit, Date.now());
     this.saveMessageCount(next);
     if (recountBegun) {
@@ -96,6 +103,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Messages reserved and not made after all (their publish failed): given back. */
   async giveBackMessages(n: number, madeAt: number): Promise<void> {
+    this.meter.begin("giveBackMessages");
     this.saveMessageCount(giveBack(this.messageCount(), n, madeAt));
   }
 
@@ -128,6 +136,7 @@ export class TenantGate extends DurableObject<Env> {
     leaseMs: number,
     alsoWaiting = 0,
   ): Promise<{ granted: string[]; retryAt: Record<string, number>; tenantRefused: number }> {
+    this.meter.begin("admit");
     const now = Date.now();
     let granted: string[] = [];
     let tenantRefused = 0;
@@ -186,6 +195,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Limits for a group itself (a QStash queue's parallelism), over what its jobs state; null: theirs again. Waiting shards are woken to use them. */
   async setGroupLimits(group: string, limits: GroupLimits | null): Promise<void> {
+    this.meter.begin("setGroupLimits");
     this.groups.setLimits(group, limits);
     this.wakeGroup(group, Number.MAX_SAFE_INTEGER);
     await this.armAlarm();
@@ -193,6 +203,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Each group's runs in flight, and its runs waiting as their shards last said. */
   async groupFigures(groups: string[]): Promise<Record<string, { inFlight: number; waiting: number }>> {
+    this.meter.begin("groupFigures");
     return this.groups.figures(groups);
   }
 
@@ -203,6 +214,7 @@ export class TenantGate extends DurableObject<Env> {
    * and until when the rest wait. A breaker's row is written only when the check changes it.
    */
   async checkBreakers(asks: Array<{ origin: string; callers: string[] }>): Promise<Record<string, Omit<BreakerVerdict, "breaker">>> {
+    this.meter.begin("checkBreakers");
     const now = Date.now();
     const answers: Record<string, Omit<BreakerVerdict, "breaker">> = {};
     this.ctx.storage.transactionSync(() => {
@@ -224,6 +236,7 @@ export class TenantGate extends DurableObject<Env> {
    * up; false: down; null: says nothing of its health, as `originHealth` decides).
    */
   async recordOutcomes(outcomes: Array<{ origin: string; ok: boolean | null; caller: string }>): Promise<void> {
+    this.meter.begin("recordOutcomes");
     const now = Date.now();
     // Each origin read once and written once per call, however many outcomes a batch brings.
     const read = new Map<string, Breaker>();
@@ -246,10 +259,8 @@ export class TenantGate extends DurableObject<Env> {
 
   /** The tenant's breakers that are not plainly closed (open, half-open, or counting failures). */
   async breakers(): Promise<Breaker[]> {
-    return this.sql
-      .exec("SELECT origin, state FROM breakers ORDER BY origin")
-      .toArray()
-      .map((r) => storedBreaker(r.origin as string, r.state as string));
+    this.meter.begin("breakers");
+    return this.openBreakers();
   }
 
   /**
@@ -257,10 +268,18 @@ export class TenantGate extends DurableObject<Env> {
    * GET /metrics serves (edgecron_breaker_transitions_total), kept in the gate's storage.
    */
   async breakerFigures(): Promise<{ breakers: Breaker[]; transitions: Record<string, number> }> {
+    this.meter.begin("breakerFigures");
     const transitions: Record<string, number> = {};
     for (const r of this.sql.exec("SELECT to_state, n FROM breaker_transitions").toArray())
       transitions[r.to_state as string] = r.n as number;
-    return { breakers: await this.breakers(), transitions };
+    return { breakers: this.openBreakers(), transitions };
+  }
+
+  private openBreakers(): Breaker[] {
+    return this.sql
+      .exec("SELECT origin, state FROM breakers ORDER BY origin")
+      .toArray()
+      .map((r) => storedBreaker(r.origin as string, r.state as string));
   }
 
   /** A row per state moved to, in the change's transaction: moves are rare (failures in a row of several jobs open a breaker). */
@@ -295,6 +314,7 @@ export class TenantGate extends DurableObject<Env> {
    * which takes a lapsed permit again only where there is room (docs/architecture.md, invariant 10).
    */
   async renew(permits: string[], leaseMs: number, shard = ""): Promise<void> {
+    this.meter.begin("renew");
     const until = Date.now() + leaseMs;
     // A permit whose lease ran out before its renewal came (the renewal was lost with a shard's
     // memory, or failed) is taken again: its run is still in flight, so it counts again, and the
@@ -316,6 +336,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Gives permits back; waiting shards are woken to use the freed capacity. */
   async release(permits: string[]): Promise<void> {
+    this.meter.begin("release");
     let freed = 0;
     const groupsFreed = new Map<string, number>();
     for (const permit of permits) {
@@ -335,6 +356,7 @@ export class TenantGate extends DurableObject<Env> {
    * one waiting shard for nothing: it asks again, and waits again.)
    */
   override async alarm(): Promise<void> {
+    this.meter.begin("alarm");
     this.expirePermits();
     await this.recountStep();
     await this.armAlarm();
@@ -385,6 +407,7 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   async inFlight(): Promise<number> {
+    this.meter.begin("inFlight");
     return this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number;
   }
 
@@ -440,8 +463,34 @@ export class TenantGate extends DurableObject<Env> {
     const recountAt = this.messageCount().recount?.dueAt ?? null;
     const at = permitsAt === null ? recountAt : recountAt === null ? permitsAt : Math.min(permitsAt, recountAt);
     if (at === null) await this.ctx.storage.deleteAlarm();
-    else if ((await this.ctx.storage.getAlarm()) !== at) await this.ctx.storage.setAlarm(at);
+    else if ((await this.ctx.storage.getAlarm()) !== at) {
+      this.meter.alarmWritten();
+      await this.ctx.storage.setAlarm(at);
+    }
   }
+
+  /** What this gate's calls cost over the last `windowMs` (gate-meter.ts). */
+  async cost(windowMs: number): Promise<GateCost> {
+    const now = Date.now();
+    return this.meter.window(now - windowMs, now);
+  }
+}
+
+/**
+ * A permit a row of its own, keyed by itself: `WITHOUT ROWID`, so that taking one writes one row,
+ * not the row and its key's index (docs/cost.md).
+ */
+const PERMITS_SCHEMA =
+  "CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;";
+
+/** A gate made before permits were `WITHOUT ROWID` moves its permits into the new table, once. */
+function permitsWithoutRowid(sql: SqlStorage): void {
+  const table = sql.exec("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'permits'").toArray()[0];
+  if (!table || /WITHOUT ROWID/i.test(table.sql as string)) return;
+  sql.exec(`ALTER TABLE permits RENAME TO permits_rowid;
+    ${PERMITS_SCHEMA}
+    INSERT INTO permits (permit, shard, expires_at) SELECT permit, shard, expires_at FROM permits_rowid;
+    DROP TABLE permits_rowid;`);
 }
 
 /** A breaker that changed state between `before` and `after` adds one to the count of the state it moved to. */

@@ -50,10 +50,10 @@ export class AdmissionStore {
 
   // ---- runs parked at their tenant's gate ----
 
-  /** A waiting run the gate refused, or would: out of the due runs, at its tenant's tail in the order it came due. */
+  /** A waiting run the gate refused, or would: out of the due runs, at its tenant's tail in the order it came due, and in runs_open (where a pause finds it, having no due time). */
   park(runId: string, tenantId: string, since: number): void {
     this.sql.exec(
-      "UPDATE runs SET due_at = NULL, parked_tenant = ?, waiting_since = ? WHERE id = ? AND state = 'waiting'",
+      "UPDATE runs SET due_at = NULL, parked_tenant = ?, waiting_since = ?, watched = 1 WHERE id = ? AND state = 'waiting'",
       tenantId,
       since,
       runId,

@@ -70,8 +70,8 @@ export class FireStore {
     const inserted = this.sql.exec(
       `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched,
          parent_run_id, next_fire_at, next_due_at, next_version, next_fires,
-         lease_until, started_at, a_number, a_fence, a_started_at, a_outcome, a_token)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+         lease_until, started_at, a_number, a_fence, a_started_at, a_outcome, a_token, permit)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -97,6 +97,7 @@ export class FireStore {
       started ? now : null,
       started ? "running" : null,
       started ? as.completionToken : null,
+      started ? (run.permit ?? null) : null,
     ).rowsWritten;
     return inserted > 0;
   }

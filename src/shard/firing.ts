@@ -96,6 +96,20 @@ export class Firing {
   }
 
   /**
+   * The runs the next `fireDue(now, limit)` would make, job by job, read without writing: what
+   * admission asks its tenants' gates for before the fire (`Admitter.grantAhead`). A job may come
+   * out differently in the fire itself (a call changed it at the await between): its permits are
+   * then not used, and given back.
+   */
+  runsDue(now: number, limit: number): Array<{ job: ShardJob; runIds: string[] }> {
+    return this.store.fires.dueJobs(now, limit).flatMap((job) => {
+      if (this.store.firedThrough.superseded(job)) return [];
+      const runIds = this.readyFires(job, now).ready.map((fire) => scheduledRunId(job.id, fire.at));
+      return runIds.length === 0 ? [] : [{ job, runIds }];
+    });
+  }
+
+  /**
    * One due job's fires (`plan`, from `readyFires`) become runs, and the job moves to its next
    * fire. Its row is left as it was ("kept"; fired-through.ts) when it has nothing more to fire
    * and no fire count to keep, or when its next fire goes on the run its last fire makes.

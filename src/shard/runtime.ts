@@ -81,6 +81,7 @@ export class ShardRuntime implements ShardHost {
     const { dispatcher, outcomes, store } = this.parts;
     const dispatches = dispatcher.mark();
     const notifications = outcomes.notifier.mark();
+    const releases = store.permitReleases.mark();
     this.meter.beginChange();
     try {
       const result = this.ctx.storage.transactionSync(() => {
@@ -95,6 +96,7 @@ export class ShardRuntime implements ShardHost {
       this.meter.endChange(false);
       dispatcher.rollBack(dispatches);
       outcomes.notifier.rollBack(notifications);
+      store.permitReleases.rollBack(releases);
       store.forgetKept();
       throw err;
     }
@@ -162,6 +164,7 @@ export class ShardRuntime implements ShardHost {
     if (at === null) {
       if (current !== null) await this.ctx.storage.deleteAlarm();
     } else if (current !== at) {
+      this.meter.alarmWritten();
       await this.ctx.storage.setAlarm(at);
     }
   }
