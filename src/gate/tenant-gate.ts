@@ -484,7 +484,7 @@ const PERMITS_SCHEMA =
   "CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;";
 
 /** A gate made before permits were `WITHOUT ROWID` moves its permits into the new table, once. */
-function permitsWithoutRowid(sql: SqlStorage): void {
+export function permitsWithoutRowid(sql: SqlStorage): void {
   const table = sql.exec("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'permits'").toArray()[0];
   if (!table || /WITHOUT ROWID/i.test(table.sql as string)) return;
   sql.exec(`ALTER TABLE permits RENAME TO permits_rowid;
