@@ -6,6 +6,9 @@
  * minute holding every call's counts, written at most every 10 seconds, the meter's own rows
  * apart. A gate evicted between writes loses what it had not written: the meter undercounts.
  *
+ * Counts not yet written are written by the gate's alarm at the latest (`writeDueAt`), so that an
+ * idle gate's eviction loses none: a row and an alarm per idle spell, the meter's own.
+ *
  * A call's statements are charged to it from its start to its end; a gate serves calls one at a
  * time except across an await of another object or of D1 (the recount of live messages), where
  * another call's statements may be charged to it: the totals stay right.
@@ -66,10 +69,19 @@ export class GateMeter {
     this.op(operation)[0]++;
   }
 
-  /** A `setAlarm`: billed as a row written. */
-  alarmWritten(): void {
+  /** A `setAlarm`: billed as a row written; the meter's own when it is set only to write the counts. */
+  alarmWritten(metersOwn: boolean): void {
+    if (metersOwn) {
+      this.own.rowsWritten++;
+      return;
+    }
     this.op(this.label)[2]++;
     this.tally.tables[ALARM_TABLE] = (this.tally.tables[ALARM_TABLE] ?? 0) + 1;
+  }
+
+  /** When counts not yet written are due to be (null: none): the gate's alarm writes them if no call does first. */
+  writeDueAt(): number | null {
+    return Object.keys(this.tally.ops).length === 0 && this.cursors.length === 0 ? null : this.lastWrite + WRITE_EVERY_MS;
   }
 
   /** Adds up the statements' rows (final once their cursors were read) and writes the tally when due, or now when `force`d. */

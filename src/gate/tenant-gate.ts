@@ -96,8 +96,8 @@ export class TenantGate extends DurableObject<Env> {
         "INSERT INTO gate_tenant (one, tenant_id) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET tenant_id = excluded.tenant_id",
         tenantId,
       );
-      await this.armAlarm();
     }
+    await this.armAlarm();
     return { verdict, live: next.live, retryAfterMs };
   }
 
@@ -105,6 +105,7 @@ export class TenantGate extends DurableObject<Env> {
   async giveBackMessages(n: number, madeAt: number): Promise<void> {
     this.meter.begin("giveBackMessages");
     this.saveMessageCount(giveBack(this.messageCount(), n, madeAt));
+    await this.armAlarm();
   }
 
   private messageCount(): MessageCount {
@@ -228,6 +229,7 @@ export class TenantGate extends DurableObject<Env> {
       }
       this.countMoves(moves);
     });
+    await this.armAlarm();
     return answers;
   }
 
@@ -250,11 +252,12 @@ export class TenantGate extends DurableObject<Env> {
       if (after !== before) changed.set(origin, after);
       noteMove(moves, before, after);
     }
-    if (changed.size === 0) return;
-    this.ctx.storage.transactionSync(() => {
-      for (const b of changed.values()) this.saveBreaker(b);
-      this.countMoves(moves);
-    });
+    if (changed.size > 0)
+      this.ctx.storage.transactionSync(() => {
+        for (const b of changed.values()) this.saveBreaker(b);
+        this.countMoves(moves);
+      });
+    await this.armAlarm();
   }
 
   /** The tenant's breakers that are not plainly closed (open, half-open, or counting failures). */
@@ -359,6 +362,8 @@ export class TenantGate extends DurableObject<Env> {
     this.meter.begin("alarm");
     this.expirePermits();
     await this.recountStep();
+    // What the meter counted is written now: an alarm that was the meter's alone sets no other.
+    this.meter.persist(Date.now(), true);
     await this.armAlarm();
   }
 
@@ -457,14 +462,20 @@ export class TenantGate extends DurableObject<Env> {
     return tenantAt === null ? groupAt : groupAt === null ? tenantAt : Math.min(tenantAt, groupAt);
   }
 
-  /** The alarm is the sooner of what permits need and the recount's next step, if either has a need. */
+  /**
+   * The alarm is the soonest of what permits need, the recount's next step and the meter's next
+   * write of counts not yet written (an idle gate may be evicted, and its counts with it), if any
+   * has a need.
+   */
   private async armAlarm(): Promise<void> {
-    const permitsAt = this.permitsAlarmAt();
-    const recountAt = this.messageCount().recount?.dueAt ?? null;
-    const at = permitsAt === null ? recountAt : recountAt === null ? permitsAt : Math.min(permitsAt, recountAt);
+    const needs = [this.permitsAlarmAt(), this.messageCount().recount?.dueAt ?? null].filter((t) => t !== null);
+    const meterAt = this.meter.writeDueAt();
+    const times = meterAt === null ? needs : [...needs, meterAt];
+    const at = times.length === 0 ? null : Math.min(...times);
+    const metersOwn = needs.length === 0 || (meterAt !== null && meterAt < Math.min(...needs));
     if (at === null) await this.ctx.storage.deleteAlarm();
     else if ((await this.ctx.storage.getAlarm()) !== at) {
-      this.meter.alarmWritten();
+      this.meter.alarmWritten(metersOwn);
       await this.ctx.storage.setAlarm(at);
     }
   }

@@ -44,7 +44,7 @@ export class Firing {
     for (const tenant of tenants) this.store.putTenant(tenant);
     for (const def of definitions) {
       const row = this.store.getJob(def.id);
-      const stored = row && this.store.firedThrough.live(row); // its next fire as it stands
+      const stored = row && this.store.firedThrough.live(this.store.frequent.current(row)); // its next fire as it stands
       if (stored && stored.version >= def.version) continue;
       // Read again after a restart, a fired job may not say so yet (fired-through.ts, `asChanged`).
       const held = stored && this.store.firedThrough.asChanged(stored, now, (runId) => this.store.getRun(runId) !== null);
@@ -144,7 +144,7 @@ export class Firing {
       this.startRun(job, run, now);
     }
     if (frequent) {
-      this.store.frequent.fired(job, next as number, nextDue, ready.length);
+      this.store.frequent.fired(job, next as number, nextDue, ready.length, now);
     } else if (kept || carried) {
       return "kept";
     } else {
