@@ -108,13 +108,16 @@ export class ShardRuntime implements ShardHost {
   async metered<T>(operation: string, work: (here: <R>(part: () => R) => R) => Promise<T>): Promise<T> {
     this.refuseIfTooNew();
     this.meter.count("calls", 1, operation);
+    this.armedFor = undefined;
     try {
       return await this.meter.during(operation, () => work((part) => this.meter.during(operation, part)));
     } finally {
       // An object left idle may be evicted, and its unwritten tally with it: when nothing is
-      // due soon, the tally is written now; a busy shard writes it every few seconds.
+      // due soon, the tally is written now; a busy shard writes it every few seconds. The time
+      // the call's settle armed the alarm for is what is due (asked again only where it did not
+      // settle): it decides only when the meter writes, so one a later call moved is no harm.
       const now = Date.now();
-      const due = this.nextDue(now);
+      const due = this.armedFor !== undefined ? this.armedFor : this.nextDue(now);
       this.meter.persist(now, due === null || due > now + IDLE_AFTER_MS);
     }
   }
@@ -156,8 +159,12 @@ export class ShardRuntime implements ShardHost {
     return times.length === 0 ? null : Math.min(...times);
   }
 
+  /** When the last `armAlarm` of the call under way pointed the alarm (undefined: it has not armed it). */
+  private armedFor: number | null | undefined;
+
   async armAlarm(): Promise<void> {
     const at = this.nextDue(Date.now());
+    this.armedFor = at;
     const current = await this.ctx.storage.getAlarm();
     // Before the write: an alarm set for a time already past may start before the write returns.
     this.meter.alarmSet(at, Date.now());
