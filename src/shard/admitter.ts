@@ -89,34 +89,41 @@ export class Admitter {
   async grantAhead(runs: Array<{ job: ShardJob; runIds: string[] }>): Promise<Map<string, { permit: string; tenantId: string }>> {
     const granted = new Map<string, { permit: string; tenantId: string }>();
     const waits = runs.length === 0 ? new Map() : this.store.admission.waits();
-    const byTenant = new Map<string, Array<{ job: ShardJob; runId: string }>>();
-    for (const { job, runIds } of runs) {
-      const limit = this.tenantLimit(job.tenantId);
+    const eligible = runs.filter(({ job }) => {
       const { spec } = job;
-      if (limit === null || waits.has(job.tenantId) || job.paused || job.deleted || spec.steps !== undefined) continue;
-      if (spec.maxConcurrency !== undefined || spec.ratePerSecond !== undefined || spec.flowControl !== undefined) continue;
+      if (this.tenantLimit(job.tenantId) === null || waits.has(job.tenantId) || job.paused || job.deleted) return false;
+      return (
+        spec.steps === undefined && spec.maxConcurrency === undefined && spec.ratePerSecond === undefined && spec.flowControl === undefined
+      );
+    });
+    // A run that exists already is not made again (its id is derived): it needs no permit.
+    const existing = new Set(this.store.getRuns(eligible.flatMap((r) => r.runIds)).map((r) => r.id));
+    const byTenant = new Map<string, Array<{ job: ShardJob; runId: string }>>();
+    for (const { job, runIds } of eligible) {
+      const limit = this.tenantLimit(job.tenantId)!;
       const list = byTenant.get(job.tenantId) ?? [];
-      // A run that exists already is not made again (its id is derived): it needs no permit.
-      for (const runId of runIds) if (list.length < limit && this.store.getRun(runId) === null) list.push({ job, runId });
+      for (const runId of runIds) if (list.length < limit && !existing.has(runId)) list.push({ job, runId });
       byTenant.set(job.tenantId, list);
     }
     await Promise.all(
-      [...byTenant].map(async ([tenantId, list]) => {
-        // A new run's first fence is 1 (fire-store.ts, `createRun`): its permit names it.
-        const permits = new Map(list.map(({ runId }) => [permitKey({ base: `${runId}#1`, tenant: true, group: null }), runId]));
-        const leaseMs = dispatchLeaseMs(this.host.claimTimeoutMs(), 0, Math.max(...list.map(({ job }) => job.spec.timeoutMs)));
-        try {
-          const answer = await this.host.gateOf(tenantId).admit(
-            this.host.name(),
-            [...permits.keys()].map((permit) => ({ permit, tenant: true })),
-            this.tenantLimit(tenantId),
-            leaseMs,
-          );
-          for (const permit of answer.granted) granted.set(permits.get(permit)!, { permit, tenantId });
-        } catch (err) {
-          console.error(`shard ${this.host.name()}: gate of tenant ${tenantId} unreachable before a fire; its runs wait`, err);
-        }
-      }),
+      [...byTenant]
+        .filter(([, list]) => list.length > 0)
+        .map(async ([tenantId, list]) => {
+          // A new run's first fence is 1 (fire-store.ts, `createRun`): its permit names it.
+          const permits = new Map(list.map(({ runId }) => [permitKey({ base: `${runId}#1`, tenant: true, group: null }), runId]));
+          const leaseMs = dispatchLeaseMs(this.host.claimTimeoutMs(), 0, Math.max(...list.map(({ job }) => job.spec.timeoutMs)));
+          try {
+            const answer = await this.host.gateOf(tenantId).admit(
+              this.host.name(),
+              [...permits.keys()].map((permit) => ({ permit, tenant: true })),
+              this.tenantLimit(tenantId),
+              leaseMs,
+            );
+            for (const permit of answer.granted) granted.set(permits.get(permit)!, { permit, tenantId });
+          } catch (err) {
+            console.error(`shard ${this.host.name()}: gate of tenant ${tenantId} unreachable before a fire; its runs wait`, err);
+          }
+        }),
     );
     return granted;
   }
