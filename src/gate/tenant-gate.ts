@@ -2,7 +2,6 @@ import { DurableObject } from "cloudflare:workers";
 import { shardsInUseAfter } from "../catalog/shards";
 import type { GroupLimits } from "../model/flow-control";
 import { jobIdsFrom } from "../model/ids";
-import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
 import { type Breaker, type BreakerVerdict, check, closedBreaker, record, storedBreaker } from "./breaker";
 import { GATE_COST_SCHEMA, type GateCost, GateMeter } from "./gate-meter";
@@ -22,6 +21,7 @@ import {
   type Verdict,
 } from "./message-quota";
 import { parsePermitKey } from "./permit-keys";
+import { TenantPermits } from "./tenant-permits";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,
@@ -43,6 +43,7 @@ export class TenantGate extends DurableObject<Env> {
   private bucket = { tokens: 0, at: 0 };
   private readonly groups: GroupPermits;
   private readonly meter: GateMeter;
+  private readonly permits: TenantPermits;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -59,6 +60,7 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS gate_tenant (one INTEGER PRIMARY KEY CHECK (one = 1), tenant_id TEXT NOT NULL);
     ${GROUP_SCHEMA}`);
     this.groups = new GroupPermits(this.sql);
+    this.permits = new TenantPermits(this.sql);
   }
 
   /** Takes one API request from a bucket of `perSecond` tokens that refills continuously. */
@@ -142,38 +144,22 @@ export class TenantGate extends DurableObject<Env> {
     let granted: string[] = [];
     let tenantRefused = 0;
     const retryAt: Record<string, number> = {};
-    this.ctx.storage.transactionSync(() => {
-      this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", now);
+    this.transaction(() => {
+      this.permits.expire(now);
       this.groups.expire(now);
-      const tenantAsked = asks.filter((a) => a.tenant).map((a) => a.permit);
-      const held = new Set<string>();
-      for (const chunk of chunksForStatement(tenantAsked)) {
-        const rows = this.sql.exec(`SELECT permit FROM permits WHERE permit IN (${placeholders(chunk.length)})`, ...chunk).toArray();
-        for (const row of rows) held.add(row.permit as string);
-      }
+      const held = this.permits.held(asks.filter((a) => a.tenant).map((a) => a.permit));
       const grouped = asks.filter((a) => a.group).map((a) => a.permit);
       const groupHeld = this.groups.held(grouped);
       // Held means held of everything it needs; a repeated ask takes again what lapsed.
       const allHeld = new Set(
         asks.filter((a) => (!a.tenant || held.has(a.permit)) && (!a.group || groupHeld.has(a.permit))).map((a) => a.permit),
       );
-      const tenantFree =
-        tenantLimit === null
-          ? Number.POSITIVE_INFINITY
-          : tenantLimit - (this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number);
+      const tenantFree = tenantLimit === null ? Number.POSITIVE_INFINITY : tenantLimit - this.permits.count();
       const before = this.groups.states(new Set(asks.flatMap((a) => (a.group ? [a.group.key] : []))));
       const d = decideGrants(asks, allHeld, tenantFree, before, now);
       const byPermit = new Map(asks.map((a) => [a.permit, a]));
       const until = now + leaseMs;
-      for (const permit of d.granted) {
-        if (byPermit.get(permit)!.tenant)
-          this.sql.exec(
-            "INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?) ON CONFLICT (permit) DO UPDATE SET expires_at = excluded.expires_at",
-            permit,
-            shard,
-            until,
-          );
-      }
+      for (const permit of d.granted) if (byPermit.get(permit)!.tenant) this.permits.take(permit, shard, until, held.has(permit));
       const taken = d.granted.flatMap((permit) => {
         const group = byPermit.get(permit)!.group;
         return group ? [{ permit, group: group.key }] : [];
@@ -192,6 +178,16 @@ export class TenantGate extends DurableObject<Env> {
     });
     await this.armAlarm();
     return { granted, retryAt, tenantRefused };
+  }
+
+  /** One change of the gate's storage; rolled back, the permits' summary in memory is read again. */
+  private transaction(change: () => void): void {
+    try {
+      this.ctx.storage.transactionSync(change);
+    } catch (err) {
+      this.permits.forget();
+      throw err;
+    }
   }
 
   /** Limits for a group itself (a QStash queue's parallelism), over what its jobs state; null: theirs again. Waiting shards are woken to use them. */
@@ -325,14 +321,7 @@ export class TenantGate extends DurableObject<Env> {
     for (const permit of permits) {
       const { tenant, group } = parsePermitKey(permit);
       if (group !== null) this.groups.renew(permit, group, shard, until);
-      if (!tenant) continue;
-      this.sql.exec(
-        `INSERT INTO permits (permit, shard, expires_at) VALUES (?1, ?2, ?3)
-         ON CONFLICT (permit) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)`,
-        permit,
-        shard,
-        until,
-      );
+      if (tenant) this.permits.renew(permit, shard, until);
     }
     await this.armAlarm();
   }
@@ -344,7 +333,7 @@ export class TenantGate extends DurableObject<Env> {
     const groupsFreed = new Map<string, number>();
     for (const permit of permits) {
       const { tenant, group } = parsePermitKey(permit);
-      if (tenant) freed += this.sql.exec("DELETE FROM permits WHERE permit = ?", permit).rowsWritten;
+      if (tenant && this.permits.release(permit)) freed++;
       const grp = group === null ? null : this.groups.release(permit);
       if (grp !== null) groupsFreed.set(grp, (groupsFreed.get(grp) ?? 0) + 1);
     }
@@ -368,7 +357,7 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   private expirePermits(): void {
-    const freed = this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", Date.now()).rowsWritten;
+    const freed = this.permits.expire(Date.now());
     this.wakeWaiters(Math.max(1, freed));
     const groupsFreed = this.groups.expire(Date.now());
     // A group whose waiters lost their wake-up is looked at too: one place each, as for the tenant's.
@@ -413,7 +402,7 @@ export class TenantGate extends DurableObject<Env> {
 
   async inFlight(): Promise<number> {
     this.meter.begin("inFlight");
-    return this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number;
+    return this.permits.count();
   }
 
   /**
@@ -457,7 +446,7 @@ export class TenantGate extends DurableObject<Env> {
   private permitsAlarmAt(): number | null {
     const waiting = this.sql.exec("SELECT 1 FROM waiters LIMIT 1").toArray().length > 0 || this.groups.waitingGroups().length > 0;
     if (!waiting) return null;
-    const tenantAt = this.sql.exec("SELECT MIN(expires_at) AS t FROM permits").one().t as number | null;
+    const tenantAt = this.permits.earliest();
     const groupAt = this.groups.earliestExpiry();
     return tenantAt === null ? groupAt : groupAt === null ? tenantAt : Math.min(tenantAt, groupAt);
   }
