@@ -34,7 +34,7 @@ import {
 } from "./harness.ts";
 import { localEdgecronInFlight } from "./in-flight.ts";
 import { bullmqConcurrency, type Options } from "./options.ts";
-import { type Group, groupsCpu } from "./process-cpu.ts";
+import type { Group } from "./process-cpu.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import { findRedisServer, REDIS_INSTALL, type RedisServer, startRedis } from "./redis.ts";
 import type { Result } from "./result.ts";
@@ -300,11 +300,11 @@ export async function runBullmq(ctx: SystemContext, appendfsync: "everysec" | nu
       { pgid: live.pid, label: "redis-server" },
       ...workers.flatMap((w, k) => (w.child.pid ? [{ pgid: w.child.pid, label: `bullmq worker ${k + 1}` }] : [])),
     ];
-    const cpu = cpuWindow(T, groups);
+    const cpu = cpuWindow(T, groups, opts["settle-ms"]);
     const expected = createdIndexes(items);
     const waitEnded = await waitForRuns(h, T, expected);
     result.waitEndedAt = iso(waitEnded);
-    result.cpu = cpuFigures(receiver, cpu.from, await cpu.before, groupsCpu(groups));
+    result.cpu = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, waitEnded));
     if (opts.workload === "burst") analyseDelivery(h, T, items, expected);
     else {
       result.steady = analyseSteady(receiver.receipts, expected, windowOf(opts, T));

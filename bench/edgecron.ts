@@ -27,7 +27,6 @@ import {
   windowOf,
 } from "./harness.ts";
 import { localEdgecronInFlight } from "./in-flight.ts";
-import { groupCpu } from "./process-cpu.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import type { Result } from "./result.ts";
 import { type StackLog, stackLog } from "./stack-log.ts";
@@ -146,7 +145,7 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
 
     // ---- 3. wait for the runs, measuring what they cost the machine's CPU over the window
     // every system is measured over
-    const cpu = cpuWindow(T, [{ pgid: live.pgid }]);
+    const cpu = cpuWindow(T, [{ pgid: live.pgid }], opts["settle-ms"]);
     const profiling = (async () => {
       await cpu.before;
       return inspectorPort === null ? null : await startCpuProfile(inspectorPort);
@@ -156,7 +155,7 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     result.waitEndedAt = iso(waitEnded);
     const cpuBefore = await cpu.before;
     const profiler = await profiling;
-    result.cpu = cpuFigures(receiver, cpu.from, cpuBefore, groupCpu(live.pgid));
+    result.cpu = cpuFigures(receiver, T, cpu.from, cpuBefore, cpu.end(receiver, waitEnded));
     if (profiler) {
       const profile = await profiler.stop(`${ctx.pathBase}.cpuprofile`);
       if (result.cpu) result.cpu.profile = profile;

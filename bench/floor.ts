@@ -28,7 +28,7 @@ import { MAX_OPEN_CONNECTIONS } from "../src/consumer/connections.ts";
 import { freePort } from "../test/support/local-stack.ts";
 import { cpuFigures, cpuWindow, iso, ROOT, sleep } from "./harness.ts";
 import { median } from "./median.ts";
-import { type Group, groupsCpu } from "./process-cpu.ts";
+import type { Group } from "./process-cpu.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import { type LagOrMissed, MISSED, type Summary, type SummaryWithMissed, summarize, summarizeWithMissed } from "./stats.ts";
 import { analyseSteady, pairCounter } from "./steady.ts";
@@ -233,13 +233,13 @@ async function oneRun(k: number): Promise<RunFigures> {
       until: T + seconds * 1000,
       kind: steady ? "steady" : "burst",
     });
-    const cpu = cpuWindow(T, stack.groups);
+    const cpu = cpuWindow(T, stack.groups, 0);
     const window = { T, seconds };
     const all = new Set(Array.from({ length: n }, (_, i) => i));
     const received = steady ? pairCounter(all, window) : () => receiver.firstReceipt.size;
     const deadline = T + seconds * 1000 + 120_000;
     while (received(receiver.receipts) < n * seconds && Date.now() < deadline) await sleep(50);
-    const cpuFigured = cpuFigures(receiver, cpu.from, await cpu.before, groupsCpu(stack.groups));
+    const cpuFigured = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, Date.now()));
     if (steady) {
       const f = analyseSteady(receiver.receipts, all, window);
       return {

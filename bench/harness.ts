@@ -462,24 +462,55 @@ export const otherReceipts = (receiver: Receiver) => ({
   unknownPaths: receiver.receipts.filter((r) => r.kind === "unknown").length,
 });
 
-/** Calls received from `from` on (the CPU window's start): the calls whose CPU the window holds. */
-export const callsSince = (receiver: Receiver, from: number) => receiver.receipts.filter((r) => r.t >= from).length;
-
 /** The CPU measurement starts this long before T, on every system. */
 export const CPU_LEAD_MS = 500;
 
+/** Seconds between the CPU samples taken during the wait, which can end the window early. */
+const CPU_SAMPLE_MS = 1_000;
+
+export interface CpuWindowEnd {
+  /** When the window ended, epoch ms. */
+  until: number;
+  after: CpuSnapshot | null;
+  /** Why then. */
+  end: string;
+}
+
 /**
  * The CPU window of every system: from T − CPU_LEAD_MS (not from the end of creation: the
- * idle wait for T would be charged to the runs) to the end of the wait. `before` resolves with
- * the groups' CPU at its start.
+ * idle wait for T would be charged to the runs) to the end of the wait, which is the last
+ * receipt + `settleMs` when everything arrived. When the wait ran on to its timeout because some
+ * fires never came, the window still ends at the last receipt + `settleMs` (the first sample
+ * after it): minutes of waiting for fires that never come are no system's work, and would weigh
+ * on the one that missed them. `before` resolves with the groups' CPU at the start.
  */
-export function cpuWindow(T: number, groups: readonly Group[]) {
+export function cpuWindow(T: number, groups: readonly Group[], settleMs: number) {
   const from = T - CPU_LEAD_MS;
+  const samples: Array<{ at: number; cpu: CpuSnapshot | null }> = [];
+  let timer: ReturnType<typeof setInterval> | undefined;
+  let stopped = false;
   const before = (async () => {
     await sleep(Math.max(0, from - Date.now()));
-    return groupsCpu(groups);
+    const first = groupsCpu(groups);
+    if (!stopped) {
+      timer = setInterval(() => samples.push({ at: Date.now(), cpu: groupsCpu(groups) }), CPU_SAMPLE_MS);
+      timer.unref();
+    }
+    return first;
   })();
-  return { from, before };
+  /** Ends the window at the end of the wait (`waitEnded`), or earlier as above. */
+  const end = (receiver: Receiver, waitEnded: number): CpuWindowEnd => {
+    stopped = true;
+    clearInterval(timer);
+    let last = -Infinity;
+    for (const r of receiver.receipts) if ((r.kind === "burst" || r.kind === "steady") && r.t >= from) last = Math.max(last, r.t);
+    const early = Number.isFinite(last) ? last + settleMs : waitEnded;
+    const sample = early < waitEnded ? samples.find((x) => x.at >= early) : undefined;
+    if (sample && sample.at < waitEnded)
+      return { until: sample.at, after: sample.cpu, end: `the last call received + ${settleMs / 1000} s (the wait ran on to its timeout)` };
+    return { until: Date.now(), after: groupsCpu(groups), end: "the end of the wait" };
+  };
+  return { from, before, end };
 }
 
 const perCall = (ms: CpuMs, calls: number): CpuMs => ({
@@ -488,13 +519,13 @@ const perCall = (ms: CpuMs, calls: number): CpuMs => ({
 });
 
 /** result.cpu: the CPU of the window, by process and per call received in it, every process counted. */
-export function cpuFigures(receiver: Receiver, from: number, before: CpuSnapshot | null, after: CpuSnapshot | null): Result["cpu"] {
-  if (!before || !after) return undefined;
-  const msByProcess = cpuBetween(before, after);
-  const calls = callsSince(receiver, from);
+export function cpuFigures(receiver: Receiver, T: number, from: number, before: CpuSnapshot | null, end: CpuWindowEnd): Result["cpu"] {
+  if (!before || !end.after) return undefined;
+  const msByProcess = cpuBetween(before, end.after);
+  const calls = receiver.receipts.filter((r) => r.t >= from && r.t <= end.until).length;
   const workerd = workerdTotal(msByProcess);
   return {
-    window: "T − 0.5 s → end of wait",
+    window: `T − 0.5 s → ${end.end}, T+${((end.until - T) / 1000).toFixed(1)} s`,
     calls,
     msByProcess,
     allMs: cpuSum(msByProcess),

@@ -1,9 +1,10 @@
 import { describe, expect, it, vi } from "vitest";
 import { tableLines, tableRows } from "../../bench/cost.ts";
-import { ROOT } from "../../bench/harness.ts";
+import { cpuWindow, ROOT } from "../../bench/harness.ts";
 import { dispatchQueuesOf, edgecronInFlight, localEdgecronInFlight } from "../../bench/in-flight.ts";
 import { median } from "../../bench/median.ts";
 import { bullmqConcurrency, parseOptions, systemsOf, UsageError } from "../../bench/options.ts";
+import type { Receiver } from "../../bench/receiver.ts";
 import { labelOf, tenantLine } from "../../bench/report.ts";
 import { MISSED, summarizeWithMissed } from "../../bench/stats.ts";
 import { analyseSteady, expectedPairs, pairCounter, type SteadyReceipt, slotOf } from "../../bench/steady.ts";
@@ -120,6 +121,38 @@ describe("lag percentiles with missed fires", () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(median([4, null, 1, 2, 3])).toBe(2.5);
     expect(median([null, undefined])).toBeNull();
+  });
+});
+
+describe("the CPU window", () => {
+  it("ends at the last call + the settle window when the wait ran on for fires that never came", async () => {
+    vi.useFakeTimers({ now: Date.parse("2030-01-01T00:00:00.000Z") });
+    try {
+      const T = Date.now() + 2_000;
+      const cpu = cpuWindow(T, [], 10_000);
+      const receipts = [
+        { t: T + 5_000, kind: "steady" },
+        { t: T + 6_000, kind: "calibration" },
+      ];
+      const receiver = { receipts } as unknown as Receiver;
+      await vi.advanceTimersByTimeAsync(2_000 + 60_000);
+      expect(await cpu.before).not.toBeUndefined();
+      // The last workload call at T + 5 s: the window ends at the first sample from T + 15 s on.
+      const end = cpu.end(receiver, Date.now());
+      expect(end.until - T).toBeGreaterThanOrEqual(15_000);
+      expect(end.until - T).toBeLessThan(16_500);
+      expect(end.end).toMatch(/last call received \+ 10 s/);
+
+      // Everything arrived: the wait ended 10 s after the last call, and so does the window.
+      const whole = cpuWindow(Date.now() + 500, [], 10_000);
+      await vi.advanceTimersByTimeAsync(20_000);
+      await whole.before;
+      expect(whole.end({ receipts: [{ t: Date.now() - 10_000, kind: "burst" }] } as unknown as Receiver, Date.now()).end).toBe(
+        "the end of the wait",
+      );
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
