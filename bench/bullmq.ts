@@ -302,9 +302,9 @@ export async function runBullmq(ctx: SystemContext, appendfsync: "everysec" | nu
     ];
     const cpu = cpuWindow(T, groups, opts["settle-ms"]);
     const expected = createdIndexes(items);
-    const waitEnded = await waitForRuns(h, T, expected);
+    const { ended: waitEnded, complete } = await waitForRuns(h, T, expected);
     result.waitEndedAt = iso(waitEnded);
-    result.cpu = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, waitEnded));
+    result.cpu = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, complete));
     if (opts.workload === "burst") analyseDelivery(h, T, items, expected);
     else {
       result.steady = analyseSteady(receiver.receipts, expected, windowOf(opts, T));

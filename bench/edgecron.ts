@@ -151,11 +151,11 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
       return inspectorPort === null ? null : await startCpuProfile(inspectorPort);
     })();
     const expected = createdIndexes(jobs);
-    const waitEnded = await waitForRuns(run, T, expected);
+    const { ended: waitEnded, complete } = await waitForRuns(run, T, expected);
     result.waitEndedAt = iso(waitEnded);
     const cpuBefore = await cpu.before;
     const profiler = await profiling;
-    result.cpu = cpuFigures(receiver, T, cpu.from, cpuBefore, cpu.end(receiver, waitEnded));
+    result.cpu = cpuFigures(receiver, T, cpu.from, cpuBefore, cpu.end(receiver, complete));
     if (profiler) {
       const profile = await profiler.stop(`${ctx.pathBase}.cpuprofile`);
       if (result.cpu) result.cpu.profile = profile;

@@ -239,7 +239,7 @@ async function oneRun(k: number): Promise<RunFigures> {
     const received = steady ? pairCounter(all, window) : () => receiver.firstReceipt.size;
     const deadline = T + seconds * 1000 + 120_000;
     while (received(receiver.receipts) < n * seconds && Date.now() < deadline) await sleep(50);
-    const cpuFigured = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, Date.now()));
+    const cpuFigured = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, received(receiver.receipts) >= n * seconds));
     if (steady) {
       const f = analyseSteady(receiver.receipts, all, window);
       return {
@@ -282,7 +282,7 @@ const cpuText = (c: RunFigures["cpu"]) =>
     ? `${(c.allMsPerRun.user + c.allMsPerRun.system).toFixed(3)} ms per call, every process (workerd ${c.workerdMsPerRun ? (c.workerdMsPerRun.user + c.workerdMsPerRun.system).toFixed(3) : "-"})`
     : "not read (no /proc)";
 const runLine = (f: RunFigures) =>
-  `p50 ${s(f.lagMs.p50)}  p90 ${s(f.lagMs.p90)}  p99 ${s(f.lagMs.p99)}  max ${s(f.lagMs.max)}; first ${s(f.firstArrivalMs)}; ${f.drainCallsPerSecond ?? "-"} calls/s; received ${f.received}/${f.expected} (missed ${f.expected - f.received}, p99 with them ∞ ${s(f.lagMsWithMissed.p99)}); CPU ${cpuText(f.cpu)}; warm-up ${f.warmupReceived}/${warmup}`;
+  `p50 ${s(f.lagMs.p50)}  p90 ${s(f.lagMs.p90)}  p99 ${s(f.lagMs.p99)}  max ${s(f.lagMs.max)}; first ${s(f.firstArrivalMs)}; ${steady ? "" : `${f.drainCallsPerSecond ?? "-"} calls/s; `}received ${f.received}/${f.expected} (missed ${f.expected - f.received}, p99 with them ∞ ${s(f.lagMsWithMissed.p99)}); CPU ${cpuText(f.cpu)}; warm-up ${f.warmupReceived}/${warmup}`;
 
 const figures: RunFigures[] = [];
 for (let k = 1; k <= runs; k++) {

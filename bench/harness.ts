@@ -401,9 +401,9 @@ export const createdIndexes = (items: readonly Created[]) => new Set(items.flatM
 /**
  * Waits until everything expected has arrived, then `settle-ms` more for duplicates, or until
  * the deadline: burst, T + `timeout-ms`; steady, the last second + `timeout-ms`. Returns when it
- * stopped; throws if the system fails meanwhile.
+ * stopped and whether everything had arrived; throws if the system fails meanwhile.
  */
-export async function waitForRuns(h: Harness, T: number, created: ReadonlySet<number>): Promise<number> {
+export async function waitForRuns(h: Harness, T: number, created: ReadonlySet<number>): Promise<{ ended: number; complete: boolean }> {
   const { opts, receiver, say } = h;
   let expected: number;
   let received: () => number;
@@ -448,12 +448,13 @@ export async function waitForRuns(h: Harness, T: number, created: ReadonlySet<nu
     }
     await sleep(50);
   }
-  if (received() >= expected) {
+  const complete = received() >= expected;
+  if (complete) {
     say(`all ${expected} ${unit} arrived; listening ${opts["settle-ms"]} ms more for duplicates`);
     const until = Date.now() + opts["settle-ms"];
     while (Date.now() < until && h.failure() === null) await sleep(100);
   }
-  return Date.now();
+  return { ended: Date.now(), complete };
 }
 
 /** Receipts that belong to no job or schedule of the workload (the steady figures do not see them). */
@@ -498,17 +499,18 @@ export function cpuWindow(T: number, groups: readonly Group[], settleMs: number)
     }
     return first;
   })();
-  /** Ends the window at the end of the wait (`waitEnded`), or earlier as above. */
-  const end = (receiver: Receiver, waitEnded: number): CpuWindowEnd => {
+  /** Ends the window now, at the end of the wait, or, when not everything arrived (`complete` false), as above. */
+  const end = (receiver: Receiver, complete: boolean): CpuWindowEnd => {
     stopped = true;
     clearInterval(timer);
+    const now = Date.now();
     let last = -Infinity;
     for (const r of receiver.receipts) if ((r.kind === "burst" || r.kind === "steady") && r.t >= from) last = Math.max(last, r.t);
-    const early = Number.isFinite(last) ? last + settleMs : waitEnded;
-    const sample = early < waitEnded ? samples.find((x) => x.at >= early) : undefined;
-    if (sample && sample.at < waitEnded)
+    const early = Number.isFinite(last) ? last + settleMs : now;
+    const sample = complete ? undefined : samples.find((x) => x.at >= early);
+    if (sample && sample.at < now)
       return { until: sample.at, after: sample.cpu, end: `the last call received + ${settleMs / 1000} s (the wait ran on to its timeout)` };
-    return { until: Date.now(), after: groupsCpu(groups), end: "the end of the wait" };
+    return { until: now, after: groupsCpu(groups), end: "the end of the wait" };
   };
   return { from, before, end };
 }
