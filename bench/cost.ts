@@ -9,7 +9,6 @@ export interface TableRows {
   object: string;
   table: string;
   rowsWrittenPerRun: number | null;
-  callsPerRun: number | null;
 }
 
 export interface CostFigures {
@@ -44,23 +43,13 @@ interface ApiCost {
   prices: { asOf: string };
 }
 
-/** The breakdowns GET /v1/metrics' `cost` may carry, each optional: by table of an object, or by operation of the tenant gates. */
+/** The breakdowns of GET /v1/metrics' `cost` (src/model/cost.ts): rows written by table of the shards and of the tenant gates. */
 const BREAKDOWNS = [
   ["shardTables", "shard"],
-  ["d1Tables", "D1"],
-  ["gateOperations", "gate"],
+  ["gateTables", "gate"],
 ] as const;
 
-const numberOf = (entry: Record<string, unknown>, keys: readonly string[]): number | null => {
-  for (const key of keys) if (typeof entry[key] === "number") return entry[key];
-  return null;
-};
-
-/**
- * Rows written per run by object and table from whichever breakdowns `cost` has; null when it
- * has none. An entry may be a number (rows written) or an object with rowsWritten (or
- * sqlRowsWritten, written) and maybe calls.
- */
+/** Rows written per run by object and table; null when `cost` has no breakdown (a stack from before the meter kept them). */
 export function tableRows(cost: unknown, runsFinished: number): TableRows[] | null {
   if (typeof cost !== "object" || cost === null) return null;
   const out: TableRows[] = [];
@@ -70,11 +59,8 @@ export function tableRows(cost: unknown, runsFinished: number): TableRows[] | nu
     const breakdown = (cost as Record<string, unknown>)[field];
     if (typeof breakdown !== "object" || breakdown === null) continue;
     found = true;
-    for (const [table, entry] of Object.entries(breakdown)) {
-      const fields = typeof entry === "object" && entry !== null ? (entry as Record<string, unknown>) : {};
-      const written = typeof entry === "number" ? entry : numberOf(fields, ["rowsWritten", "sqlRowsWritten", "written"]);
-      out.push({ object, table, rowsWrittenPerRun: per(written), callsPerRun: per(numberOf(fields, ["calls", "requests"])) });
-    }
+    for (const [table, rows] of Object.entries(breakdown))
+      out.push({ object, table, rowsWrittenPerRun: per(typeof rows === "number" ? rows : null) });
   }
   return found ? out : null;
 }
@@ -109,7 +95,7 @@ export function tableLines(rows: readonly TableRows[]): string[] {
     const list = rows
       .filter((r) => r.object === object)
       .sort((a, b) => (b.rowsWrittenPerRun ?? -1) - (a.rowsWrittenPerRun ?? -1))
-      .map((r) => `${r.table} ${r.rowsWrittenPerRun ?? "-"}${r.callsPerRun !== null ? ` (${r.callsPerRun} calls)` : ""}`);
+      .map((r) => `${r.table} ${r.rowsWrittenPerRun ?? "-"}`);
     return `    ${object.padEnd(6)} ${list.join(", ") || "-"}`;
   });
 }

@@ -241,34 +241,22 @@ describe("the tenant's rate limit and limits", () => {
   });
 });
 
-describe("the cost meter's optional breakdowns", () => {
-  it("reads rows written per run by object and table, whatever shape each entry has", () => {
-    const cost = {
-      runsFinished: 100,
-      shardTables: { runs: { rowsWritten: 300, rowsRead: 50 }, attempts: 200 },
-      d1Tables: { cost_tallies: { sqlRowsWritten: 10 } },
-      gateOperations: { takeRequest: { calls: 150, rowsWritten: 0 } },
-    };
+describe("the cost meter's breakdowns by table", () => {
+  it("reads rows written per run by object and table", () => {
+    const cost = { runsFinished: 100, shardTables: { runs: 300, "(setAlarm)": 10 }, gateTables: { permits: 200 } };
     const rows = tableRows(cost, 100);
     expect(rows).toEqual([
-      { object: "shard", table: "runs", rowsWrittenPerRun: 3, callsPerRun: null },
-      { object: "shard", table: "attempts", rowsWrittenPerRun: 2, callsPerRun: null },
-      { object: "D1", table: "cost_tallies", rowsWrittenPerRun: 0.1, callsPerRun: null },
-      { object: "gate", table: "takeRequest", rowsWrittenPerRun: 0, callsPerRun: 1.5 },
+      { object: "shard", table: "runs", rowsWrittenPerRun: 3 },
+      { object: "shard", table: "(setAlarm)", rowsWrittenPerRun: 0.1 },
+      { object: "gate", table: "permits", rowsWrittenPerRun: 2 },
     ]);
-    expect(tableLines(rows!)).toEqual([
-      "    shard  runs 3, attempts 2",
-      "    D1     cost_tallies 0.1",
-      "    gate   takeRequest 0 (1.5 calls)",
-    ]);
+    expect(tableLines(rows!)).toEqual(["    shard  runs 3, (setAlarm) 0.1", "    gate   permits 2"]);
   });
 
   it("is absent when the meter has none, and never fails on what it does not know", () => {
     expect(tableRows({ runsFinished: 10, perRun: null }, 10)).toBeNull();
     expect(tableRows(null, 10)).toBeNull();
-    expect(tableRows({ shardTables: { runs: "many" } }, 0)).toEqual([
-      { object: "shard", table: "runs", rowsWrittenPerRun: null, callsPerRun: null },
-    ]);
+    expect(tableRows({ shardTables: { runs: "many" } }, 0)).toEqual([{ object: "shard", table: "runs", rowsWrittenPerRun: null }]);
   });
 });
 
