@@ -71,7 +71,11 @@ export class RunLedger {
   create(
     run: RunToWrite,
     now: number,
-    as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+    as:
+      | { state: "queued"; job: ShardJob }
+      | { state: "waiting"; parkedFor?: string }
+      | { state: "buffered" }
+      | { state: "skipped"; reason: string },
   ): boolean {
     if (as.state !== "queued") return this.store.fires.createRun(run, now, as);
     const job = as.job;
@@ -92,6 +96,13 @@ export class RunLedger {
    */
   grantedAhead = new Map<string, string>();
 
+  /**
+   * Tenants with runs parked here when the fire began: a run of theirs that must wait is made
+   * parked, at the tail of their line, in its insert (what admission would do with it next, a
+   * second write: admitter.ts), not written waiting and due first.
+   */
+  parkAtFire = new Set<string>();
+
   /** A new run for a job, held for admission when the job is under flow control, unless its permit was granted ahead. */
   createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number): boolean {
     const permit = this.grantedAhead.get(run.id);
@@ -102,7 +113,9 @@ export class RunLedger {
       // retry of it must wait for a place (admission-store.ts, `park`).
       return this.create({ ...run, permit, watched: run.watched && watchesOpenRuns(job.spec, null) }, now, { state: "queued", job });
     }
-    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job });
+    if (!this.mustWait(job)) return this.create(run, now, { state: "queued", job });
+    const parks = run.parentRunId === undefined && this.parkAtFire.has(job.tenantId);
+    return this.create(run, now, parks ? { state: "waiting", parkedFor: job.tenantId } : { state: "waiting" });
   }
 
   /**

@@ -143,13 +143,16 @@ export class Shard extends DurableObject<Env> implements ShardApi {
   /**
    * A fire with the permits granted ahead of it (`Admitter.grantAhead`): those its runs did not
    * take (a run that existed already, a job changed at the await, a fire that threw) go back to
-   * their gates with the next flush.
+   * their gates with the next flush. A run of a tenant with runs parked here is made parked
+   * (`RunLedger.parkAtFire`).
    */
   private fireWithGrants<T>(ahead: Map<string, { permit: string; tenantId: string }>, fire: () => T): T {
     this.ledger.grantedAhead = new Map([...ahead].map(([runId, { permit }]) => [runId, permit]));
+    this.ledger.parkAtFire = this.store.anyLimitedTenant() ? new Set(this.store.admission.waits().keys()) : new Set();
     try {
       return fire();
     } finally {
+      this.ledger.parkAtFire = new Set();
       for (const runId of this.ledger.grantedAhead.keys()) {
         const { permit, tenantId } = ahead.get(runId)!;
         // A run made meanwhile by another way (a backfill at the await) and admitted holds the
