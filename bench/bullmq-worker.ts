@@ -22,8 +22,6 @@ export interface WorkerStats {
   /** Scheduler jobs whose id (repeat:<scheduler>:<millis>) names another instant than opts.prevMillis. */
   idInstantMismatch: number;
   workerErrors: string[];
-  cpuUserMs: number;
-  cpuSystemMs: number;
 }
 
 export interface JobData {
@@ -35,7 +33,9 @@ export interface JobData {
 
 const port = Number(process.env.BENCH_REDIS_PORT);
 const queueName = process.env.BENCH_QUEUE ?? "bench";
-const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 50);
+const concurrency = Number(process.env.BENCH_WORKER_CONCURRENCY);
+if (!Number.isSafeInteger(concurrency) || concurrency < 1)
+  throw new Error(`BENCH_WORKER_CONCURRENCY: not a concurrency: ${process.env.BENCH_WORKER_CONCURRENCY}`);
 const TIMEOUT_MS = 30_000;
 
 const stats: WorkerStats = {
@@ -46,8 +46,6 @@ const stats: WorkerStats = {
   instantFrom: { prevMillis: 0, data: 0, none: 0 },
   idInstantMismatch: 0,
   workerErrors: [],
-  cpuUserMs: 0,
-  cpuSystemMs: 0,
 };
 const fail = (reason: string) => {
   stats.failedAttempts[reason] = (stats.failedAttempts[reason] ?? 0) + 1;
@@ -109,9 +107,6 @@ let closing: Promise<void> | null = null;
 function stop(): Promise<void> {
   closing ??= (async () => {
     await worker.close().catch((err: Error) => stats.workerErrors.push(`close: ${err.message}`));
-    const cpu = process.cpuUsage();
-    stats.cpuUserMs = Math.round(cpu.user / 1000);
-    stats.cpuSystemMs = Math.round(cpu.system / 1000);
     if (process.connected) await new Promise<void>((resolve) => process.send!(stats, () => resolve()));
     process.exit(0);
   })();

@@ -14,6 +14,8 @@ import { analyseDelivery } from "./burst.ts";
 import {
   calibrate,
   chooseT,
+  cpuFigures,
+  cpuWindow,
   createAll,
   createdIndexes,
   HOST,
@@ -27,9 +29,12 @@ import {
   type SystemContext,
   steadyEndMs,
   waitForRuns,
+  warmUp,
   windowOf,
 } from "./harness.ts";
-import type { Options } from "./options.ts";
+import { localEdgecronInFlight } from "./in-flight.ts";
+import { bullmqConcurrency, type Options } from "./options.ts";
+import type { Group } from "./process-cpu.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import { findRedisServer, REDIS_INSTALL, type RedisServer, startRedis } from "./redis.ts";
 import type { Result } from "./result.ts";
@@ -52,11 +57,12 @@ const versionOf = (pkg: string): string | null => {
 };
 
 /** The setup the results record (bench/README.md explains each choice). */
-const bullmqSetup = (opts: Options) => ({
+const bullmqSetup = (opts: Options, concurrency: number, appendfsync: "everysec" | null) => ({
   bullmq: versionOf("bullmq"),
   ioredis: versionOf("ioredis"),
   workerProcesses: opts["bullmq-workers"],
-  concurrencyPerWorker: opts["bullmq-concurrency"],
+  concurrencyPerWorker: concurrency,
+  redisPersistence: appendfsync ? `appendonly yes, appendfsync ${appendfsync}` : "none (no RDB, no AOF)",
   jobOptions: JOB_OPTIONS,
   requestTimeoutMs: 30_000,
   addBulkChunk: ADD_BULK_CHUNK,
@@ -76,6 +82,7 @@ interface WorkerProcess {
 /** Starts `n` worker processes and waits until each Worker is connected. */
 async function startWorkers(
   opts: Options,
+  concurrency: number,
   port: number,
   onLine: (line: string, stream: "stdout" | "stderr") => void,
   started: WorkerProcess[],
@@ -90,7 +97,7 @@ async function startWorkers(
         ...process.env,
         BENCH_REDIS_PORT: String(port),
         BENCH_QUEUE: QUEUE,
-        BENCH_CONCURRENCY: String(opts["bullmq-concurrency"]),
+        BENCH_WORKER_CONCURRENCY: String(concurrency),
       },
     });
     const w: WorkerProcess = { child, ready: false, exited: null, stats: null };
@@ -173,12 +180,19 @@ const madeOf = (jobs: readonly Job[], expectedId?: (k: number) => string): Made[
     job?.id ? { id: String(job.id), nextMismatch: expectedId ? String(job.id) !== expectedId(k) : false } : { error: "no job id" },
   );
 
-/** Runs the workload on BullMQ + Redis; never throws: a failure is in `result.harness`. */
-export async function runBullmq(ctx: SystemContext): Promise<Result> {
+/** Runs the workload on BullMQ + Redis (with its AOF fsynced every second: `appendfsync`); never throws: a failure is in `result.harness`. */
+export async function runBullmq(ctx: SystemContext, appendfsync: "everysec" | null): Promise<Result> {
   const { opts, say, t0 } = ctx;
   const logPath = `${ctx.pathBase}.log`;
-  const result = newResult("bullmq", ctx, logPath);
-  result.bullmq = { setup: bullmqSetup(opts) };
+  const result = newResult(appendfsync ? "bullmq-aof" : "bullmq", ctx, logPath);
+  // As many calls in flight as edgecron's local consumer can have, unless told otherwise.
+  const edgecronInFlight = localEdgecronInFlight(ROOT).total;
+  const concurrency = bullmqConcurrency(opts, edgecronInFlight);
+  result.bullmq = { setup: bullmqSetup(opts, concurrency, appendfsync) };
+  result.callsInFlight = {
+    total: opts["bullmq-workers"] * concurrency,
+    how: `${opts["bullmq-workers"]} worker processes × concurrency ${concurrency}${opts["bullmq-concurrency"] > 0 ? " (--bullmq-concurrency)" : ` (edgecron's ${edgecronInFlight} shared among them)`}`,
+  };
   const log = stackLog(logPath, t0);
   let receiver: Receiver | null = null;
   let redis: RedisServer | null = null;
@@ -206,14 +220,14 @@ export async function runBullmq(ctx: SystemContext): Promise<Result> {
     if (!binary) throw new Error(`redis-server not found; install it: ${REDIS_INSTALL}`);
     receiver = await startReceiver(HOST);
     say(
-      `bullmq: starting redis-server and ${opts["bullmq-workers"]} worker processes (log: ${relative(ROOT, logPath)}); receiver on ${receiver.url}`,
+      `${result.system}: starting redis-server (${result.bullmq.setup.redisPersistence}) and ${opts["bullmq-workers"]} worker processes × concurrency ${concurrency} (log: ${relative(ROOT, logPath)}); receiver on ${receiver.url}`,
     );
     const startupStarted = Date.now();
-    redis = await startRedis({ binary, onLine: log.onLine, keepDir: opts["keep-state"] });
+    redis = await startRedis({ binary, appendfsync, onLine: log.onLine, keepDir: opts["keep-state"] });
     const live = redis;
     result.bullmq.setup.redis = live.version;
     const connection = { host: HOST, port: live.port };
-    await startWorkers(opts, live.port, log.onLine, workers);
+    await startWorkers(opts, concurrency, live.port, log.onLine, workers);
     // The producer fails fast rather than queueing commands while redis is unreachable.
     queue = new Queue<JobData>(QUEUE, { connection: { ...connection, enableOfflineQueue: false } });
     await queue.waitUntilReady();
@@ -241,21 +255,23 @@ export async function runBullmq(ctx: SystemContext): Promise<Result> {
     const url = (path: string) => `${receiver!.url}${path}`;
     const D = opts["duration-s"];
 
-    // ---- calibration, T, creation
+    // ---- warm-up, calibration, T, creation
+    const addOneOffs = async (from: number, to: number, at: number, kind: "burst" | "calibration" | "warmup") => {
+      const now = Date.now();
+      const jobs = Array.from({ length: to - from }, (_, k) => ({
+        name: kind,
+        data: { url: url(kind === "burst" ? pathOf(opts, from + k) : `/${kind}/${from + k}`), index: from + k, scheduledAt: iso(at) },
+        opts: { ...JOB_OPTIONS, timestamp: now, delay: Math.max(0, at - now) },
+      }));
+      return madeOf(await q.addBulk(jobs));
+    };
+    const removeJobs = (ids: readonly string[]) => Promise.all(ids.map(async (id) => (await q.remove(id)) === 1));
+    await warmUp(h, ADD_BULK_CHUNK, (from, to, at) => addOneOffs(from, to, at, "warmup"), removeJobs);
     let T: number;
     let items: Awaited<ReturnType<typeof createAll>>;
     if (opts.workload === "burst") {
-      const addBurst = async (from: number, to: number, at: number, kind: "burst" | "calibration") => {
-        const now = Date.now();
-        const jobs = Array.from({ length: to - from }, (_, k) => ({
-          name: kind,
-          data: { url: url(kind === "burst" ? pathOf(opts, from + k) : `/calibration/${from + k}`), index: from + k, scheduledAt: iso(at) },
-          opts: { ...JOB_OPTIONS, timestamp: now, delay: Math.max(0, at - now) },
-        }));
-        return madeOf(await q.addBulk(jobs));
-      };
-      T = chooseT(h, await calibrate(h, ADD_BULK_CHUNK, (from, to, at) => addBurst(from, to, at, "calibration")));
-      items = await createAll(h, T, ADD_BULK_CHUNK, (from, to) => addBurst(from, to, T, "burst"));
+      T = chooseT(h, await calibrate(h, ADD_BULK_CHUNK, (from, to, at) => addOneOffs(from, to, at, "calibration"), removeJobs));
+      items = await createAll(h, T, ADD_BULK_CHUNK, (from, to) => addOneOffs(from, to, T, "burst"));
     } else {
       const upsert = async (id: string, index: number, path: string, at: number) => {
         // startDate one ms before T: BullMQ's first fire is the first cron instant strictly after startDate.
@@ -266,17 +282,29 @@ export async function runBullmq(ctx: SystemContext): Promise<Result> {
         );
         return madeOf([job], () => `repeat:${id}:${at}`);
       };
-      T = chooseT(h, await calibrate(h, 1, (from, _to, at) => upsert(`calibration-${from}`, from, `/calibration/${from}`, at)));
+      // A scheduler's first job is named repeat:<scheduler id>:<ms>; removing the scheduler removes that job too.
+      const removeSchedulers = (ids: readonly string[]) =>
+        Promise.all(ids.map(async (id) => q.removeJobScheduler(/^repeat:(.+):\d+$/.exec(id)?.[1] ?? id)));
+      T = chooseT(
+        h,
+        await calibrate(h, 1, (from, _to, at) => upsert(`calibration-${from}`, from, `/calibration/${from}`, at), removeSchedulers),
+      );
       items = await createAll(h, T, 1, (from) => upsert(`steady-${from}`, from, pathOf(opts, from), T));
     }
     const failure = h.failure();
     if (failure) throw new Error(`during creation: ${failure}`);
     if (result.creation?.created === 0) throw new Error("nothing could be created");
 
-    // ---- wait, then what arrived
+    // ---- wait, with the CPU of redis-server and the workers over the window edgecron's is measured over
+    const groups: Group[] = [
+      { pgid: live.pid, label: "redis-server" },
+      ...workers.flatMap((w, k) => (w.child.pid ? [{ pgid: w.child.pid, label: `bullmq worker ${k + 1}` }] : [])),
+    ];
+    const cpu = cpuWindow(T, groups, opts["settle-ms"]);
     const expected = createdIndexes(items);
-    const waitEnded = await waitForRuns(h, T, expected);
+    const { ended: waitEnded, complete } = await waitForRuns(h, T, expected);
     result.waitEndedAt = iso(waitEnded);
+    result.cpu = cpuFigures(receiver, T, cpu.from, await cpu.before, cpu.end(receiver, complete));
     if (opts.workload === "burst") analyseDelivery(h, T, items, expected);
     else {
       result.steady = analyseSteady(receiver.receipts, expected, windowOf(opts, T));
@@ -287,7 +315,6 @@ export async function runBullmq(ctx: SystemContext): Promise<Result> {
     const counts = await q.getJobCounts();
     const infoAfter = await redisInfo(client);
     const num = (info: Record<string, string>, key: string) => Number(info[key] ?? Number.NaN);
-    const cpu = (info: Record<string, string>) => num(info, "used_cpu_user") + num(info, "used_cpu_sys");
     const commands = num(infoAfter, "total_commands_processed") - num(infoBefore, "total_commands_processed");
     await stopWorkers(workers);
     const stats = workers.flatMap((w) => (w.stats ? [w.stats] : []));
@@ -295,13 +322,13 @@ export async function runBullmq(ctx: SystemContext): Promise<Result> {
     result.bullmq.workers = stats;
     result.bullmq.redis = {
       version: live.version,
+      appendfsync: appendfsync ?? "no",
       commandsProcessed: commands,
       commandsPerCompletedJob: counts.completed ? round(commands / counts.completed, 2) : null,
-      cpuSeconds: round(cpu(infoAfter) - cpu(infoBefore), 2),
+      aofRewrites: appendfsync ? round(num(infoAfter, "aof_rewrites") - num(infoBefore, "aof_rewrites"), 0) : null,
       usedMemoryPeakMb: round(num(infoAfter, "used_memory_peak") / 2 ** 20, 1),
-      window: "from the workers being ready (before calibration) to the end of the wait",
+      window: "from the workers being ready (before the warm-up) to the end of the wait",
     };
-    result.bullmq.workersCpuSeconds = round(stats.reduce((a, s) => a + s.cpuUserMs + s.cpuSystemMs, 0) / 1000, 2);
     result.stackLog = {
       reloadsAfterReady: [],
       sweeps: [],

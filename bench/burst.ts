@@ -1,6 +1,6 @@
 /** The burst workload's figures (bench/README.md): which jobs arrived, how late, how often. Shared by every system measured. */
 import { type Created, type Harness, iso } from "./harness.ts";
-import { perSecond, round, summarize } from "./stats.ts";
+import { perSecond, round, summarize, summarizeWithMissed } from "./stats.ts";
 
 export interface Delivery {
   lost: number[];
@@ -44,6 +44,7 @@ export function analyseDelivery(
     lost: lost.length,
     lostIndexes: lost.slice(0, 100),
     lagMs: lagStats,
+    lagMsWithMissed: summarizeWithMissed(lags, lost.length),
     firstArrivalMs: first,
     drainMs: lastFirst,
     lastReceiptMs: lastAny,

@@ -7,10 +7,12 @@ import { relative } from "node:path";
 import { freePort, type Stack, startStack } from "../test/support/local-stack.ts";
 import { analyseDelivery } from "./burst.ts";
 import { readCost } from "./cost.ts";
-import { type CpuProfiler, startCpuProfile } from "./cpu-profile.ts";
+import { startCpuProfile } from "./cpu-profile.ts";
 import {
   calibrate,
   chooseT,
+  cpuFigures,
+  cpuWindow,
   createAll,
   createdIndexes,
   HOST,
@@ -20,17 +22,17 @@ import {
   pathOf,
   ROOT,
   type SystemContext,
-  sleep,
   waitForRuns,
+  warmUp,
   windowOf,
 } from "./harness.ts";
-import { type CpuMs, cpuBetween, groupCpu, workerdTotal } from "./process-cpu.ts";
+import { localEdgecronInFlight } from "./in-flight.ts";
 import { type Receiver, startReceiver } from "./receiver.ts";
 import type { Result } from "./result.ts";
 import { type StackLog, stackLog } from "./stack-log.ts";
 import { round } from "./stats.ts";
 import { analyseSteady } from "./steady.ts";
-import { analyseQueue, createJob, type Run, readRunsSample } from "./workload.ts";
+import { analyseQueue, createJob, deleteJobs, type Run, readRunsSample } from "./workload.ts";
 
 /** Runs the workload on edgecron's local stack; never throws: a failure is in `result.harness`. */
 export async function runEdgecron(ctx: SystemContext): Promise<Result> {
@@ -100,51 +102,60 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
       failure: () =>
         ctx.interrupt.aborted ? "interrupted" : live.exited !== null ? `the stack exited: ${JSON.stringify(live.exited)}` : null,
     };
-    const maxInFlight = opts["tenant-max-in-flight"];
-    if (maxInFlight > 0) {
-      // Flow control on the path: every run goes through the tenant's gate.
-      const limits = { maxJobs: null, requestsPerSecond: null, maxRunsInFlight: maxInFlight };
-      const r = await live.api("POST", "/v1/tenants", { name: "bench", limits }, { timeoutMs: 30_000 });
-      const apiKey = (r.json as { apiKey?: unknown }).apiKey;
-      if (r.status !== 201 || typeof apiKey !== "string")
+    const inFlight = localEdgecronInFlight(ROOT);
+    result.callsInFlight = {
+      total: inFlight.total,
+      how: `${inFlight.perInvocation} connections per consumer invocation × ${inFlight.invocations} dispatch queues, one batch at a time each locally`,
+    };
+    if (opts.as === "tenant") {
+      // The real path: a tenant made through the API, its own key, every limit its default
+      // unless an option sets it (and then the summary says so).
+      const setByBench: Record<string, number> = {};
+      if (opts["tenant-max-in-flight"] > 0) setByBench.maxRunsInFlight = opts["tenant-max-in-flight"];
+      if (opts["tenant-max-jobs"] > 0) setByBench.maxJobs = opts["tenant-max-jobs"];
+      const body = { name: "bench", ...(Object.keys(setByBench).length > 0 && { limits: setByBench }) };
+      const r = await live.api("POST", "/v1/tenants", body, { timeoutMs: 30_000 });
+      const tenant = r.json as { id?: unknown; apiKey?: unknown; limits?: Record<string, number | null> };
+      if (r.status !== 201 || typeof tenant.apiKey !== "string")
         throw new Error(`could not create the bench tenant: ${r.status} ${JSON.stringify(r.json)}`);
-      run.token = apiKey;
-      result.tenant = { maxRunsInFlight: maxInFlight };
-      say(`jobs belong to a tenant with maxRunsInFlight ${maxInFlight}`);
+      run.token = tenant.apiKey;
+      // Every call made with its key counts its rate-limit refusals here (the admin token is never limited).
+      run.throttled = { refusals: 0, waitedMs: 0 };
+      result.tenant = { as: "tenant", id: String(tenant.id), ...(tenant.limits && { limits: tenant.limits }), setByBench };
+      say(`jobs belong to a tenant made through the API, limits ${JSON.stringify(tenant.limits)}`);
+    } else {
+      result.tenant = { as: "admin" };
+      say("jobs are created with the admin token (no tenant, no limits)");
     }
 
-    // ---- 2. calibration, T, creation: one job per request
-    const rate = await calibrate(run, 1, async (from, _to, at) => [await createJob(run, at, `${receiver!.url}/calibration/${from}`)]);
+    // ---- 2. warm-up, calibration, T, creation: one job per request
+    const remove = (ids: readonly string[]) => deleteJobs(run, ids);
+    await warmUp(run, 1, async (from, _to, at) => [await createJob(run, at, `${receiver!.url}/warmup/${from}`, true)], remove);
+    const rate = await calibrate(
+      run,
+      1,
+      async (from, _to, at) => [await createJob(run, at, `${receiver!.url}/calibration/${from}`)],
+      remove,
+    );
     const T = chooseT(run, rate);
     const jobs = await createAll(run, T, 1, async (i) => [await createJob(run, T, `${receiver!.url}${pathOf(opts, i)}`)]);
     const failure = run.failure();
     if (failure) throw new Error(`during creation: ${failure}`);
     if (result.creation?.created === 0) throw new Error("nothing could be created");
 
-    // ---- 3. wait for the runs, measuring what they cost the machine's CPU from just before T
-    // (not from the end of creation: the idle wait for T would be charged to the runs)
-    const measuring = (async () => {
-      await sleep(Math.max(0, T - CPU_LEAD_MS - Date.now()));
-      const before = groupCpu(live.pgid);
-      const profiler: CpuProfiler | null = inspectorPort === null ? null : await startCpuProfile(inspectorPort);
-      return { before, profiler };
+    // ---- 3. wait for the runs, measuring what they cost the machine's CPU over the window
+    // every system is measured over
+    const cpu = cpuWindow(T, [{ pgid: live.pgid }], opts["settle-ms"]);
+    const profiling = (async () => {
+      await cpu.before;
+      return inspectorPort === null ? null : await startCpuProfile(inspectorPort);
     })();
     const expected = createdIndexes(jobs);
-    const waitEnded = await waitForRuns(run, T, expected);
+    const { ended: waitEnded, complete } = await waitForRuns(run, T, expected);
     result.waitEndedAt = iso(waitEnded);
-    const { before: cpuBefore, profiler } = await measuring;
-    const cpuAfter = groupCpu(live.pgid);
-    if (cpuBefore && cpuAfter) {
-      const msByProcess = cpuBetween(cpuBefore, cpuAfter);
-      const runs = receiver.receipts.length;
-      const workerd = workerdTotal(msByProcess);
-      const ofRun = (ms: CpuMs): CpuMs => ({ user: perRun(ms.user, runs), system: perRun(ms.system, runs) });
-      result.cpu = {
-        msByProcess,
-        msPerRunByProcess: runs === 0 ? null : Object.fromEntries(Object.entries(msByProcess).map(([name, ms]) => [name, ofRun(ms)])),
-        workerdMsPerRun: runs === 0 || !workerd ? null : ofRun(workerd),
-      };
-    }
+    const cpuBefore = await cpu.before;
+    const profiler = await profiling;
+    result.cpu = cpuFigures(receiver, T, cpu.from, cpuBefore, cpu.end(receiver, complete));
     if (profiler) {
       const profile = await profiler.stop(`${ctx.pathBase}.cpuprofile`);
       if (result.cpu) result.cpu.profile = profile;
@@ -170,7 +181,10 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
     };
     // ---- 6. what it cost, as the scheduler's meters counted it
     try {
-      result.cost = await readCost(live, t0);
+      result.cost = await readCost(live, t0, {
+        jobsCreated: (result.warmup?.created ?? 0) + (result.calibration?.created ?? 0) + (result.creation?.created ?? 0),
+        rateLimited: run.throttled?.refusals ?? 0,
+      });
     } catch (err) {
       say(`reading the cost: ${(err as Error).message}`);
     }
@@ -189,8 +203,3 @@ export async function runEdgecron(ctx: SystemContext): Promise<Result> {
   }
   return result;
 }
-
-/** The CPU measurement starts this long before T. */
-const CPU_LEAD_MS = 500;
-
-const perRun = (ms: number, runs: number) => Math.round((ms / runs) * 1000) / 1000;

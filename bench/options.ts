@@ -5,7 +5,14 @@ export type Workload = (typeof WORKLOADS)[number];
 /** none: edgecron alone; bullmq: BullMQ instead of edgecron; both: edgecron, then BullMQ. */
 const PEERS = ["none", "bullmq", "both"] as const;
 export type Peer = (typeof PEERS)[number];
-export type System = "edgecron" | "bullmq";
+/** bullmq-aof: BullMQ on a Redis that appends every write to its AOF and fsyncs it every second. */
+export type System = "edgecron" | "bullmq" | "bullmq-aof";
+/** Which Redis the BullMQ peer runs on: in memory only, with `appendfsync everysec`, or one after the other. */
+const REDIS_AOF = ["no", "everysec", "both"] as const;
+export type RedisAof = (typeof REDIS_AOF)[number];
+/** Whose jobs edgecron's are: a tenant's made through the API with the default limits, or the admin token's. */
+const CALLERS = ["tenant", "admin"] as const;
+export type Caller = (typeof CALLERS)[number];
 /** How edgecron's two Workers run locally (scripts/dev-topology.ts): two `wrangler dev` processes, or one. */
 const TOPOLOGIES = ["two", "one"] as const;
 export type Topology = (typeof TOPOLOGIES)[number];
@@ -25,7 +32,11 @@ export interface Options {
   "settle-ms": number;
   sample: number;
   "startup-timeout-ms": number;
+  as: Caller;
   "tenant-max-in-flight": number;
+  "tenant-max-jobs": number;
+  warmup: number;
+  "redis-aof": RedisAof;
   "bullmq-workers": number;
   "bullmq-concurrency": number;
   "in-place": boolean;
@@ -63,7 +74,16 @@ const OPTIONS: Record<keyof Options, Spec> = {
   schedules: { env: "BENCH_SCHEDULES", default: 1_000, help: "steady: S, the number of every-second schedules" },
   "duration-s": { env: "BENCH_DURATION_S", default: 30, help: "steady: D, the seconds each schedule fires" },
   concurrency: { env: "BENCH_CONCURRENCY", default: 32, help: "create requests in flight" },
-  calibration: { env: "BENCH_CALIBRATION", default: 200, help: "jobs created first (due in 7 days) to measure the creation rate" },
+  calibration: {
+    env: "BENCH_CALIBRATION",
+    default: 200,
+    help: "jobs created first (due in 7 days, deleted once measured) to measure the creation rate",
+  },
+  warmup: {
+    env: "BENCH_WARMUP",
+    default: 200,
+    help: "one-off jobs created, fired and received (then deleted) before the calibration, on every system alike",
+  },
   "margin-ms": { env: "BENCH_MARGIN_MS", default: 5_000, help: "added to the estimated end of creation to make T" },
   safety: { env: "BENCH_SAFETY", default: 1.2, help: "factor on the estimated creation time", float: true },
   "timeout-ms": {
@@ -74,13 +94,34 @@ const OPTIONS: Record<keyof Options, Spec> = {
   "settle-ms": { env: "BENCH_SETTLE_MS", default: 10_000, help: "extra listening after everything arrived, for duplicates" },
   sample: { env: "BENCH_SAMPLE", default: 50, help: "edgecron burst: jobs whose runs are read back through the runs API" },
   "startup-timeout-ms": { env: "BENCH_STARTUP_TIMEOUT_MS", default: 180_000, help: "how long to wait for /healthz" },
+  as: {
+    env: "BENCH_AS",
+    default: "tenant",
+    help: "edgecron: tenant (the jobs of a tenant made through the API, its own key, default limits) or admin (the admin token's, no limits)",
+    choices: CALLERS,
+  },
   "tenant-max-in-flight": {
     env: "BENCH_TENANT_MAX_IN_FLIGHT",
     default: 0,
-    help: "edgecron: create the jobs as a tenant with this maxRunsInFlight (0: with the admin token, no limits)",
+    help: "edgecron tenant: its maxRunsInFlight instead of the default (0: the default)",
+  },
+  "tenant-max-jobs": {
+    env: "BENCH_TENANT_MAX_JOBS",
+    default: 0,
+    help: "edgecron tenant: its maxJobs instead of the default (0: the default), for a burst the default cannot hold",
+  },
+  "redis-aof": {
+    env: "BENCH_REDIS_AOF",
+    default: "both",
+    help: "bullmq: Redis without persistence (no), with appendonly + appendfsync everysec (everysec), or each in turn (both)",
+    choices: REDIS_AOF,
   },
   "bullmq-workers": { env: "BENCH_BULLMQ_WORKERS", default: 2, help: "bullmq: worker processes (one Worker each)" },
-  "bullmq-concurrency": { env: "BENCH_BULLMQ_CONCURRENCY", default: 50, help: "bullmq: jobs each worker process runs at once" },
+  "bullmq-concurrency": {
+    env: "BENCH_BULLMQ_CONCURRENCY",
+    default: 0,
+    help: "bullmq: jobs each worker process runs at once (0: edgecron's calls in flight shared among the workers)",
+  },
   "in-place": {
     env: "BENCH_IN_PLACE",
     default: false,
@@ -150,13 +191,21 @@ export function parseOptions(argv: readonly string[], environment: NodeJS.Proces
     if (!ok) throw new UsageError(`--${name}: not a valid value: ${v}`);
   }
   const options = values as unknown as Options;
-  for (const name of ["jobs", "schedules", "duration-s", "concurrency", "bullmq-workers", "bullmq-concurrency"] as const) {
+  for (const name of ["jobs", "schedules", "duration-s", "concurrency", "bullmq-workers"] as const) {
     if (options[name] < 1) throw new UsageError(`--${name} must be at least 1`);
   }
   return options;
 }
 
 /** The systems a run measures, in the order it measures them. */
-export function systemsOf(options: Pick<Options, "peer">): System[] {
-  return options.peer === "none" ? ["edgecron"] : options.peer === "bullmq" ? ["bullmq"] : ["edgecron", "bullmq"];
+export function systemsOf(options: Pick<Options, "peer" | "redis-aof">): System[] {
+  const bullmq: System[] = { no: ["bullmq"], everysec: ["bullmq-aof"], both: ["bullmq", "bullmq-aof"] }[options["redis-aof"]] as System[];
+  return options.peer === "none" ? ["edgecron"] : options.peer === "bullmq" ? bullmq : ["edgecron", ...bullmq];
 }
+
+/**
+ * Each BullMQ worker process's concurrency: as given, or edgecron's calls in flight shared
+ * among the worker processes (rounded up, so never fewer in all).
+ */
+export const bullmqConcurrency = (options: Pick<Options, "bullmq-concurrency" | "bullmq-workers">, edgecronInFlight: number) =>
+  options["bullmq-concurrency"] > 0 ? options["bullmq-concurrency"] : Math.ceil(edgecronInFlight / options["bullmq-workers"]);

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 export interface Receipt {
   /** The receiver's Date.now() when the request's headers reached the handler. */
   t: number;
-  kind: "burst" | "steady" | "calibration" | "unknown";
+  kind: "burst" | "steady" | "calibration" | "warmup" | "unknown";
   index: number | null;
   /** Only for an unknown path. */
   path?: string;
@@ -27,7 +27,7 @@ const header = (value: string | string[] | undefined): string | null => (Array.i
 
 /**
  * Records every request: path /burst/<i> is burst job i, /steady/<i> steady schedule i,
- * /calibration/<i> a calibration job. The same receiver serves every system measured.
+ * /calibration/<i> a calibration job, /warmup/<i> a warm-up job. The same receiver serves every system measured.
  * The answer is 200 once the (empty) body has been read, so that a slow answer never shows up
  * as scheduler lag.
  */
@@ -36,7 +36,7 @@ export async function startReceiver(host: string): Promise<Receiver> {
   const firstReceipt = new Map<number, number>();
   const server = createServer((req, res) => {
     const t = Date.now();
-    const match = /^\/(burst|steady|calibration)\/(\d+)$/.exec(req.url ?? "");
+    const match = /^\/(burst|steady|calibration|warmup)\/(\d+)$/.exec(req.url ?? "");
     const kind = (match?.[1] as Receipt["kind"] | undefined) ?? "unknown";
     const index = match ? Number(match[2]) : null;
     receipts.push({

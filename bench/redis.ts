@@ -1,7 +1,9 @@
 /**
- * A private redis-server for the BullMQ peer: on a free loopback port, without persistence, in
- * a temporary directory, in its own process group; stopped with SIGTERM, then SIGKILL, and
- * SIGKILLed if the bench exits while it still runs.
+ * A private redis-server for the BullMQ peer: on a free loopback port, in a temporary
+ * directory, in its own process group; stopped with SIGTERM, then SIGKILL, and SIGKILLed if the
+ * bench exits while it still runs. Without persistence, or with the AOF on and fsynced every
+ * second (`appendfsync: "everysec"`): edgecron commits every run to SQLite, and this is the
+ * durability Redis is usually run with for a queue.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
@@ -52,14 +54,17 @@ function exitOf(child: ChildProcess, timeoutMs: number): Promise<boolean> {
 
 export async function startRedis(options: {
   binary: string;
+  /** null: nothing written to disk; "everysec": appendonly yes, appendfsync everysec, in the temporary directory. */
+  appendfsync?: "everysec" | null;
   onLine?: (line: string, stream: "stdout" | "stderr") => void;
   keepDir?: boolean;
   readyTimeoutMs?: number;
 }): Promise<RedisServer> {
   const dir = await mkdtemp(join(tmpdir(), "edgecron-bench-redis-"));
   const port = await freePort();
-  // No RDB snapshots, no AOF: nothing is written to disk; noeviction, as BullMQ requires.
-  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+  // No RDB snapshots; the AOF only if asked; noeviction, as BullMQ requires.
+  const aof = options.appendfsync ? ["--appendonly", "yes", "--appendfsync", options.appendfsync] : ["--appendonly", "no"];
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", ...aof];
   args.push("--dir", dir, "--daemonize", "no", "--maxmemory-policy", "noeviction");
   const child = spawn(options.binary, args, { cwd: dir, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   let exited: RedisServer["exited"] = null;

@@ -1,15 +1,30 @@
 /**
- * The shape of `bench/results/<workload>-<system>-<timestamp>.json` (formatVersion 2; 1 was
- * burst on edgecron only, named burst-<timestamp>.json, without `system` and `steady`).
+ * The shape of `bench/results/<workload>-<system>-<timestamp>.json` (formatVersion 3). 2 had
+ * BullMQ's CPU over the whole life of its processes (`bullmq.workersCpuSeconds`,
+ * `bullmq.redis.cpuSeconds`) and `cpu` for edgecron only; 1 was burst on edgecron only, named
+ * burst-<timestamp>.json, without `system` and `steady`.
  */
 import type { Options, System, Workload } from "./options.ts";
-import type { Summary } from "./stats.ts";
+import type { Summary, SummaryWithMissed } from "./stats.ts";
 import type { SteadyFigures } from "./steady.ts";
+
+interface Throttled {
+  refusals: number;
+  waitedMs: number;
+}
+
+/** What became of the warm-up or calibration items the bench removed before T. */
+interface Removal {
+  removed: number;
+  failed: number;
+  seconds: number | null;
+  errors: string[];
+}
 
 export interface Result {
   system: System;
   workload: Workload;
-  formatVersion: 2;
+  formatVersion: 3;
   startedAt: string;
   finishedAt?: string;
   options: Options;
@@ -26,8 +41,28 @@ export interface Result {
   harness: { ok: boolean; error: string | null };
   code?: { commit: string | null; uncommittedChanges: string[] | null; ranFrom?: string; devRegistry?: string; topology?: string };
   startup?: { readyAfterMs: number; port: number; workDir: string };
-  tenant?: { maxRunsInFlight: number };
-  calibration?: { jobs: number; created?: number; seconds?: number | null; jobsPerSecond?: number | null; assumedJobsPerSecond?: number };
+  /** edgecron: whose the jobs are; a tenant's limits as the API answered, and those the bench gave rather than the defaults. */
+  tenant?: { as: "tenant" | "admin"; id?: string; limits?: Record<string, number | null>; setByBench?: Record<string, number> };
+  /** Target calls the system can have waiting at once (bench/in-flight.ts), and how that comes about. */
+  callsInFlight?: { total: number; how: string };
+  warmup?: {
+    jobs: number;
+    created: number;
+    failed: number;
+    received: number;
+    creationSeconds: number | null;
+    throttled: Throttled | null;
+    removal: Removal;
+  };
+  calibration?: {
+    jobs: number;
+    created?: number;
+    seconds?: number | null;
+    jobsPerSecond?: number | null;
+    assumedJobsPerSecond?: number;
+    throttled?: Throttled | null;
+    removal?: Removal;
+  };
   schedule?: {
     T: string;
     TEpochMs: number;
@@ -58,6 +93,8 @@ export interface Result {
     createdAfterT: number;
     /** edgecron: nextRunAt ≠ T; bullmq steady: the first job's id does not name T. */
     nextRunAtMismatch: number;
+    /** Rate-limit refusals (429) waited out and asked again; null: the system has no such limit here. */
+    throttled: Throttled | null;
   };
   waitEndedAt?: string;
   /** GET /v1/metrics' cost over the bench's window (bench/cost.ts). */
@@ -68,6 +105,8 @@ export interface Result {
     lost: number;
     lostIndexes: number[];
     lagMs: Summary;
+    /** Over every created job, a lost one counted as an infinite lag. */
+    lagMsWithMissed: SummaryWithMissed;
     firstArrivalMs: number | null;
     /** The last job's first receipt − T. */
     drainMs: number | null;
@@ -102,12 +141,13 @@ export interface Result {
     /** queue.getJobCounts() after the wait. */
     jobCounts?: Record<string, number>;
     workers?: import("./bullmq-worker.ts").WorkerStats[];
-    workersCpuSeconds?: number | null;
     redis?: {
       version: string | null;
+      /** "no", or "everysec": appendonly yes, appendfsync everysec. */
+      appendfsync: string;
       commandsProcessed: number;
       commandsPerCompletedJob: number | null;
-      cpuSeconds: number | null;
+      aofRewrites: number | null;
       usedMemoryPeakMb: number | null;
       window: string;
     };
@@ -125,9 +165,15 @@ export interface Result {
     lastBatchEndedMs: number | null;
     batchesOverall: number;
   };
-  /** edgecron: the stack's CPU from half a second before T to the end of the wait (bench/process-cpu.ts). */
+  /** Every process of the system (edgecron: the stack; BullMQ: redis-server and the workers), from half a second before T to the end of the wait (bench/process-cpu.ts). */
   cpu?: {
+    window: string;
+    /** Target calls received in the window: the divisor of the figures per run. */
+    calls: number;
     msByProcess: Record<string, import("./process-cpu.ts").CpuMs>;
+    allMs: import("./process-cpu.ts").CpuMs;
+    /** Every process together per call received. */
+    allMsPerRun: import("./process-cpu.ts").CpuMs | null;
     /**
      * workerd's CPU ms per target call received, user and system, every workerd process together
      * (both Workers' with --topology two): edgecron's code (the API, the shards, the consumer) and the local emulation of D1, Queues and Durable Object storage.

@@ -33,6 +33,36 @@ export function summarize(values: Iterable<number>): Summary {
   };
 }
 
+/** A percentile that falls among the fires never received: their lag is counted as infinite. */
+export const MISSED = "missed" as const;
+export type LagOrMissed = number | typeof MISSED;
+
+/** The lag percentiles over every expected fire, each missed one counted as an infinite lag. */
+export interface SummaryWithMissed {
+  /** Expected fires: received + missed. */
+  count: number;
+  missed: number;
+  p50: LagOrMissed | null;
+  p90: LagOrMissed | null;
+  p99: LagOrMissed | null;
+  max: LagOrMissed | null;
+}
+
+/**
+ * Nearest-rank percentiles of `received` lags and `missed` infinite ones: a p99 over 10,000 fires
+ * of which 101 never arrived is `missed`, however fast the other 9,899 were.
+ */
+export function summarizeWithMissed(received: Iterable<number>, missed: number): SummaryWithMissed {
+  const sorted = Float64Array.from(received).sort();
+  const count = sorted.length + missed;
+  const at = (p: number): LagOrMissed | null => {
+    if (count === 0) return null;
+    const rank = Math.min(count - 1, Math.max(0, Math.ceil((p / 100) * count) - 1));
+    return rank < sorted.length ? sorted[rank]! : MISSED;
+  };
+  return { count, missed, p50: at(50), p90: at(90), p99: at(99), max: at(100) };
+}
+
 /** [start, end] in ms. */
 export type Interval = readonly [number, number];
 

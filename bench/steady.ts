@@ -5,7 +5,7 @@
  * Pure functions of the receipts: nothing here knows which scheduler sent them.
  */
 import type { Receipt } from "./receiver.ts";
-import { percentile, type Summary, summarize } from "./stats.ts";
+import { percentile, type Summary, type SummaryWithMissed, summarize, summarizeWithMissed } from "./stats.ts";
 
 export interface SteadyWindow {
   /** The first second due, epoch ms, on a whole second. */
@@ -69,6 +69,8 @@ export interface SteadyFigures {
   missedExamples: Array<{ schedule: number; second: number }>;
   /** First receipt of each received pair − its scheduled second. */
   lagMs: Summary;
+  /** The same over every expected pair, a missed one counted as an infinite lag. */
+  lagMsWithMissed: SummaryWithMissed;
   /** Per second k: p50 and max of the lag of the pairs of that second. */
   lagP50BySecond: Array<number | null>;
   lagMaxBySecond: Array<number | null>;
@@ -157,6 +159,7 @@ export function analyseSteady(receipts: readonly SteadyReceipt[], created: Reado
     schedulesWithMisses: schedulesWithMisses.size,
     missedExamples,
     lagMs: summarize(lags),
+    lagMsWithMissed: summarizeWithMissed(lags, missed),
     lagP50BySecond: sortedBySecond.map((l) => percentile(l, 50)),
     lagMaxBySecond: sortedBySecond.map((l) => (l.length ? l[l.length - 1]! : null)),
     firedBeforeInstant: lags.filter((x) => x < 0).length,

@@ -1,7 +1,7 @@
 /** edgecron's side of the workloads (bench/README.md): its jobs, their creation through the API, its queue batches, its runs API. */
 import type { ApiOptions, Stack } from "../test/support/local-stack.ts";
 import type { Delivery } from "./burst.ts";
-import { type Created, type Harness, iso, type Made, pool, STEADY_CRON, steadyEndMs } from "./harness.ts";
+import { type Created, type Harness, iso, type Made, pool, STEADY_CRON, sleep, steadyEndMs } from "./harness.ts";
 import type { Options } from "./options.ts";
 import type { QueueBatch } from "./stack-log.ts";
 import { coveredMs, type Interval, maxOverlap, summarize } from "./stats.ts";
@@ -13,18 +13,49 @@ export interface Reply {
   ms: number;
 }
 
+/** The longest the bench waits out one call's rate-limit refusals before counting it failed. */
+const MAX_THROTTLED_MS = 300_000;
+
 /**
- * An API call that never throws: a failed creation is counted, not retried (a retry of a
- * request that did reach the server would make a second job for the same index).
+ * Seconds of a Retry-After header as the API sends it (delay-seconds); 1 when absent or not a
+ * number, the API's smallest.
  */
-async function request(stack: Stack, method: string, path: string, body?: unknown, options: ApiOptions = {}): Promise<Reply> {
+export function retryAfterMs(header: string | null): number {
+  const seconds = header === null ? Number.NaN : Number(header.trim());
+  return Number.isFinite(seconds) && seconds >= 0 ? Math.max(1, seconds) * 1000 : 1000;
+}
+
+/**
+ * An API call that never throws. A 429 is the tenant's rate limit refusing the request before
+ * it does anything, so it is waited out (Retry-After) and asked again, and counted in `throttled`;
+ * any other failure is counted, not retried (a retry of a request that did reach the server
+ * would make a second job for the same index). `ms` includes the waits.
+ */
+async function request(
+  stack: Stack,
+  method: string,
+  path: string,
+  body?: unknown,
+  options: ApiOptions = {},
+  throttled?: Harness["throttled"],
+): Promise<Reply> {
   const started = performance.now();
-  try {
-    const r = await stack.api(method, path, body, { timeoutMs: 30_000, ...options });
+  for (;;) {
+    let r: Awaited<ReturnType<Stack["api"]>>;
+    try {
+      r = await stack.api(method, path, body, { timeoutMs: 30_000, ...options });
+    } catch (err) {
+      const e = err instanceof Error ? err : new Error(String(err));
+      return { status: null, body: null, error: `${e.name}: ${e.message}`, ms: performance.now() - started };
+    }
+    if (r.status === 429 && throttled && performance.now() - started < MAX_THROTTLED_MS) {
+      const wait = retryAfterMs(r.headers.get("retry-after"));
+      throttled.refusals++;
+      throttled.waitedMs += wait;
+      await sleep(wait);
+      continue;
+    }
     return { status: r.status, body: r.json, error: null, ms: performance.now() - started };
-  } catch (err) {
-    const e = err instanceof Error ? err : new Error(String(err));
-    return { status: null, body: null, error: `${e.name}: ${e.message}`, ms: performance.now() - started };
   }
 }
 
@@ -36,23 +67,35 @@ export interface Run extends Harness {
 }
 
 /**
- * The body of POST /v1/jobs for job or schedule `i`, first due at T: burst, a one-off at T;
- * steady, every second from T to T + (D − 1) s. Everything else is edgecron's default.
+ * The body of POST /v1/jobs for job or schedule `i`, first due at T: burst (and the warm-up), a
+ * one-off at T; steady, every second from T to T + (D − 1) s. Everything else is edgecron's default.
  */
-function jobBody(opts: Options, T: number, url: string): unknown {
-  if (opts.workload === "burst") return { schedule: { at: iso(T) }, target: { url } };
+function jobBody(opts: Options, T: number, url: string, oneOff: boolean): unknown {
+  if (oneOff || opts.workload === "burst") return { schedule: { at: iso(T) }, target: { url } };
   return {
     schedule: { cron: STEADY_CRON, startAt: iso(T), endAt: iso(steadyEndMs(T, opts["duration-s"])) },
     target: { url },
   };
 }
 
-/** Creates one job through the API; its first fire (nextRunAt) should be T. */
-export async function createJob(run: Run, T: number, url: string): Promise<Made> {
-  const r = await request(run.stack, "POST", "/v1/jobs", jobBody(run.opts, T, url), { token: run.token });
-  const body = r.body as { id?: unknown; nextRunAt?: unknown } | null;
+/** Creates one job through the API; its first fire (nextRunAt) should be T. `oneOff`: a one-off whatever the workload (the warm-up). */
+export async function createJob(run: Run, T: number, url: string, oneOff = false): Promise<Made> {
+  const r = await request(run.stack, "POST", "/v1/jobs", jobBody(run.opts, T, url, oneOff), { token: run.token }, run.throttled);
+  const body = r.body as { id?: unknown; nextRunAt?: unknown; error?: { code?: unknown } } | null;
   if (r.status === 201 && typeof body?.id === "string") return { id: body.id, nextMismatch: body.nextRunAt !== iso(T) };
-  return { error: r.error ?? `HTTP ${r.status} ${JSON.stringify(r.body).slice(0, 120)}` };
+  // The code names the refusal (quota_exceeded: the tenant's maxJobs), so the summary can say which.
+  const code = typeof body?.error?.code === "string" ? ` ${body.error.code}` : "";
+  return { error: r.error ?? `HTTP ${r.status}${code}` };
+}
+
+/** Deletes jobs the bench made for itself alone (warm-up, calibration); true for each one gone. */
+export async function deleteJobs(run: Run, ids: readonly string[]): Promise<boolean[]> {
+  return Promise.all(
+    ids.map(async (id) => {
+      const r = await request(run.stack, "DELETE", `/v1/jobs/${id}`, undefined, { token: run.token }, run.throttled);
+      return r.status === 200;
+    }),
+  );
 }
 
 /** The queue batches the stack logged from T − 1 s to the end of the wait (result.queue). */

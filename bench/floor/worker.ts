@@ -3,14 +3,13 @@
  * of edgecron's bookkeeping. Durable Objects ("tickers", standing in for shards) wake by alarm at
  * T and send their dispatches, `perMessage` to a queue message and at most 100 messages to a
  * `sendBatch`, as src/shard/dispatch-packs.ts does, each to the queue its ticker maps to; the
- * consumer makes one HTTP call per dispatch, at most six waiting at once per invocation
- * (src/consumer/connections.ts, the platform's limit, unless `--connections` lifts it), and
- * acks the batch. No run is written,
- * claimed or reported: no SQLite, no RPC back, no signing. `bench/floor.ts` runs it.
+ * consumer (runner.ts, a Worker of its own as edgecron's runner is) makes one HTTP call per
+ * dispatch and acks the batch. No run is written, claimed or reported: no SQLite, no RPC back,
+ * no signing. `bench/floor.ts` runs it.
  */
 import { DurableObject } from "cloudflare:workers";
-import { FairSlots } from "../../src/consumer/fair-slots";
 import { QUEUE_BATCH_MESSAGES } from "../../src/shard/dispatch-packs";
+import type { Pack } from "./pack";
 
 interface FloorEnv {
   TICKER: DurableObjectNamespace<Ticker>;
@@ -26,21 +25,13 @@ interface Plan {
   at: number;
   everyMs: number | null;
   until: number;
-  kind: "burst" | "steady";
+  kind: Pack["kind"];
   url: string;
   indexes: number[];
   perMessage: number;
   /** Calls waiting at once per consumer invocation: the platform's six unless lifted to see what that limit costs. */
   connections: number;
   queue: 0 | 1;
-}
-
-interface Pack {
-  url: string;
-  connections: number;
-  kind: Plan["kind"];
-  scheduledAt: number;
-  indexes: number[];
 }
 
 export class Ticker extends DurableObject<FloorEnv> {
@@ -89,20 +80,4 @@ export default {
     );
     return Response.json({ armed: tickers });
   },
-
-  async queue(batch: MessageBatch<Pack>): Promise<void> {
-    // One tenant: the slots first come, first served, as the consumer hands them to a lone tenant.
-    const slots = new FairSlots(batch.messages[0]?.body.connections).of("bench");
-    await Promise.all(
-      batch.messages.flatMap((m) =>
-        m.body.indexes.map((i) =>
-          slots.hold(async () => {
-            const headers = { "X-Edgecron-Scheduled-At": new Date(m.body.scheduledAt).toISOString() };
-            const response = await fetch(`${m.body.url}/${m.body.kind}/${i}`, { method: "POST", headers });
-            await response.body?.cancel();
-          }),
-        ),
-      ),
-    );
-  },
-} satisfies ExportedHandler<FloorEnv, Pack>;
+} satisfies ExportedHandler<FloorEnv>;

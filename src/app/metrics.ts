@@ -3,7 +3,7 @@ import { readSweepState } from "../catalog/sweep-state";
 import { TOTALS_OBJECT } from "../gate/sign-in-names";
 import { signInStub } from "../stubs";
 import type { Caller } from "./caller";
-import { schedulerCost } from "./cost";
+import { gateCosts, schedulerCost } from "./cost";
 import { collectMetrics } from "./metrics-snapshot";
 import { renderExposition } from "./prometheus";
 import { schedulerSeries } from "./prometheus-series";
@@ -43,7 +43,9 @@ export async function schedulerMetrics(env: Env, caller: Caller, windowMs: numbe
       consecutiveFailures: m.archive.consecutiveFailures,
       nextRetryAt: m.archive.nextRetryAt === null ? null : new Date(m.archive.nextRetryAt).toISOString(),
     },
-    cost: caller.admin ? schedulerCost(m.shardCosts, await workerCost(env.DB, Date.now() - windowMs)) : null,
+    cost: caller.admin
+      ? schedulerCost(m.shardCosts, await workerCost(env.DB, Date.now() - windowMs), await gateCosts(env, windowMs))
+      : null,
   };
 }
 
@@ -56,7 +58,7 @@ export async function schedulerExposition(env: Env, caller: Caller, windowMs: nu
   const snapshot = await collectMetrics(env, caller, windowMs);
   const admin = caller.admin
     ? {
-        cost: schedulerCost(snapshot.shardCosts, await workerCost(env.DB, Date.now() - windowMs)),
+        cost: schedulerCost(snapshot.shardCosts, await workerCost(env.DB, Date.now() - windowMs), await gateCosts(env, windowMs)),
         sweep: await readSweepState(env.DB),
         signInRefusals: await signInStub(env, TOTALS_OBJECT).totals(),
       }

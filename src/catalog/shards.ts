@@ -16,6 +16,13 @@ export async function shardsInUse(db: D1Database, tenantId: string | null = null
   return results.map((r) => r.shard);
 }
 
+/** Every tenant that holds or held a job or a message on some shard: those whose gates have counted anything of their runs. */
+export async function tenantsInUse(db: D1Database): Promise<string[]> {
+  const stmt = db.prepare("SELECT DISTINCT tenant_id FROM shard_tenants ORDER BY tenant_id");
+  const { results } = await guard("tenants in use", () => stmt.all<{ tenant_id: string }>());
+  return results.map((r) => r.tenant_id);
+}
+
 /** Up to `limit` of the tenant's shards in use, in name order, after `after` (null: from the first): one range of the index. */
 export async function shardsInUseAfter(db: D1Database, tenantId: string, after: string | null, limit: number): Promise<string[]> {
   const stmt = db

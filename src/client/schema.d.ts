@@ -4473,6 +4473,22 @@ export interface components {
                     runsFinished: number;
                 };
             };
+            /** @description Shard SQLite rows written by the table each statement writes (its index entries with it); `(setAlarm)`: alarms set. */
+            shardTables: {
+                [key: string]: number;
+            };
+            /** @description Tenant gates' SQLite rows per gate call (admit, release, renew, …) and their `alarm`. */
+            gateOperations: {
+                [key: string]: {
+                    calls: number;
+                    rowsRead: number;
+                    rowsWritten: number;
+                };
+            };
+            /** @description Tenant gates' SQLite rows written by table; `(setAlarm)`: alarms set. */
+            gateTables: {
+                [key: string]: number;
+            };
             /** @description D1 rows and tenant gate calls per API route, queue consumer and sweep. */
             workerOperations: {
                 [key: string]: {

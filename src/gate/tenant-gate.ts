@@ -4,10 +4,10 @@ import { recountLiveJobs } from "../catalog/live-jobs";
 import { shardsInUseAfter } from "../catalog/shards";
 import type { GroupLimits } from "../model/flow-control";
 import { jobIdsFrom } from "../model/ids";
-import { chunksForStatement, placeholders } from "../sql";
 import { shardStub } from "../stubs";
 import type { GateAnswer } from "./blocks";
 import { type Breaker, type BreakerVerdict, check, closedBreaker, record, storedBreaker } from "./breaker";
+import { GATE_COST_SCHEMA, type GateCost, GateMeter } from "./gate-meter";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
 import { givenBack, type JobCount, leaseRoom, mayRecountAt, mustRecount, type RoomAnswer, recounted, staleAt } from "./job-count";
@@ -26,6 +26,7 @@ import {
 } from "./message-quota";
 import { parsePermitKey } from "./permit-keys";
 import { type Bucket, takeTokens } from "./request-bucket";
+import { TenantPermits } from "./tenant-permits";
 
 /**
  * One per tenant: the single place that counts a tenant's runs in flight over all its shards,
@@ -46,12 +47,17 @@ export class TenantGate extends DurableObject<Env> {
   /** The API token bucket lives in memory: losing it on eviction only forgives a burst. */
   private bucket: Bucket = { tokens: 0, at: 0 };
   private readonly groups: GroupPermits;
+  private readonly meter: GateMeter;
+  private readonly permits: TenantPermits;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.meter = new GateMeter(ctx.storage.sql);
+    this.sql = this.meter.sql;
+    ctx.storage.transactionSync(() => permitsWithoutRowid(ctx.storage.sql));
     this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL);
+      ${PERMITS_SCHEMA}
+      ${GATE_COST_SCHEMA}
       CREATE TABLE IF NOT EXISTS waiters (shard TEXT PRIMARY KEY, wanted INTEGER NOT NULL, since INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS breakers (origin TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
@@ -60,10 +66,12 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS job_count (one INTEGER PRIMARY KEY CHECK (one = 1), state TEXT NOT NULL);
     ${GROUP_SCHEMA}`);
     this.groups = new GroupPermits(this.sql);
+    this.permits = new TenantPermits(this.sql);
   }
 
   /** A block of up to `want` API requests from the tenant's bucket of `perSecond` (request-bucket.ts), for an isolate to spend. */
   async takeRequests(perSecond: number, want: number): Promise<GateAnswer> {
+    this.meter.begin("takeRequests");
     const { bucket, answer } = takeTokens(this.bucket, perSecond, want, Date.now());
     this.bucket = bucket;
     return answer;
@@ -84,6 +92,7 @@ export class TenantGate extends DurableObject<Env> {
     need: number,
     want: number,
   ): Promise<RoomAnswer | { unavailable: string }> {
+    this.meter.begin("takeJobRoom");
     const tenant = { version: tenantVersion, maxJobs };
     try {
       while (mustRecount(this.jobCount(), tenantVersion)) await this.recountJobs(tenantId, tenant);
@@ -110,6 +119,7 @@ export class TenantGate extends DurableObject<Env> {
    * leases granted under the quota before no longer insert.
    */
   async quotaChanged(tenantId: string, maxJobs: number, tenantVersion: number): Promise<void> {
+    this.meter.begin("quotaChanged");
     await this.recountJobs(tenantId, { version: tenantVersion, maxJobs });
     // One under way began before the change: its epoch may be older than the change.
     if (mustRecount(this.jobCount(), tenantVersion)) await this.recountJobs(tenantId, { version: tenantVersion, maxJobs });
@@ -117,6 +127,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Places of jobs deleted at `deletedAts` (each live when deleted), given back. */
   async giveBackJobs(deletedAts: number[]): Promise<void> {
+    this.meter.begin("giveBackJobs");
     this.recount?.givenBack.push(...deletedAts);
     const count = this.jobCount();
     if (count === null) return;
@@ -127,6 +138,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Live jobs as the gate counts them; null: never counted. */
   async liveJobs(): Promise<JobCount | null> {
+    this.meter.begin("liveJobs");
     return this.jobCount();
   }
 
@@ -182,6 +194,7 @@ export class TenantGate extends DurableObject<Env> {
     madeAt: number,
     limit: number,
   ): Promise<{ verdict: Verdict; live: number; retryAfterMs: number }> {
+    this.meter.begin("reserveMessages");
     const { verdict, next, recountBegun, retryAfterMs } = decideReserve(this.messageCount(), n, madeAt, limit, Date.now());
     this.saveMessageCount(next);
     if (recountBegun) {
@@ -190,14 +203,16 @@ export class TenantGate extends DurableObject<Env> {
         "INSERT INTO gate_tenant (one, tenant_id) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET tenant_id = excluded.tenant_id",
         tenantId,
       );
-      await this.armAlarm();
     }
+    await this.armAlarm();
     return { verdict, live: next.live, retryAfterMs };
   }
 
   /** Messages reserved and not made after all (their publish failed): given back. */
   async giveBackMessages(n: number, madeAt: number): Promise<void> {
+    this.meter.begin("giveBackMessages");
     this.saveMessageCount(giveBack(this.messageCount(), n, madeAt));
+    await this.armAlarm();
   }
 
   private messageCount(): MessageCount {
@@ -229,42 +244,27 @@ export class TenantGate extends DurableObject<Env> {
     leaseMs: number,
     alsoWaiting = 0,
   ): Promise<{ granted: string[]; retryAt: Record<string, number>; tenantRefused: number }> {
+    this.meter.begin("admit");
     const now = Date.now();
     let granted: string[] = [];
     let tenantRefused = 0;
     const retryAt: Record<string, number> = {};
-    this.ctx.storage.transactionSync(() => {
-      this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", now);
+    this.transaction(() => {
+      this.permits.expire(now);
       this.groups.expire(now);
-      const tenantAsked = asks.filter((a) => a.tenant).map((a) => a.permit);
-      const held = new Set<string>();
-      for (const chunk of chunksForStatement(tenantAsked)) {
-        const rows = this.sql.exec(`SELECT permit FROM permits WHERE permit IN (${placeholders(chunk.length)})`, ...chunk).toArray();
-        for (const row of rows) held.add(row.permit as string);
-      }
+      const held = this.permits.held(asks.filter((a) => a.tenant).map((a) => a.permit));
       const grouped = asks.filter((a) => a.group).map((a) => a.permit);
       const groupHeld = this.groups.held(grouped);
       // Held means held of everything it needs; a repeated ask takes again what lapsed.
       const allHeld = new Set(
         asks.filter((a) => (!a.tenant || held.has(a.permit)) && (!a.group || groupHeld.has(a.permit))).map((a) => a.permit),
       );
-      const tenantFree =
-        tenantLimit === null
-          ? Number.POSITIVE_INFINITY
-          : tenantLimit - (this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number);
+      const tenantFree = tenantLimit === null ? Number.POSITIVE_INFINITY : tenantLimit - this.permits.count();
       const before = this.groups.states(new Set(asks.flatMap((a) => (a.group ? [a.group.key] : []))));
       const d = decideGrants(asks, allHeld, tenantFree, before, now);
       const byPermit = new Map(asks.map((a) => [a.permit, a]));
       const until = now + leaseMs;
-      for (const permit of d.granted) {
-        if (byPermit.get(permit)!.tenant)
-          this.sql.exec(
-            "INSERT INTO permits (permit, shard, expires_at) VALUES (?, ?, ?) ON CONFLICT (permit) DO UPDATE SET expires_at = excluded.expires_at",
-            permit,
-            shard,
-            until,
-          );
-      }
+      for (const permit of d.granted) if (byPermit.get(permit)!.tenant) this.permits.take(permit, shard, until, held.has(permit));
       const taken = d.granted.flatMap((permit) => {
         const group = byPermit.get(permit)!.group;
         return group ? [{ permit, group: group.key }] : [];
@@ -285,8 +285,19 @@ export class TenantGate extends DurableObject<Env> {
     return { granted, retryAt, tenantRefused };
   }
 
+  /** One change of the gate's storage; rolled back, the permits' summary in memory is read again. */
+  private transaction(change: () => void): void {
+    try {
+      this.ctx.storage.transactionSync(change);
+    } catch (err) {
+      this.permits.forget();
+      throw err;
+    }
+  }
+
   /** Limits for a group itself (a QStash queue's parallelism), over what its jobs state; null: theirs again. Waiting shards are woken to use them. */
   async setGroupLimits(group: string, limits: GroupLimits | null): Promise<void> {
+    this.meter.begin("setGroupLimits");
     this.groups.setLimits(group, limits);
     this.wakeGroup(group, Number.MAX_SAFE_INTEGER);
     await this.armAlarm();
@@ -294,6 +305,7 @@ export class TenantGate extends DurableObject<Env> {
 
   /** Each group's runs in flight, and its runs waiting as their shards last said. */
   async groupFigures(groups: string[]): Promise<Record<string, { inFlight: number; waiting: number }>> {
+    this.meter.begin("groupFigures");
     return this.groups.figures(groups);
   }
 
@@ -304,6 +316,7 @@ export class TenantGate extends DurableObject<Env> {
    * and until when the rest wait. A breaker's row is written only when the check changes it.
    */
   async checkBreakers(asks: Array<{ origin: string; callers: string[] }>): Promise<Record<string, Omit<BreakerVerdict, "breaker">>> {
+    this.meter.begin("checkBreakers");
     const now = Date.now();
     const answers: Record<string, Omit<BreakerVerdict, "breaker">> = {};
     this.ctx.storage.transactionSync(() => {
@@ -317,6 +330,7 @@ export class TenantGate extends DurableObject<Env> {
       }
       this.countMoves(moves);
     });
+    await this.armAlarm();
     return answers;
   }
 
@@ -325,6 +339,7 @@ export class TenantGate extends DurableObject<Env> {
    * up; false: down; null: says nothing of its health, as `originHealth` decides).
    */
   async recordOutcomes(outcomes: Array<{ origin: string; ok: boolean | null; caller: string }>): Promise<void> {
+    this.meter.begin("recordOutcomes");
     const now = Date.now();
     // Each origin read once and written once per call, however many outcomes a batch brings.
     const read = new Map<string, Breaker>();
@@ -338,19 +353,18 @@ export class TenantGate extends DurableObject<Env> {
       if (after !== before) changed.set(origin, after);
       noteMove(moves, before, after);
     }
-    if (changed.size === 0) return;
-    this.ctx.storage.transactionSync(() => {
-      for (const b of changed.values()) this.saveBreaker(b);
-      this.countMoves(moves);
-    });
+    if (changed.size > 0)
+      this.ctx.storage.transactionSync(() => {
+        for (const b of changed.values()) this.saveBreaker(b);
+        this.countMoves(moves);
+      });
+    await this.armAlarm();
   }
 
   /** The tenant's breakers that are not plainly closed (open, half-open, or counting failures). */
   async breakers(): Promise<Breaker[]> {
-    return this.sql
-      .exec("SELECT origin, state FROM breakers ORDER BY origin")
-      .toArray()
-      .map((r) => storedBreaker(r.origin as string, r.state as string));
+    this.meter.begin("breakers");
+    return this.openBreakers();
   }
 
   /**
@@ -358,10 +372,18 @@ export class TenantGate extends DurableObject<Env> {
    * GET /metrics serves (edgecron_breaker_transitions_total), kept in the gate's storage.
    */
   async breakerFigures(): Promise<{ breakers: Breaker[]; transitions: Record<string, number> }> {
+    this.meter.begin("breakerFigures");
     const transitions: Record<string, number> = {};
     for (const r of this.sql.exec("SELECT to_state, n FROM breaker_transitions").toArray())
       transitions[r.to_state as string] = r.n as number;
-    return { breakers: await this.breakers(), transitions };
+    return { breakers: this.openBreakers(), transitions };
+  }
+
+  private openBreakers(): Breaker[] {
+    return this.sql
+      .exec("SELECT origin, state FROM breakers ORDER BY origin")
+      .toArray()
+      .map((r) => storedBreaker(r.origin as string, r.state as string));
   }
 
   /** A row per state moved to, in the change's transaction: moves are rare (failures in a row of several jobs open a breaker). */
@@ -396,6 +418,7 @@ export class TenantGate extends DurableObject<Env> {
    * which takes a lapsed permit again only where there is room (docs/architecture.md, invariant 10).
    */
   async renew(permits: string[], leaseMs: number, shard = ""): Promise<void> {
+    this.meter.begin("renew");
     const until = Date.now() + leaseMs;
     // A permit whose lease ran out before its renewal came (the renewal was lost with a shard's
     // memory, or failed) is taken again: its run is still in flight, so it counts again, and the
@@ -403,25 +426,19 @@ export class TenantGate extends DurableObject<Env> {
     for (const permit of permits) {
       const { tenant, group } = parsePermitKey(permit);
       if (group !== null) this.groups.renew(permit, group, shard, until);
-      if (!tenant) continue;
-      this.sql.exec(
-        `INSERT INTO permits (permit, shard, expires_at) VALUES (?1, ?2, ?3)
-         ON CONFLICT (permit) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)`,
-        permit,
-        shard,
-        until,
-      );
+      if (tenant) this.permits.renew(permit, shard, until);
     }
     await this.armAlarm();
   }
 
   /** Gives permits back; waiting shards are woken to use the freed capacity. */
   async release(permits: string[]): Promise<void> {
+    this.meter.begin("release");
     let freed = 0;
     const groupsFreed = new Map<string, number>();
     for (const permit of permits) {
       const { tenant, group } = parsePermitKey(permit);
-      if (tenant) freed += this.sql.exec("DELETE FROM permits WHERE permit = ?", permit).rowsWritten;
+      if (tenant && this.permits.release(permit)) freed++;
       const grp = group === null ? null : this.groups.release(permit);
       if (grp !== null) groupsFreed.set(grp, (groupsFreed.get(grp) ?? 0) + 1);
     }
@@ -436,13 +453,16 @@ export class TenantGate extends DurableObject<Env> {
    * one waiting shard for nothing: it asks again, and waits again.)
    */
   override async alarm(): Promise<void> {
+    this.meter.begin("alarm");
     this.expirePermits();
     await this.recountStep();
+    // What the meter counted is written now: an alarm that was the meter's alone sets no other.
+    this.meter.persist(Date.now(), true);
     await this.armAlarm();
   }
 
   private expirePermits(): void {
-    const freed = this.sql.exec("DELETE FROM permits WHERE expires_at <= ?", Date.now()).rowsWritten;
+    const freed = this.permits.expire(Date.now());
     this.wakeWaiters(Math.max(1, freed));
     const groupsFreed = this.groups.expire(Date.now());
     // A group whose waiters lost their wake-up is looked at too: one place each, as for the tenant's.
@@ -486,7 +506,8 @@ export class TenantGate extends DurableObject<Env> {
   }
 
   async inFlight(): Promise<number> {
-    return this.sql.exec("SELECT COUNT(*) AS n FROM permits").one().n as number;
+    this.meter.begin("inFlight");
+    return this.permits.count();
   }
 
   /**
@@ -530,19 +551,51 @@ export class TenantGate extends DurableObject<Env> {
   private permitsAlarmAt(): number | null {
     const waiting = this.sql.exec("SELECT 1 FROM waiters LIMIT 1").toArray().length > 0 || this.groups.waitingGroups().length > 0;
     if (!waiting) return null;
-    const tenantAt = this.sql.exec("SELECT MIN(expires_at) AS t FROM permits").one().t as number | null;
+    const tenantAt = this.permits.earliest();
     const groupAt = this.groups.earliestExpiry();
     return tenantAt === null ? groupAt : groupAt === null ? tenantAt : Math.min(tenantAt, groupAt);
   }
 
-  /** The alarm is the sooner of what permits need and the recount's next step, if either has a need. */
+  /**
+   * The alarm is the soonest of what permits need, the recount's next step and the meter's next
+   * write of counts not yet written (an idle gate may be evicted, and its counts with it), if any
+   * has a need.
+   */
   private async armAlarm(): Promise<void> {
-    const permitsAt = this.permitsAlarmAt();
-    const recountAt = this.messageCount().recount?.dueAt ?? null;
-    const at = permitsAt === null ? recountAt : recountAt === null ? permitsAt : Math.min(permitsAt, recountAt);
+    const needs = [this.permitsAlarmAt(), this.messageCount().recount?.dueAt ?? null].filter((t) => t !== null);
+    const meterAt = this.meter.writeDueAt();
+    const times = meterAt === null ? needs : [...needs, meterAt];
+    const at = times.length === 0 ? null : Math.min(...times);
+    const metersOwn = needs.length === 0 || (meterAt !== null && meterAt < Math.min(...needs));
     if (at === null) await this.ctx.storage.deleteAlarm();
-    else if ((await this.ctx.storage.getAlarm()) !== at) await this.ctx.storage.setAlarm(at);
+    else if ((await this.ctx.storage.getAlarm()) !== at) {
+      this.meter.alarmWritten(metersOwn);
+      await this.ctx.storage.setAlarm(at);
+    }
   }
+
+  /** What this gate's calls cost over the last `windowMs` (gate-meter.ts). */
+  async cost(windowMs: number): Promise<GateCost> {
+    const now = Date.now();
+    return this.meter.window(now - windowMs, now);
+  }
+}
+
+/**
+ * A permit a row of its own, keyed by itself: `WITHOUT ROWID`, so that taking one writes one row,
+ * not the row and its key's index (docs/cost.md).
+ */
+const PERMITS_SCHEMA =
+  "CREATE TABLE IF NOT EXISTS permits (permit TEXT PRIMARY KEY, shard TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;";
+
+/** A gate made before permits were `WITHOUT ROWID` moves its permits into the new table, once. */
+export function permitsWithoutRowid(sql: SqlStorage): void {
+  const table = sql.exec("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'permits'").toArray()[0];
+  if (!table || /WITHOUT ROWID/i.test(table.sql as string)) return;
+  sql.exec(`ALTER TABLE permits RENAME TO permits_rowid;
+    ${PERMITS_SCHEMA}
+    INSERT INTO permits (permit, shard, expires_at) SELECT permit, shard, expires_at FROM permits_rowid;
+    DROP TABLE permits_rowid;`);
 }
 
 /** A breaker that changed state between `before` and `after` adds one to the count of the state it moved to. */

@@ -35,6 +35,15 @@ export const CostSchema = z
         }),
       )
       .openapi({ description: "Per shard RPC method, `alarm`, and `settle` (the step after every change that sends and re-arms)." }),
+    shardTables: z.record(z.string(), z.int()).openapi({
+      description: "Shard SQLite rows written by the table each statement writes (its index entries with it); `(setAlarm)`: alarms set.",
+    }),
+    gateOperations: z
+      .record(z.string(), z.object({ calls: z.int(), rowsRead: z.int(), rowsWritten: z.int() }))
+      .openapi({ description: "Tenant gates' SQLite rows per gate call (admit, release, renew, …) and their `alarm`." }),
+    gateTables: z
+      .record(z.string(), z.int())
+      .openapi({ description: "Tenant gates' SQLite rows written by table; `(setAlarm)`: alarms set." }),
     workerOperations: z
       .record(z.string(), z.object({ calls: z.int(), rowsRead: z.int(), rowsWritten: z.int(), gateRequests: z.int() }))
       .openapi({ description: "D1 rows and tenant gate calls per API route, queue consumer and sweep." }),

@@ -95,6 +95,8 @@ export interface OperationCost {
 /** What a shard reports for a window: per operation, and what metering itself cost. */
 export interface ShardCost {
   byOperation: Record<string, OperationCost>;
+  /** Rows written by the table each statement writes (its index entries and triggers' writes with it); `(setAlarm)` for alarms set. */
+  byTable: Record<string, number>;
   meter: { rowsRead: number; rowsWritten: number };
 }
 

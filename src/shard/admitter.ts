@@ -77,6 +77,57 @@ export class Admitter {
     return this.running;
   }
 
+  /**
+   * Asks the tenants' gates, before a fire, for the permits of the runs it is about to make
+   * (`runs`, from `Firing.runsDue`): a run granted one is made dispatched with it, in the fire's
+   * own write, instead of being written `waiting` and admitted by a second write (docs/cost.md).
+   * Only a run its tenant's limit alone would hold (no job limit, rate or group of its own, not a
+   * workflow's), and only while its tenant has no runs parked here, which come first. The rest
+   * are made as before. A gate that fails grants nothing: those runs wait as before. Returns the
+   * permits by run id, and by tenant for giving back what the fire does not use.
+   */
+  async grantAhead(runs: Array<{ job: ShardJob; runIds: string[] }>): Promise<Map<string, { permit: string; tenantId: string }>> {
+    const granted = new Map<string, { permit: string; tenantId: string }>();
+    const waits = runs.length === 0 ? new Map() : this.store.admission.waits();
+    const eligible = runs.filter(({ job }) => {
+      const { spec } = job;
+      if (this.tenantLimit(job.tenantId) === null || waits.has(job.tenantId) || job.paused || job.deleted) return false;
+      return (
+        spec.steps === undefined && spec.maxConcurrency === undefined && spec.ratePerSecond === undefined && spec.flowControl === undefined
+      );
+    });
+    // A run that exists already is not made again (its id is derived): it needs no permit.
+    const existing = new Set(this.store.getRuns(eligible.flatMap((r) => r.runIds)).map((r) => r.id));
+    const byTenant = new Map<string, Array<{ job: ShardJob; runId: string }>>();
+    for (const { job, runIds } of eligible) {
+      const limit = this.tenantLimit(job.tenantId)!;
+      const list = byTenant.get(job.tenantId) ?? [];
+      for (const runId of runIds) if (list.length < limit && !existing.has(runId)) list.push({ job, runId });
+      byTenant.set(job.tenantId, list);
+    }
+    await Promise.all(
+      [...byTenant]
+        .filter(([, list]) => list.length > 0)
+        .map(async ([tenantId, list]) => {
+          // A new run's first fence is 1 (fire-store.ts, `createRun`): its permit names it.
+          const permits = new Map(list.map(({ runId }) => [permitKey({ base: `${runId}#1`, tenant: true, group: null }), runId]));
+          const leaseMs = dispatchLeaseMs(this.host.claimTimeoutMs(), 0, Math.max(...list.map(({ job }) => job.spec.timeoutMs)));
+          try {
+            const answer = await this.host.gateOf(tenantId).admit(
+              this.host.name(),
+              [...permits.keys()].map((permit) => ({ permit, tenant: true })),
+              this.tenantLimit(tenantId),
+              leaseMs,
+            );
+            for (const permit of answer.granted) granted.set(permits.get(permit)!, { permit, tenantId });
+          } catch (err) {
+            console.error(`shard ${this.host.name()}: gate of tenant ${tenantId} unreachable before a fire; its runs wait`, err);
+          }
+        }),
+    );
+    return granted;
+  }
+
   /** A flow-control group's place freed: the waiting runs deferred to later are looked at now (parked ones are their tenants'). */
   wakeAll(now: number): void {
     this.store.admission.dueAllWaiting(now);

@@ -291,18 +291,15 @@ export class Dispatcher {
     return false;
   }
 
-  /** Gives permits back to their tenants' gates, deleting each row only once its gate took it. */
+  /** Gives permits back to their tenants' gates; those a gate did not take wait for the next flush. */
   private async sendPermitReleases(): Promise<boolean> {
-    const pending = this.store.permitReleases.pending(TICK_BATCH);
-    if (pending.length === 0) return true;
+    const taken = this.store.permitReleases.take(TICK_BATCH);
+    if (taken.length === 0) return true;
+    const byTenant = [...Map.groupBy(taken, (p) => p.tenantId)];
     const results = await Promise.allSettled(
-      [...Map.groupBy(pending, (p) => p.tenantId)].map(async ([tenantId, list]) => {
-        const permits = list.map((p) => p.permit);
-        await this.host.gateOf(tenantId).release(permits);
-        return permits;
-      }),
+      byTenant.map(([tenantId, list]) => this.host.gateOf(tenantId).release(list.map((p) => p.permit))),
     );
-    this.store.permitReleases.remove(results.flatMap((r) => (r.status === "fulfilled" ? r.value : [])));
+    this.store.permitReleases.putBack(byTenant.flatMap(([, list], i) => (results[i]!.status === "fulfilled" ? [] : list)));
     return results.every((r) => r.status === "fulfilled");
   }
 }

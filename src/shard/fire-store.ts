@@ -58,7 +58,7 @@ export class FireStore {
     as:
       | { state: "running"; leaseUntil: number; completionToken: string }
       | { state: "queued" }
-      | { state: "waiting" }
+      | { state: "waiting"; parkedFor?: string }
       | { state: "buffered" }
       | { state: "skipped"; reason: string },
   ): boolean {
@@ -70,8 +70,8 @@ export class FireStore {
     const inserted = this.sql.exec(
       `INSERT INTO runs (id, job_id, job_version, trigger, scheduled_at, catch_up, state, attempt, fence, due_at, created_at, finished_at, error, watched,
          parent_run_id, next_fire_at, next_due_at, next_version, next_fires,
-         lease_until, started_at, a_number, a_fence, a_started_at, a_outcome, a_token)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+         lease_until, started_at, a_number, a_fence, a_started_at, a_outcome, a_token, permit, parked_tenant, waiting_since)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       run.id,
       run.jobId,
       run.jobVersion,
@@ -80,11 +80,11 @@ export class FireStore {
       run.catchUp ? 1 : 0,
       as.state,
       fence,
-      as.state === "waiting" ? now : null,
+      as.state === "waiting" && !as.parkedFor ? now : null,
       now,
       as.state === "skipped" ? now : null,
       as.state === "skipped" ? as.reason : null,
-      run.watched ? 1 : 0,
+      run.watched || (as.state === "waiting" && as.parkedFor) ? 1 : 0,
       run.parentRunId ?? null,
       run.next?.fireAt ?? null,
       run.next?.dueAt ?? null,
@@ -97,6 +97,9 @@ export class FireStore {
       started ? now : null,
       started ? "running" : null,
       started ? as.completionToken : null,
+      started ? (run.permit ?? null) : null,
+      as.state === "waiting" ? (as.parkedFor ?? null) : null,
+      as.state === "waiting" && as.parkedFor ? now : null,
     ).rowsWritten;
     return inserted > 0;
   }

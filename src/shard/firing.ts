@@ -44,7 +44,7 @@ export class Firing {
     for (const tenant of tenants) this.store.putTenant(tenant);
     for (const def of definitions) {
       const row = this.store.getJob(def.id);
-      const stored = row && this.store.firedThrough.live(row); // its next fire as it stands
+      const stored = row && this.store.firedThrough.live(this.store.frequent.current(row)); // its next fire as it stands
       if (stored && stored.version >= def.version) continue;
       // Read again after a restart, a fired job may not say so yet (fired-through.ts, `asChanged`).
       const held = stored && this.store.firedThrough.asChanged(stored, now, (runId) => this.store.getRun(runId) !== null);
@@ -96,6 +96,20 @@ export class Firing {
   }
 
   /**
+   * The runs the next `fireDue(now, limit)` would make, job by job, read without writing: what
+   * admission asks its tenants' gates for before the fire (`Admitter.grantAhead`). A job may come
+   * out differently in the fire itself (a call changed it at the await between): its permits are
+   * then not used, and given back.
+   */
+  runsDue(now: number, limit: number): Array<{ job: ShardJob; runIds: string[] }> {
+    return this.store.fires.dueJobs(now, limit).flatMap((job) => {
+      if (this.store.firedThrough.superseded(job)) return [];
+      const runIds = this.readyFires(job, now).ready.map((fire) => scheduledRunId(job.id, fire.at));
+      return runIds.length === 0 ? [] : [{ job, runIds }];
+    });
+  }
+
+  /**
    * One due job's fires (`plan`, from `readyFires`) become runs, and the job moves to its next
    * fire. Its row is left as it was ("kept"; fired-through.ts) when it has nothing more to fire
    * and no fire count to keep, or when its next fire goes on the run its last fire makes.
@@ -130,7 +144,7 @@ export class Firing {
       this.startRun(job, run, now);
     }
     if (frequent) {
-      this.store.frequent.fired(job, next as number, nextDue, ready.length);
+      this.store.frequent.fired(job, next as number, nextDue, ready.length, now);
     } else if (kept || carried) {
       return "kept";
     } else {

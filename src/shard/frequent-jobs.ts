@@ -10,6 +10,14 @@ import { type ShardJob, toJob } from "./rows";
  * Every write here keeps memory in step, and a change that rolls back makes the shard read them
  * again (`forget`).
  */
+/**
+ * A frequent job's row is written at most this often while it stays frequent (its memory moves
+ * at every fire): a shard that restarts reads a next fire up to this far behind, and fires it
+ * again, which makes nothing while its runs exist (run ids are derived: docs/architecture.md,
+ * invariant 2; a run stays at least a day). A job counting its fires (`maxRuns`) writes every fire.
+ */
+const FREQUENT_WRITE_EVERY_MS = 60_000;
+
 export class FrequentJobs {
   /**
    * Each live frequent job as its row reads, read from storage once, then kept by `fired`: the
@@ -20,6 +28,8 @@ export class FrequentJobs {
   #jobs: Map<string, ShardJob> | undefined;
   /** The earliest of their due times, asked after every call: kept until a fire or a leave changes them. */
   #earliest: number | null | undefined;
+  /** When each job's row was last written by a fire, as far as this object knows. */
+  readonly #written = new Map<string, number>();
 
   constructor(private readonly sql: Pick<SqlStorage, "exec">) {}
 
@@ -37,6 +47,14 @@ export class FrequentJobs {
   forget(): void {
     this.#jobs = undefined;
     this.#earliest = undefined;
+    this.#written.clear();
+  }
+
+  /** A job as it stands: a frequent one's next fire from memory, which its row may be behind (FREQUENT_WRITE_EVERY_MS). */
+  current(row: ShardJob): ShardJob {
+    if (!row.frequent) return row;
+    const known = this.jobs.get(row.id);
+    return known && known.version === row.version ? { ...row, nextFireAt: known.nextFireAt, dueAt: known.dueAt, fires: known.fires } : row;
   }
 
   /** Up to `limit` frequent jobs due by `now`, earliest first. */
@@ -58,16 +76,20 @@ export class FrequentJobs {
   }
 
   /** The job fired, and its next fire is due within a claim timeout: it is, or becomes, frequent. */
-  fired(job: ShardJob, nextFireAt: number, dueAt: number, firesMade: number): void {
-    // Becoming frequent, once: the job leaves jobs_next_due (free) and enters jobs_frequent (a row).
-    const becomes = job.frequent ? "" : "frequent = 1, next_due_at = NULL, ";
-    this.sql.exec(
-      `UPDATE jobs SET ${becomes}next_fire_at = ?, soon_at = ?, fires = ? WHERE id = ?`,
-      nextFireAt,
-      dueAt,
-      job.fires + firesMade, // the job's as it stands: its row's may be behind a run's (fired-through.ts)
-      job.id,
-    );
+  fired(job: ShardJob, nextFireAt: number, dueAt: number, firesMade: number, now: number): void {
+    const writtenAt = this.#written.get(job.id);
+    if (!job.frequent || job.spec.schedule.maxRuns !== undefined || writtenAt === undefined || now - writtenAt >= FREQUENT_WRITE_EVERY_MS) {
+      // Becoming frequent, once: the job leaves jobs_next_due (free) and enters jobs_frequent (a row).
+      const becomes = job.frequent ? "" : "frequent = 1, next_due_at = NULL, ";
+      this.sql.exec(
+        `UPDATE jobs SET ${becomes}next_fire_at = ?, soon_at = ?, fires = ? WHERE id = ?`,
+        nextFireAt,
+        dueAt,
+        job.fires + firesMade, // the job's as it stands: its row's may be behind a run's (fired-through.ts)
+        job.id,
+      );
+      this.#written.set(job.id, now);
+    }
     this.jobs.set(job.id, { ...job, frequent: true, nextFireAt, dueAt, fires: job.fires + firesMade });
     this.#earliest = undefined;
   }
@@ -77,6 +99,7 @@ export class FrequentJobs {
     if (!job.frequent) return;
     this.sql.exec("UPDATE jobs SET frequent = 0, soon_at = NULL WHERE id = ?", job.id);
     this.#jobs?.delete(job.id);
+    this.#written.delete(job.id);
     this.#earliest = undefined;
   }
 }

@@ -7,7 +7,7 @@ import type { AttemptRow, RunRow } from "../protocol/stored-rows";
 import { retryDelayMs } from "../qstash/retry-delay";
 import { retryDelay } from "../schedule/backoff";
 import { isWorkflowRun, stepPolicy, targetOfRun } from "../workflow/steps";
-import { underFlowControl } from "./admission";
+import { underFlowControl, watchesOpenRuns } from "./admission";
 import { AttemptStarts, type WorkflowSteps } from "./attempt-starts";
 import type { ShardHost } from "./host";
 import { runningLeaseMs } from "./lease-length";
@@ -71,7 +71,11 @@ export class RunLedger {
   create(
     run: RunToWrite,
     now: number,
-    as: { state: "queued"; job: ShardJob } | { state: "waiting" } | { state: "buffered" } | { state: "skipped"; reason: string },
+    as:
+      | { state: "queued"; job: ShardJob }
+      | { state: "waiting"; parkedFor?: string }
+      | { state: "buffered" }
+      | { state: "skipped"; reason: string },
   ): boolean {
     if (as.state !== "queued") return this.store.fires.createRun(run, now, as);
     const job = as.job;
@@ -85,9 +89,33 @@ export class RunLedger {
     return this.starts.createDispatched(run, job, target, now);
   }
 
-  /** A new run for a job, held for admission when the job is under flow control. */
+  /**
+   * Tenant permits granted before the fire for runs it is about to make (`Admitter.grantAhead`),
+   * by run id: such a run is made dispatched, holding its permit, instead of waiting to be
+   * admitted. What the fire takes is removed; what is left over is the caller's to give back.
+   */
+  grantedAhead = new Map<string, string>();
+
+  /**
+   * Tenants with runs parked here when the fire began: a run of theirs that must wait is made
+   * parked, at the tail of their line, in its insert (what admission would do with it next, a
+   * second write: admitter.ts), not written waiting and due first.
+   */
+  parkAtFire = new Set<string>();
+
+  /** A new run for a job, held for admission when the job is under flow control, unless its permit was granted ahead. */
   createQueuedOrWaiting(job: ShardJob, run: RunToWrite, now: number): boolean {
-    return this.create(run, now, this.mustWait(job) ? { state: "waiting" } : { state: "queued", job });
+    const permit = this.grantedAhead.get(run.id);
+    if (permit !== undefined) {
+      this.grantedAhead.delete(run.id);
+      // Watched for its tenant's limit alone, a run made dispatched stays out of runs_open: the
+      // open runs a pause looks for are pending ones, and this one parks (and is watched) only if a
+      // retry of it must wait for a place (admission-store.ts, `park`).
+      return this.create({ ...run, permit, watched: run.watched && watchesOpenRuns(job.spec, null) }, now, { state: "queued", job });
+    }
+    if (!this.mustWait(job)) return this.create(run, now, { state: "queued", job });
+    const parks = run.parentRunId === undefined && this.parkAtFire.has(job.tenantId);
+    return this.create(run, now, parks ? { state: "waiting", parkedFor: job.tenantId } : { state: "waiting" });
   }
 
   /**

@@ -13,6 +13,8 @@
  * how late its alarms came. Those ride on the next tally written, so they cost no row of their
  * own. So do the shard's counters since it was created (counters.ts), on the same row.
  */
+
+import { ALARM_TABLE, writtenTable } from "../cost/written-table";
 import { addLags, countLag, lagColumnValues, lagsOfValues, noLags } from "../protocol/alarm-lag";
 import type { DurableObjectFigures, OperationCost, ShardCost } from "../protocol/shard-rpc";
 import { decodeTotals, encodeTotals, type ShardTotals } from "../protocol/totals";
@@ -53,6 +55,8 @@ const OPERATION_COUNTS = [
  */
 interface Tally {
   ops: Record<string, number[]>;
+  /** Rows written by table (writtenTable), every operation's; absent in a tally written before it was kept. */
+  tables?: Record<string, number>;
   meter: [number, number];
   starts: number;
   lags: number[];
@@ -70,8 +74,10 @@ type Counter = Exclude<keyof OperationCost, "rowsRead" | "rowsWritten">;
 
 export class ShardMeter {
   private label = SETTLE;
-  private cursors: Array<{ label: string; cursor: { readonly rowsRead: number; readonly rowsWritten: number } }> = [];
+  private cursors: Array<{ label: string; table: string | null; cursor: { readonly rowsRead: number; readonly rowsWritten: number } }> = [];
   private counted = new Map<string, OperationCost>();
+  /** Rows written by table, not yet written to a tally. */
+  private tables = new Map<string, number>();
   /** What the meter's own statements cost, written with the next persist (its own cost is known only after it ran). */
   private own = { rowsRead: 0, rowsWritten: 0 };
   /** Starts not yet written: the one of this object, until its first write. */
@@ -92,7 +98,7 @@ export class ShardMeter {
   readonly sql: Pick<SqlStorage, "exec"> = {
     exec: <T extends Record<string, SqlStorageValue>>(query: string, ...bindings: unknown[]) => {
       const cursor = this.raw.exec<T>(query, ...bindings);
-      this.cursors.push({ label: this.label, cursor });
+      this.cursors.push({ label: this.label, table: writtenTable(query), cursor });
       return cursor;
     },
   };
@@ -121,6 +127,16 @@ export class ShardMeter {
   /** The shard's alarm is now set for `at` (null: none). */
   alarmSet(at: number | null, now: number): void {
     this.alarm.set(at, now);
+  }
+
+  /** A `setAlarm` call: billed as a row written, charged to the operation running. */
+  alarmWritten(): void {
+    this.of(this.label).rowsWritten++;
+    this.addTable(ALARM_TABLE, 1);
+  }
+
+  private addTable(table: string, rows: number): void {
+    if (rows > 0) this.tables.set(table, (this.tables.get(table) ?? 0) + rows);
   }
 
   /**
@@ -174,10 +190,11 @@ export class ShardMeter {
    * invocation's last implicit transaction.
    */
   persist(now: number, force = false): void {
-    for (const { label, cursor } of this.cursors.splice(0)) {
+    for (const { label, table, cursor } of this.cursors.splice(0)) {
       const c = this.of(label);
       c.rowsRead += cursor.rowsRead;
       c.rowsWritten += cursor.rowsWritten;
+      if (table !== null) this.addTable(table, cursor.rowsWritten);
     }
     if (this.counted.size === 0 || (!force && now - this.lastWrite < WRITE_EVERY_MS)) return;
     this.lastWrite = now;
@@ -194,7 +211,11 @@ export class ShardMeter {
     const lags = lagsOfValues(tally.lags);
     addLags(lags, this.lags);
     tally.lags = lagColumnValues(lags);
+    const tables = tally.tables ?? {};
+    for (const [table, rows] of this.tables) tables[table] = (tables[table] ?? 0) + rows;
+    tally.tables = tables;
     this.counted.clear();
+    this.tables.clear();
     this.own = { rowsRead: 0, rowsWritten: 0 };
     this.starts = 0;
     this.lags = noLags();
@@ -218,6 +239,7 @@ export class ShardMeter {
     const tallies = cursor.toArray().map((r) => JSON.parse(r.tally as string) as Tally);
     this.addOwn(cursor);
     const byOperation: Record<string, OperationCost> = {};
+    const byTable: Record<string, number> = {};
     const meter = { rowsRead: 0, rowsWritten: 0 };
     const durableObject: DurableObjectFigures = { starts: 0, alarmLag: noLags() };
     for (const tally of tallies) {
@@ -226,12 +248,13 @@ export class ShardMeter {
         for (const [i, name] of OPERATION_COUNTS.entries()) into[name] += counts[i] ?? 0;
         byOperation[operation] = into;
       }
+      for (const [table, rows] of Object.entries(tally.tables ?? {})) byTable[table] = (byTable[table] ?? 0) + rows;
       meter.rowsRead += tally.meter[0];
       meter.rowsWritten += tally.meter[1];
       durableObject.starts += tally.starts;
       addLags(durableObject.alarmLag, lagsOfValues(tally.lags));
     }
-    return { cost: { byOperation, meter }, durableObject, totals: this.counters.current(() => this.storedTotals()) };
+    return { cost: { byOperation, byTable, meter }, durableObject, totals: this.counters.current(() => this.storedTotals()) };
   }
 
   /**

@@ -69,7 +69,7 @@ export interface CarriedFire {
  * for a workflow step's run, the workflow run it belongs to and its first fence; for the last run
  * of a recurring job's fire, its job's next fire.
  */
-export type RunToWrite = NewRun & { watched: boolean; parentRunId?: string; fence?: number; next?: CarriedFire };
+export type RunToWrite = NewRun & { watched: boolean; parentRunId?: string; fence?: number; next?: CarriedFire; permit?: string };
 
 export type Row = Record<string, SqlStorageValue>;
 

@@ -81,6 +81,7 @@ export class ShardRuntime implements ShardHost {
     const { dispatcher, outcomes, store } = this.parts;
     const dispatches = dispatcher.mark();
     const notifications = outcomes.notifier.mark();
+    const releases = store.permitReleases.mark();
     this.meter.beginChange();
     try {
       const result = this.ctx.storage.transactionSync(() => {
@@ -95,6 +96,7 @@ export class ShardRuntime implements ShardHost {
       this.meter.endChange(false);
       dispatcher.rollBack(dispatches);
       outcomes.notifier.rollBack(notifications);
+      store.permitReleases.rollBack(releases);
       store.forgetKept();
       throw err;
     }
@@ -106,13 +108,16 @@ export class ShardRuntime implements ShardHost {
   async metered<T>(operation: string, work: (here: <R>(part: () => R) => R) => Promise<T>): Promise<T> {
     this.refuseIfTooNew();
     this.meter.count("calls", 1, operation);
+    this.armedFor = undefined;
     try {
       return await this.meter.during(operation, () => work((part) => this.meter.during(operation, part)));
     } finally {
       // An object left idle may be evicted, and its unwritten tally with it: when nothing is
-      // due soon, the tally is written now; a busy shard writes it every few seconds.
+      // due soon, the tally is written now; a busy shard writes it every few seconds. The time
+      // the call's settle armed the alarm for is what is due (asked again only where it did not
+      // settle): it decides only when the meter writes, so one a later call moved is no harm.
       const now = Date.now();
-      const due = this.nextDue(now);
+      const due = this.armedFor !== undefined ? this.armedFor : this.nextDue(now);
       this.meter.persist(now, due === null || due > now + IDLE_AFTER_MS);
     }
   }
@@ -154,14 +159,19 @@ export class ShardRuntime implements ShardHost {
     return times.length === 0 ? null : Math.min(...times);
   }
 
+  /** When the last `armAlarm` of the call under way pointed the alarm (undefined: it has not armed it). */
+  private armedFor: number | null | undefined;
+
   async armAlarm(): Promise<void> {
     const at = this.nextDue(Date.now());
+    this.armedFor = at;
     const current = await this.ctx.storage.getAlarm();
     // Before the write: an alarm set for a time already past may start before the write returns.
     this.meter.alarmSet(at, Date.now());
     if (at === null) {
       if (current !== null) await this.ctx.storage.deleteAlarm();
     } else if (current !== at) {
+      this.meter.alarmWritten();
       await this.ctx.storage.setAlarm(at);
     }
   }

@@ -104,11 +104,17 @@ export class Shard extends DurableObject<Env> implements ShardApi {
       // TICK_BATCH runs at most (a job's catch_up fires are many runs): what is left stays due, and the alarm comes again at once.
       for (let fired = 0; fired < TICK_BATCH; ) {
         const limit = Math.min(FIRE_CHUNK, TICK_BATCH - fired);
-        const { work, more } = this.alarmChange((now) => {
-          const chunk = this.firing.fireDue(now, limit, fired === 0);
-          failpoint("shard.inFireChunk", this.runtime.name());
-          return chunk;
-        });
+        // Only where a tenant has a limit: elsewhere no run waits for its tenant, and the due page is read once.
+        const ahead = this.store.anyLimitedTenant()
+          ? await this.admitter.grantAhead(this.meter.during(ALARM, () => this.firing.runsDue(Date.now(), limit)))
+          : new Map<string, { permit: string; tenantId: string }>();
+        const { work, more } = this.fireWithGrants(ahead, () =>
+          this.alarmChange((now) => {
+            const chunk = this.firing.fireDue(now, limit, fired === 0);
+            failpoint("shard.inFireChunk", this.runtime.name());
+            return chunk;
+          }),
+        );
         sending.push(this.sendCommitted());
         fired += work;
         if (!more || work === 0 || fired >= TICK_BATCH) break;
@@ -132,6 +138,29 @@ export class Shard extends DurableObject<Env> implements ShardApi {
     await this.runtime.settle();
     // After the due work, never before it: a pass is bounded and re-arms for what is left.
     if (await this.retention.pass(Date.now())) await this.runtime.armAlarm();
+  }
+
+  /**
+   * A fire with the permits granted ahead of it (`Admitter.grantAhead`): those its runs did not
+   * take (a run that existed already, a job changed at the await, a fire that threw) go back to
+   * their gates with the next flush. A run of a tenant with runs parked here is made parked
+   * (`RunLedger.parkAtFire`).
+   */
+  private fireWithGrants<T>(ahead: Map<string, { permit: string; tenantId: string }>, fire: () => T): T {
+    this.ledger.grantedAhead = new Map([...ahead].map(([runId, { permit }]) => [runId, permit]));
+    this.ledger.parkAtFire = this.store.anyLimitedTenant() ? new Set(this.store.admission.waits().keys()) : new Set();
+    try {
+      return fire();
+    } finally {
+      this.ledger.parkAtFire = new Set();
+      for (const runId of this.ledger.grantedAhead.keys()) {
+        const { permit, tenantId } = ahead.get(runId)!;
+        // A run made meanwhile by another way (a backfill at the await) and admitted holds the
+        // same key: the grant only renewed its permit, which stays held.
+        if (this.store.getRun(runId)?.permit !== permit) this.store.permitReleases.add(permit, tenantId);
+      }
+      this.ledger.grantedAhead = new Map();
+    }
   }
 
   /** One of the alarm's transactions, charged to the alarm even after an await (meter.ts, `during`). */

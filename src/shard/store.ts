@@ -157,6 +157,7 @@ export class ShardStore {
   putTenant(t: TenantSettings): void {
     const before = this.getTenant(t.id);
     this.tenants.delete(t.id); // read again after the write (or after its rollback)
+    this.limited = undefined;
     const written = this.sql.exec(
       `INSERT INTO tenants (id, version, signing_generation, max_in_flight, retention_days, notify, legacy_signature)
          VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -186,6 +187,14 @@ export class ShardStore {
       this.watching = undefined;
     }
   }
+
+  /** Whether any tenant here has a runs-in-flight limit; memoized like `getTenant`. */
+  anyLimitedTenant(): boolean {
+    this.limited ??= this.sql.exec("SELECT 1 FROM tenants WHERE max_in_flight IS NOT NULL LIMIT 1").toArray().length > 0;
+    return this.limited;
+  }
+
+  private limited: boolean | undefined;
 
   /** Asked once per run created and claimed; memoized, since only putTenant changes the table. */
   getTenant(id: string): TenantSettings | null {

@@ -80,7 +80,7 @@ export class Views {
     // Each job with its next fire as it stands, not as its row holds it (fired-through.ts, `live`).
     return this.store
       .getJobs(ids)
-      .map((row) => this.store.firedThrough.live(row))
+      .map((row) => this.store.firedThrough.live(this.store.frequent.current(row)))
       .map((j) => ({
         id: j.id,
         version: j.version,

@@ -55,6 +55,34 @@ describe("frequent jobs", () => {
     await stop(job);
   });
 
+  it("write their row at most once a minute; a shard that lost its memory fires again what it passed, making nothing twice", async () => {
+    const { job, url } = await frequentJob("freq-lazy");
+    const written = await jobRow(job);
+    // Several fires later the row still says the fire that made it frequent: memory moved on alone.
+    await vi.waitFor(async () => expect((await hitsOf(url)).length).toBeGreaterThanOrEqual(4), { timeout: 15_000, interval: 100 });
+    const later = await jobRow(job);
+    expect(later.next_fire_at).toBe(written.next_fire_at);
+    const nextRunAt = async () => ((await (await api(`/v1/jobs/${job.id}`)).json()) as Job).nextRunAt;
+    // The API reads the next fire from memory, not the row's.
+    expect(Date.parse((await nextRunAt())!)).toBeGreaterThan(later.next_fire_at as number);
+    // As after a restart: memory read again from the row, a few fires behind.
+    await runInDurableObject(shardOf(job), (shard: Shard) => {
+      (shard as unknown as { store: { frequent: { forget(): void } } }).store.frequent.forget();
+    });
+    const seen = (await hitsOf(url)).length;
+    await vi.waitFor(async () => expect((await hitsOf(url)).length).toBeGreaterThanOrEqual(seen + 3), { timeout: 15_000, interval: 100 });
+    await stop(job);
+    const runs = await runInDurableObject(shardOf(job), (_s: Shard, state) =>
+      state.storage.sql.exec("SELECT scheduled_at FROM runs WHERE job_id = ?", job.id).toArray(),
+    );
+    // One run per instant, each called once: the fires passed again made nothing.
+    const instants = runs.map((r) => r.scheduled_at as number);
+    expect(new Set(instants).size).toBe(instants.length);
+    const hits = await hitsOf(url);
+    const runIds = hits.map((h) => h.headers["x-edgecron-run-id"]);
+    expect(new Set(runIds).size).toBe(runIds.length);
+  });
+
   it("a chunk of fires rolled back is fired by the alarm's retry, not at the job's next instant", async () => {
     const url = receiverPath("freq-rollback");
     // Anchored a moment from now, so that its first fire (which makes it frequent) comes soon.

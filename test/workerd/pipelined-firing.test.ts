@@ -166,10 +166,11 @@ describe("pipelined firing", () => {
     expect(runs.every((r) => r.scheduledAt === b.due)).toBe(true);
     expect(sentIds(b.sends).sort()).toEqual([...b.runIds].sort()); // each dispatch sent once
 
-    // Every chunk's statements were charged to the alarm, not to `settle` (which wrote nothing here).
-    const { byOperation } = (await b.stub.metrics(3_600_000)).cost;
+    // Every chunk's statements were charged to the alarm, not to `settle` (which wrote no statement
+    // here: at most the alarms it set, each billed as a row).
+    const { byOperation, byTable } = (await b.stub.metrics(3_600_000)).cost;
     expect(byOperation.alarm!.rowsWritten).toBeGreaterThanOrEqual(2 * count);
-    expect(byOperation.settle?.rowsWritten ?? 0).toBe(0);
+    expect(byOperation.settle?.rowsWritten ?? 0).toBeLessThanOrEqual(byTable["(setAlarm)"] ?? 0);
   });
 
   it("a throw between chunks keeps what was committed, and sent; the next alarm fires the rest once", { timeout: 120_000 }, async () => {
