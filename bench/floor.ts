@@ -20,10 +20,11 @@
 // Talks only to 127.0.0.1; stops its `wrangler dev` processes (each in a process group of its
 // own) on every exit.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
+import { runnerRegistered } from "../scripts/dev-topology.ts";
 import { MAX_OPEN_CONNECTIONS } from "../src/consumer/connections.ts";
 import { freePort } from "../test/support/local-stack.ts";
 import { cpuFigures, cpuWindow, iso, ROOT, sleep } from "./harness.ts";
@@ -111,18 +112,6 @@ interface FloorStack {
   stop(): Promise<void>;
 }
 
-/** Whether the floor runner has registered its queue consumers: until then the tickers' sends would be dropped. */
-function runnerRegistered(registry: string): boolean {
-  const path = join(registry, RUNNER_NAME);
-  if (!existsSync(path)) return false;
-  try {
-    const consumers: unknown = JSON.parse(readFileSync(path, "utf8")).queueConsumers;
-    return Array.isArray(consumers) && consumers.length > 0;
-  } catch {
-    return false; // being written
-  }
-}
-
 async function startStack(): Promise<FloorStack> {
   const state = mkdtempSync(join(tmpdir(), "edgecron-floor-"));
   const registry = join(state, "registry");
@@ -156,7 +145,7 @@ async function startStack(): Promise<FloorStack> {
   if (topology === "two") {
     // The runner first, the tickers once it is registered, as scripts/start.mjs starts edgecron's.
     await dev([RUNNER_CONFIG], await freePort());
-    for (let waited = 0; !runnerRegistered(registry); waited += 100) {
+    for (let waited = 0; !runnerRegistered(registry, RUNNER_NAME); waited += 100) {
       if (waited > 120_000) {
         await stop();
         throw new Error("the floor runner did not register within 2 minutes");

@@ -40,8 +40,8 @@ export function processConfigs(topology: Topology): string[][] {
  * message sent then is dropped, not kept (miniflare's dev registry), so the scheduler starts
  * only after this is true.
  */
-export function runnerRegistered(registry: string): boolean {
-  const path = join(registry, RUNNER_NAME);
+export function runnerRegistered(registry: string, runner = RUNNER_NAME): boolean {
+  const path = join(registry, runner);
   if (!existsSync(path)) return false;
   try {
     const consumers: unknown = JSON.parse(readFileSync(path, "utf8")).queueConsumers;
