@@ -1,6 +1,4 @@
 import { DurableObject } from "cloudflare:workers";
-import { CatalogUnavailable } from "../catalog/d1";
-import { recountLiveJobs } from "../catalog/live-jobs";
 import { shardsInUseAfter } from "../catalog/shards";
 import type { GroupLimits } from "../model/flow-control";
 import { jobIdsFrom } from "../model/ids";
@@ -10,7 +8,8 @@ import { type Breaker, type BreakerVerdict, check, closedBreaker, record, stored
 import { GATE_COST_SCHEMA, type GateCost, GateMeter } from "./gate-meter";
 import { decideGrants, type PermitAsk } from "./grants";
 import { GROUP_SCHEMA, GroupPermits } from "./group-permits";
-import { givenBack, type JobCount, leaseRoom, mayRecountAt, mustRecount, type RoomAnswer, recounted, staleAt } from "./job-count";
+import type { JobCount, RoomAnswer } from "./job-count";
+import { JOB_ROOM_SCHEMA, JobRoom } from "./job-room";
 import {
   decideReserve,
   giveBack,
@@ -49,6 +48,7 @@ export class TenantGate extends DurableObject<Env> {
   private readonly groups: GroupPermits;
   private readonly meter: GateMeter;
   private readonly permits: TenantPermits;
+  private readonly jobRoom: JobRoom;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -63,10 +63,11 @@ export class TenantGate extends DurableObject<Env> {
       CREATE TABLE IF NOT EXISTS breaker_transitions (to_state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
       CREATE TABLE IF NOT EXISTS message_count (one INTEGER PRIMARY KEY CHECK (one = 1), state TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS gate_tenant (one INTEGER PRIMARY KEY CHECK (one = 1), tenant_id TEXT NOT NULL);
-      CREATE TABLE IF NOT EXISTS job_count (one INTEGER PRIMARY KEY CHECK (one = 1), state TEXT NOT NULL);
+      ${JOB_ROOM_SCHEMA}
     ${GROUP_SCHEMA}`);
     this.groups = new GroupPermits(this.sql);
     this.permits = new TenantPermits(this.sql);
+    this.jobRoom = new JobRoom(this.sql, env.DB, (work) => ctx.waitUntil(work));
   }
 
   /** A block of up to `want` API requests from the tenant's bucket of `perSecond` (request-bucket.ts), for an isolate to spend. */
@@ -77,14 +78,9 @@ export class TenantGate extends DurableObject<Env> {
     return answer;
   }
 
-  // ---- live jobs under maxJobs (job-count.ts): one row, the count as JSON, written per lease ----
+  // ---- live jobs under maxJobs (job-room.ts) ----
 
-  /**
-   * Room for `need` of the tenant's jobs, and up to `want` (a block for the isolate to spend),
-   * under `maxJobs` as the isolate read the tenant (at `tenantVersion`). Counted in D1 first when
-   * the count was never taken or is of an older tenant, and before a refusal (at most once every
-   * RECOUNT_EVERY_MS). `unavailable`: D1 could not count.
-   */
+  /** Room for `need` of the tenant's jobs, and up to `want` for the isolate to spend (JobRoom.take). */
   async takeJobRoom(
     tenantId: string,
     maxJobs: number,
@@ -93,92 +89,25 @@ export class TenantGate extends DurableObject<Env> {
     want: number,
   ): Promise<RoomAnswer | { unavailable: string }> {
     this.meter.begin("takeJobRoom");
-    const tenant = { version: tenantVersion, maxJobs };
-    try {
-      while (mustRecount(this.jobCount(), tenantVersion)) await this.recountJobs(tenantId, tenant);
-      let lease = leaseRoom(this.jobCount()!, maxJobs, tenantVersion, need, want, Date.now());
-      if (!("until" in lease.answer) && (this.recount !== null || mayRecountAt(this.jobCount()!, Date.now()))) {
-        await this.recountJobs(tenantId, tenant);
-        lease = leaseRoom(this.jobCount()!, maxJobs, tenantVersion, need, want, Date.now());
-      }
-      if (lease.next !== this.jobCount()) this.saveJobCount(lease.next);
-      if (this.recount === null && staleAt(this.jobCount()!, Date.now())) {
-        this.ctx.waitUntil(
-          this.recountJobs(tenantId, tenant).catch((err) => console.error(`tenant ${tenantId}: recount of live jobs`, err)),
-        );
-      }
-      return lease.answer;
-    } catch (err) {
-      if (err instanceof CatalogUnavailable) return { unavailable: err.message };
-      throw err;
-    }
+    return this.jobRoom.take(tenantId, maxJobs, tenantVersion, need, want);
   }
 
-  /**
-   * The tenant's quota changed (to `maxJobs`, at `tenantVersion`): counted again now, so that the
-   * leases granted under the quota before no longer insert.
-   */
+  /** The tenant's quota changed: counted again now, so that the leases granted before no longer insert. */
   async quotaChanged(tenantId: string, maxJobs: number, tenantVersion: number): Promise<void> {
     this.meter.begin("quotaChanged");
-    await this.recountJobs(tenantId, { version: tenantVersion, maxJobs });
-    // One under way began before the change: its epoch may be older than the change.
-    if (mustRecount(this.jobCount(), tenantVersion)) await this.recountJobs(tenantId, { version: tenantVersion, maxJobs });
+    await this.jobRoom.quotaChanged(tenantId, maxJobs, tenantVersion);
   }
 
   /** Places of jobs deleted at `deletedAts` (each live when deleted), given back. */
   async giveBackJobs(deletedAts: number[]): Promise<void> {
     this.meter.begin("giveBackJobs");
-    this.recount?.givenBack.push(...deletedAts);
-    const count = this.jobCount();
-    if (count === null) return;
-    // In memory: the next lease writes it. Lost with the gate, the count is above the truth
-    // until a recount, which a refusal begins.
-    this.counted = deletedAts.reduce(givenBack, count);
+    this.jobRoom.giveBack(deletedAts);
   }
 
   /** Live jobs as the gate counts them; null: never counted. */
   async liveJobs(): Promise<JobCount | null> {
     this.meter.begin("liveJobs");
-    return this.jobCount();
-  }
-
-  /** The recount under way, if one is: its cutoff, the places given back meanwhile, and its end. */
-  private recount: { cutoff: number; givenBack: number[]; done: Promise<void> } | null = null;
-  /** The count as last read or written; undefined: not read from storage yet. */
-  private counted: JobCount | null | undefined = undefined;
-
-  private jobCount(): JobCount | null {
-    if (this.counted === undefined) {
-      const row = this.sql.exec("SELECT state FROM job_count").toArray()[0];
-      this.counted = row ? (JSON.parse(row.state as string) as JobCount) : null;
-    }
-    return this.counted;
-  }
-
-  private saveJobCount(count: JobCount): void {
-    this.counted = count;
-    this.sql.exec(
-      "INSERT INTO job_count (one, state) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET state = excluded.state",
-      JSON.stringify(count),
-    );
-  }
-
-  /** Counts the tenant's live jobs in D1, bumping its lease epoch (or waits for the recount under way), and keeps the count. */
-  private async recountJobs(tenantId: string, tenant: { version: number; maxJobs: number }): Promise<void> {
-    if (this.recount !== null) return this.recount.done;
-    const cutoff = Date.now();
-    const state = { cutoff, givenBack: [] as number[], done: Promise.resolve() };
-    this.recount = state;
-    state.done = (async () => {
-      try {
-        const found = await recountLiveJobs(this.env.DB, tenantId, cutoff);
-        if (!found) throw new Error(`tenant ${tenantId} is not in the catalog`);
-        this.saveJobCount(recounted(this.jobCount(), found, cutoff, tenant, state.givenBack));
-      } finally {
-        this.recount = null;
-      }
-    })();
-    return state.done;
+    return this.jobRoom.count();
   }
 
   // ---- live QStash messages (message-quota.ts): one row, the count as JSON ----
