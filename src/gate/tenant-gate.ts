@@ -81,15 +81,9 @@ export class TenantGate extends DurableObject<Env> {
   // ---- live jobs under maxJobs (job-room.ts) ----
 
   /** Room for `need` of the tenant's jobs, and up to `want` for the isolate to spend (JobRoom.take). */
-  async takeJobRoom(
-    tenantId: string,
-    maxJobs: number,
-    tenantVersion: number,
-    need: number,
-    want: number,
-  ): Promise<RoomAnswer | { unavailable: string }> {
+  async takeJobRoom(...args: Parameters<JobRoom["take"]>): Promise<RoomAnswer | { unavailable: string }> {
     this.meter.begin("takeJobRoom");
-    return this.jobRoom.take(tenantId, maxJobs, tenantVersion, need, want);
+    return this.jobRoom.take(...args);
   }
 
   /** The tenant's quota changed: counted again now, so that the leases granted before no longer insert. */
